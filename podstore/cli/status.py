@@ -1,0 +1,36 @@
+"""``podstore status``: open (creating if needed) the store and print its counts."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from podstore.cli.context import Context
+from podstore.cli.main import cli
+from podstore.engine import head_revision
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_obj
+def status(ctx: Context, as_json: bool) -> None:
+    """Open or create the store and print pod, container, allocation and device counts."""
+    store = ctx.store()
+    stats = store.stats()
+    info = {
+        "database": store.path,
+        "schema_revision": head_revision(),
+        "pods": stats.pods,
+        "containers": stats.containers,
+        "allocations": stats.allocations,
+        "device_rows": stats.device_rows,
+        "distinct_devices": stats.distinct_devices,
+        "registered_resources": stats.registered_resources,
+    }
+    if as_json:
+        click.echo(json.dumps(info, sort_keys=True))
+        return
+    width = max(len(k) for k in info)
+    for key, value in info.items():
+        click.echo(f"{key.replace('_', ' '):<{width}}  {value}")

@@ -1,0 +1,408 @@
+"""SQLite connections: pragmas, BEGIN IMMEDIATE, error translation, migrate-on-open.
+
+Every connection podstore makes goes through :func:`connect`, so the settings below hold for
+the store's own connections, for Alembic's, and for the command line's.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import importlib.util
+import logging
+import os
+import sqlite3
+import stat
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote
+
+import sqlalchemy
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import NullPool
+
+from podstore.errors import (
+    InvalidInputError,
+    PodStoreError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreBusyError,
+    StoreCorruptError,
+    StoreFullError,
+)
+
+log = logging.getLogger("podstore")
+
+Durability = Literal["full", "normal"]
+
+DEFAULT_BUSY_TIMEOUT = 10.0
+
+# Pragmas applied to every new connection, only where the current value differs.
+# journal_mode is persistent in the file and needs write access, so it is handled apart.
+_PRAGMAS: dict[str, int] = {
+    # ON DELETE CASCADE from pods down to device rows depends on this.
+    "foreign_keys": 1,
+    # Temp b-trees (sorts, DISTINCT) stay in memory: no stray files next to a 0600 database.
+    "temp_store": 2,
+}
+# synchronous: FULL fsyncs the WAL at every commit, so a returned call survives power loss;
+# NORMAL may lose the last commits (never corrupts) and is opt-in.
+_SYNCHRONOUS = {"full": 2, "normal": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """How to connect to one store file."""
+
+    path: str
+    readonly: bool = False
+    durability: Durability = "full"
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+
+
+def database_path(path_or_url: str | os.PathLike[str]) -> str:
+    """Turn a file path or an ``sqlite:///`` SQLAlchemy URL into a file path.
+
+    Raises InvalidInputError for other databases and for in-memory SQLite, which could not
+    survive a crash and is not shared between podstore's per-thread connections.
+    """
+    if isinstance(path_or_url, os.PathLike):
+        path_or_url = os.fspath(path_or_url)
+    if not isinstance(path_or_url, str) or not path_or_url:
+        raise InvalidInputError(f"database: expected a path or an sqlite URL, got {path_or_url!r}")
+    if "://" in path_or_url:
+        try:
+            url = make_url(path_or_url)
+        except sqlalchemy.exc.ArgumentError as exc:
+            raise InvalidInputError(f"database: bad URL {path_or_url!r}: {exc}") from None
+        if url.get_backend_name() != "sqlite":
+            raise InvalidInputError(
+                f"database: podstore keeps its state in SQLite, not {url.get_backend_name()!r}"
+            )
+        path = url.database or ""
+    else:
+        path = path_or_url
+    if path in ("", ":memory:") or path.startswith("file::memory:"):
+        raise InvalidInputError("database: an in-memory SQLite database is not a durable store")
+    return path
+
+
+def database_url(path_or_url: str | os.PathLike[str]) -> str:
+    """The ``sqlite:///`` URL of a store given as a path or URL."""
+    return "sqlite:///" + database_path(path_or_url)
+
+
+def translate(exc: BaseException) -> PodStoreError | None:
+    """The podstore error for a sqlite3 (or SQLAlchemy-wrapped) error, or None if unknown."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, sqlite3.Error):
+        return None
+    code = getattr(orig, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(orig)
+    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text:
+        return StoreBusyError(f"the database stayed locked past the busy timeout ({text})")
+    if primary == sqlite3.SQLITE_FULL or "disk is full" in text:
+        return StoreFullError(f"the disk is full; nothing was written ({text})")
+    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text:
+        return StoreCorruptError(f"the database file is damaged: {text}")
+    if primary == sqlite3.SQLITE_READONLY or "readonly database" in text:
+        return ReadOnlyStoreError(f"the store is read-only: {text}")
+    if primary == sqlite3.SQLITE_IOERR:
+        # ENOSPC during a WAL append or a checkpoint surfaces as an I/O error, not SQLITE_FULL.
+        ext = getattr(orig, "sqlite_errorname", "")
+        if "WRITE" in ext or "FSYNC" in ext or "TRUNCATE" in ext:
+            return StoreFullError(f"a write to the database failed (disk full?): {text} [{ext}]")
+    return None
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    """Re-raise sqlite3 errors as podstore's own, ``from None`` as in diskcache."""
+    try:
+        yield
+    except (sqlite3.Error, sqlalchemy.exc.DBAPIError) as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def _prepare_file(path: str) -> None:
+    """Create the database file 0600 (and a missing parent 0700) before SQLite touches it."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        _warn_if_world_writable(path)
+        return
+    os.close(fd)
+
+
+def _warn_if_world_writable(path: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IWOTH | stat.S_IWGRP):
+        warnings.warn(
+            f"{path} is writable by other users (mode {stat.S_IMODE(mode):o}); anyone with that "
+            "access can rewrite the node's device allocations",
+            stacklevel=4,
+        )
+
+
+def connect(options: ConnectOptions) -> sqlite3.Connection:
+    """Open one configured connection.
+
+    isolation_level=None stops pysqlite from issuing its own BEGINs; podstore issues every
+    BEGIN itself so that writers take the lock up front (BEGIN IMMEDIATE).
+    """
+    with translated_errors():
+        if options.readonly:
+            conn = _connect_readonly(options)
+        else:
+            _prepare_file(options.path)
+            conn = sqlite3.connect(
+                options.path,
+                timeout=options.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        try:
+            _configure(conn, options)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
+    if not os.path.exists(options.path):
+        raise InvalidInputError(f"database: {options.path} does not exist (opened read-only)")
+    uri = "file:" + quote(os.path.abspath(options.path)) + "?mode=ro"
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        # A WAL database whose -shm/-wal files are gone cannot be read through mode=ro in a
+        # directory we may not write (https://sqlite.org/wal.html#readonly). Nobody can be
+        # writing it then either, so immutable=1 is safe.
+        if os.access(os.path.dirname(os.path.abspath(options.path)), os.W_OK):
+            raise
+    conn = sqlite3.connect(
+        uri + "&immutable=1",
+        uri=True,
+        timeout=options.busy_timeout,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
+    wanted = dict(_PRAGMAS)
+    wanted["busy_timeout"] = int(options.busy_timeout * 1000)
+    if not options.readonly:
+        wanted["synchronous"] = _SYNCHRONOUS[options.durability]
+    for name, value in wanted.items():
+        current = conn.execute(f"PRAGMA {name}").fetchone()[0]
+        if current != value:
+            conn.execute(f"PRAGMA {name} = {int(value)}")
+    if not options.readonly:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            # WAL: readers never block the writer and a commit is one sequential append.
+            got = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+            if str(got).lower() != "wal":
+                raise StoreCorruptError(f"could not switch {options.path} to WAL (got {got})")
+
+
+def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once.
+
+    The busy handler normally waits inside the call, but SQLite returns SQLITE_BUSY without
+    waiting in some cases (e.g. while another connection recovers the WAL), so a bounded retry
+    loop sits on top; past the deadline the caller gets StoreBusyError.
+    """
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            mapped = translate(exc)
+            if not isinstance(mapped, StoreBusyError) or time.monotonic() >= deadline:
+                if mapped is None:
+                    raise
+                raise mapped from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) -> Engine:
+    """An SQLAlchemy engine over podstore's own connections (used by Alembic and admin code).
+
+    Transactions begun through it start with BEGIN IMMEDIATE, so a migration holds the write
+    lock from its first statement and DDL is rolled back as a whole on failure.
+    """
+    opts = options or ConnectOptions(path=database_path(url))
+    engine = sqlalchemy.create_engine(
+        "sqlite://", creator=functools.partial(connect, opts), poolclass=NullPool
+    )
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: sqlalchemy.Connection) -> None:
+        conn.exec_driver_sql("BEGIN" if opts.readonly else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+# ---- migrations ----------------------------------------------------------------------------
+
+
+def migrations_dir() -> str:
+    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder)."""
+    spec = importlib.util.find_spec("podstore.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise SchemaError("podstore.migrations is not installed; reinstall podstore")
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+@functools.cache
+def _script_directory() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(migrations_dir())
+
+
+def head_revision() -> str:
+    """The newest schema revision this podstore knows."""
+    head = _script_directory().get_current_head()
+    assert isinstance(head, str)
+    return head
+
+
+def alembic_config(connection: sqlalchemy.Connection | None = None) -> Any:
+    """An Alembic Config built in code (no ini, so no logging reconfiguration)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", migrations_dir())
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def current_revision(conn: sqlite3.Connection) -> str | None:
+    """The stored revision; None for an empty database.
+
+    Raises SchemaError when the file holds tables but no Alembic version (not podstore's).
+    """
+    with translated_errors():
+        names = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        if not names:
+            return None
+        if "alembic_version" not in names:
+            raise SchemaError(
+                "not a podstore database: it has tables but no podstore schema version"
+            )
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    return None if row is None else str(row[0])
+
+
+def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", "too-new"]:
+    if rev is None:
+        return "new-file"
+    if rev == head_revision():
+        return "current"
+    try:
+        known = _script_directory().get_revision(rev)
+    except Exception:
+        known = None
+    return "old" if known is not None else "too-new"
+
+
+def ensure_schema(options: ConnectOptions, *, upgrade: bool) -> None:
+    """Bring the file to the head revision (or check it is there), as PodStore.open promises.
+
+    The upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a failed
+    migration leaves the previous schema, and two processes opening a new file at once
+    migrate it exactly once.
+    """
+    probe = connect(options)
+    try:
+        state = classify_revision(current_revision(probe))
+    finally:
+        probe.close()
+    if state == "current":
+        return
+    if state == "too-new":
+        raise SchemaError(
+            "the database was written by a newer podstore (unknown schema revision); "
+            "upgrade podstore to read it"
+        )
+    if options.readonly:
+        raise SchemaError(
+            "the database schema is not at the current revision and a read-only open never "
+            "migrates; open it writable or run `podstore migrate upgrade`"
+        )
+    if state == "old" and not upgrade:
+        raise SchemaError(
+            "the database schema is older than this podstore and upgrade=False; run "
+            "`podstore migrate upgrade` or open with upgrade=True"
+        )
+    run_upgrade(options, "head")
+
+
+def run_upgrade(options: ConnectOptions, target: str) -> None:
+    _run_alembic(options, lambda cfg: _alembic_command("upgrade")(cfg, target))
+
+
+def run_downgrade(options: ConnectOptions, target: str) -> None:
+    _run_alembic(options, lambda cfg: _alembic_command("downgrade")(cfg, target))
+
+
+def _alembic_command(name: str) -> Callable[..., None]:
+    from alembic import command
+
+    fn: Callable[..., None] = getattr(command, name)
+    return fn
+
+
+def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None:
+    engine = create_sqlalchemy_engine(database_url(options.path), options)
+    try:
+        with translated_errors(), engine.begin() as connection:
+            action(alembic_config(connection))
+    finally:
+        engine.dispose()
+
+
+def fsync_directory(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so a rename or a new file in it survives power loss."""
+    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)

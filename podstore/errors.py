@@ -1,0 +1,58 @@
+"""The exception tree. Every error podstore raises derives from PodStoreError.
+
+A call that raises any of these has changed nothing in the store.
+"""
+
+from __future__ import annotations
+
+
+class PodStoreError(Exception):
+    """Base class of every error podstore raises on purpose."""
+
+
+class InvalidInputError(PodStoreError, ValueError):
+    """An argument has the wrong type or an impossible value; nothing was written."""
+
+
+class CheckpointError(PodStoreError):
+    """A kubelet checkpoint file could not be used."""
+
+
+class CheckpointFormatError(CheckpointError):
+    """The checkpoint is not a v1 or v2 kubelet checkpoint (bad JSON, wrong types, bad field)."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """The checkpoint parsed but its stored checksum does not match its contents.
+
+    Named as kubelet's ``CorruptCheckpointError``: ``expected`` is the checksum stored in the
+    file, ``actual`` the one computed from the decoded data.
+    """
+
+    def __init__(self, expected: int, actual: int, message: str | None = None) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            message
+            or f"checkpoint is corrupted: stored checksum {expected}, computed {actual}"
+        )
+
+
+class SchemaError(PodStoreError):
+    """The database schema is too old (and upgrading was refused), too new, or not podstore's."""
+
+
+class StoreCorruptError(PodStoreError):
+    """The SQLite file is damaged or is not a database."""
+
+
+class StoreFullError(PodStoreError):
+    """The disk (or the database's size limit) is full; the write was rolled back."""
+
+
+class StoreBusyError(PodStoreError):
+    """Another connection held the write lock past the busy timeout."""
+
+
+class ReadOnlyStoreError(PodStoreError):
+    """A write was attempted on a store opened read-only, or on a read-only file."""

@@ -1,0 +1,226 @@
+"""The SQL. Every statement podstore runs on its hot paths, with ``?``/``:name`` parameters only.
+
+Statements are plain parameterised strings executed on the driver connection: parsed once by
+SQLite's statement cache and never built by formatting user values into text. The tables they
+touch are defined in ``schema.py``; a test checks that every table and column named here exists
+there.
+"""
+
+from __future__ import annotations
+
+# The path from a pod uid down to one container's allocations.
+_CONTAINER_ALLOCATIONS = """
+    FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    JOIN allocations a ON a.container_id = c.id
+"""
+
+# ---- writes --------------------------------------------------------------------------------
+
+POD_ID = "SELECT id FROM pods WHERE uid = ?"
+INSERT_POD = "INSERT INTO pods (uid) VALUES (?)"
+CONTAINER_ID = "SELECT id FROM containers WHERE pod_id = ? AND name = ?"
+INSERT_CONTAINER = "INSERT INTO containers (pod_id, name) VALUES (?, ?)"
+ALLOCATION_ID = "SELECT id FROM allocations WHERE container_id = ? AND resource = ?"
+INSERT_ALLOCATION = """
+    INSERT INTO allocations (container_id, resource, device_ids_null, alloc_resp,
+                             alloc_resp_json_null)
+    VALUES (?, ?, ?, ?, ?)
+"""
+# A replacing insert keeps the row, and with it the entry's position (its id).
+UPDATE_ALLOCATION = """
+    UPDATE allocations SET device_ids_null = ?, alloc_resp = ?, alloc_resp_json_null = ?
+    WHERE id = ?
+"""
+CLEAR_ALLOCATION_DEVICES = "DELETE FROM allocation_devices WHERE allocation_id = ?"
+CLEAR_EMPTY_LISTS = "DELETE FROM empty_numa_lists WHERE allocation_id = ?"
+INSERT_DEVICE = """
+    INSERT INTO allocation_devices (allocation_id, numa_node, position, device_id)
+    VALUES (?, ?, ?, ?)
+"""
+INSERT_EMPTY_LIST = """
+    INSERT INTO empty_numa_lists (allocation_id, numa_node, is_null) VALUES (?, ?, ?)
+"""
+# Cascades to containers, allocations and device rows.
+DELETE_POD = "DELETE FROM pods WHERE uid = ?"
+DELETE_ALL_PODS = "DELETE FROM pods"
+
+# Bulk loading (import): ids are assigned by the caller so rows can go in with executemany.
+ALL_POD_IDS = "SELECT uid, id FROM pods"
+ALL_CONTAINER_IDS = "SELECT pod_id, name, id FROM containers"
+ALL_ALLOCATION_IDS = "SELECT container_id, resource, id FROM allocations"
+MAX_IDS = """
+    SELECT (SELECT coalesce(max(id), 0) FROM pods),
+           (SELECT coalesce(max(id), 0) FROM containers),
+           (SELECT coalesce(max(id), 0) FROM allocations)
+"""
+INSERT_POD_WITH_ID = "INSERT INTO pods (id, uid) VALUES (?, ?)"
+INSERT_CONTAINER_WITH_ID = "INSERT INTO containers (id, pod_id, name) VALUES (?, ?, ?)"
+INSERT_ALLOCATION_WITH_ID = """
+    INSERT INTO allocations (id, container_id, resource, device_ids_null, alloc_resp,
+                             alloc_resp_json_null)
+    VALUES (?, ?, ?, ?, ?, ?)
+"""
+
+CLEAR_REGISTERED = "DELETE FROM registered_resources"
+DELETE_REGISTERED_RESOURCE = "DELETE FROM registered_resources WHERE resource = ?"
+INSERT_REGISTERED_RESOURCE = "INSERT INTO registered_resources (resource, is_null) VALUES (?, ?)"
+INSERT_REGISTERED_DEVICE = """
+    INSERT INTO registered_devices (resource, position, device_id) VALUES (?, ?, ?)
+"""
+SET_META = """
+    INSERT INTO store_meta (key, value) VALUES (?, ?)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value
+"""
+GET_META = "SELECT value FROM store_meta WHERE key = ?"
+
+# ---- podDevices reads -----------------------------------------------------------------------
+
+PODS = "SELECT uid FROM pods"
+SIZE = "SELECT count(*) FROM pods"
+HAS_POD = "SELECT 1 FROM pods WHERE uid = ?"
+
+# No row: pod, container or resource unknown (None). One row with a NULL device: the entry
+# exists with no devices (an empty set, which callers read as "already allocated").
+CONTAINER_DEVICES = f"""
+    SELECT d.device_id
+    {_CONTAINER_ALLOCATIONS}
+    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    WHERE p.uid = ? AND c.name = ? AND a.resource = ?
+"""
+
+# Set union over all containers of the pod.
+POD_DEVICES = f"""
+    SELECT DISTINCT d.device_id
+    {_CONTAINER_ALLOCATIONS}
+    JOIN allocation_devices d ON d.allocation_id = a.id
+    WHERE p.uid = ? AND a.resource = ?
+"""
+
+# The container's (resource, device) pairs; a resource without devices yields one NULL row so
+# that it still gains a key in the caller's accumulator, as upstream.
+_MINE = f"""
+    mine (resource, device_id) AS (
+        SELECT a.resource, d.device_id
+        {_CONTAINER_ALLOCATIONS}
+        LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+        WHERE p.uid = :pod AND c.name = :container
+    ),
+    acc (resource, device_id) AS (
+        SELECT r.key, v.value FROM json_each(:acc) AS r, json_each(r.value) AS v
+    )
+"""
+
+# acc[res] ∪ devices(res), for every resource of the container.
+ADD_CONTAINER_RESOURCES = f"""
+    WITH {_MINE}
+    SELECT resource, device_id FROM mine
+    UNION
+    SELECT resource, device_id FROM acc WHERE resource IN (SELECT resource FROM mine)
+"""
+
+# acc[res] \\ devices(res), for every resource of the container (NULL row: the resource key).
+REMOVE_CONTAINER_RESOURCES = f"""
+    WITH {_MINE}
+    SELECT DISTINCT resource, NULL FROM mine
+    UNION ALL
+    SELECT * FROM (
+        SELECT resource, device_id FROM acc WHERE resource IN (SELECT resource FROM mine)
+        EXCEPT
+        SELECT resource, device_id FROM mine
+    )
+"""
+
+# devices(): every resource appears; its devices count only where a response exists.
+DEVICES = """
+    SELECT a.resource, d.device_id
+    FROM allocations a
+    LEFT JOIN allocation_devices d ON d.allocation_id = a.id AND a.alloc_resp IS NOT NULL
+    GROUP BY a.resource, d.device_id
+"""
+
+# Topology per device: its distinct NUMA ids other than -1 (NULL when it is only under -1).
+# has_keys tells a resource whose NUMA map is empty (omitted upstream) from one whose keys
+# all hold empty lists (an empty inner map upstream).
+CONTAINER_TOPOLOGY = """
+    SELECT a.resource,
+           d.device_id,
+           group_concat(DISTINCT CASE WHEN d.numa_node <> -1 THEN d.numa_node END),
+           d.device_id IS NOT NULL
+             OR EXISTS (SELECT 1 FROM empty_numa_lists e WHERE e.allocation_id = a.id)
+    FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    LEFT JOIN allocations a ON a.container_id = c.id
+    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    WHERE p.uid = ? AND c.name = ?
+    GROUP BY a.id, d.device_id
+"""
+
+OWNER_OF_DEVICE = """
+    SELECT p.uid, c.name
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE d.device_id = ?
+    ORDER BY a.id
+    LIMIT 1
+"""
+
+OWNER_OF_RESOURCE_DEVICE = """
+    SELECT p.uid, c.name
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE d.device_id = ? AND a.resource = ?
+    ORDER BY a.id
+    LIMIT 1
+"""
+
+# Responses of one container in ascending byte order of resource name (BINARY collation).
+CONTAINER_RESPONSES = """
+    SELECT a.resource, a.alloc_resp
+    FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    LEFT JOIN allocations a ON a.container_id = c.id
+    WHERE p.uid = ? AND c.name = ?
+    ORDER BY a.resource
+"""
+
+# ---- checkpoint export -----------------------------------------------------------------------
+
+# Entries kubelet would write: those with a response, in global position order.
+CHECKPOINT_ENTRIES = """
+    SELECT a.id, p.uid, c.name, a.resource, a.device_ids_null, a.alloc_resp,
+           a.alloc_resp_json_null
+    FROM allocations a
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE a.alloc_resp IS NOT NULL
+    ORDER BY a.id
+"""
+CHECKPOINT_DEVICES = """
+    SELECT allocation_id, numa_node, device_id FROM allocation_devices
+    ORDER BY allocation_id, numa_node, position
+"""
+CHECKPOINT_EMPTY_LISTS = """
+    SELECT allocation_id, numa_node, is_null FROM empty_numa_lists
+    ORDER BY allocation_id, numa_node
+"""
+
+REGISTERED = """
+    SELECT r.resource, r.is_null, d.device_id
+    FROM registered_resources r
+    LEFT JOIN registered_devices d ON d.resource = r.resource
+    ORDER BY r.resource, d.position
+"""
+
+COUNTS = """
+    SELECT (SELECT count(*) FROM pods),
+           (SELECT count(*) FROM containers),
+           (SELECT count(*) FROM allocations),
+           (SELECT count(*) FROM allocation_devices),
+           (SELECT count(DISTINCT device_id) FROM allocation_devices),
+           (SELECT count(*) FROM registered_resources)
+"""

@@ -1,0 +1,140 @@
+"""The tables, in SQLAlchemy Core: the single source of truth that migrations follow.
+
+The nested Go maps pod → container → resource → {NUMA → [device]} become one row per level.
+Wherever the kubelet checkpoint tells JSON ``null`` from an empty list or map, a flag column or
+a marker row keeps the difference so that an imported file exports byte for byte.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+# Named constraints let Alembic's SQLite batch mode find and alter them later.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+pods = Table(
+    "pods",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("uid", Text, nullable=False),
+    UniqueConstraint("uid"),
+)
+
+containers = Table(
+    "containers",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("pod_id", Integer, ForeignKey("pods.id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    UniqueConstraint("pod_id", "name"),
+)
+
+# ``id`` is the entry's global position: a replacing insert updates the row in place and keeps
+# it; a new entry gets max(id)+1, so ORDER BY id is first-insertion order (api.md).
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column(
+        "container_id", Integer, ForeignKey("containers.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("resource", Text, nullable=False),
+    # DeviceIDs was JSON null (Go nil map) rather than {}.
+    Column("device_ids_null", Boolean, nullable=False, server_default=text("0")),
+    # NULL: no response at all (Go nil pointer). Otherwise the serialized
+    # ContainerAllocateResponse exactly as received or imported.
+    Column("alloc_resp", LargeBinary, nullable=True),
+    # The entry came from a checkpoint whose AllocResp was null: kubelet restores an empty
+    # response (alloc_resp = b""), and export writes null again.
+    Column("alloc_resp_json_null", Boolean, nullable=False, server_default=text("0")),
+    UniqueConstraint("container_id", "resource"),
+)
+
+# One row per (NUMA node, list position): DevicesPerNUMA flattened, list order kept.
+allocation_devices = Table(
+    "allocation_devices",
+    metadata,
+    Column(
+        "allocation_id",
+        Integer,
+        ForeignKey("allocations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("numa_node", BigInteger, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("device_id", Text, nullable=False),
+    PrimaryKeyConstraint("allocation_id", "numa_node", "position"),
+    Index("ix_allocation_devices_device_id", "device_id"),
+)
+
+# NUMA keys whose list holds no device: [] (is_null false) or null (is_null true). They have
+# no allocation_devices rows, yet kubelet keeps and hashes the key.
+empty_numa_lists = Table(
+    "empty_numa_lists",
+    metadata,
+    Column(
+        "allocation_id",
+        Integer,
+        ForeignKey("allocations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("numa_node", BigInteger, nullable=False),
+    Column("is_null", Boolean, nullable=False),
+    PrimaryKeyConstraint("allocation_id", "numa_node"),
+)
+
+# The checkpoint's RegisteredDevices: resource → device list (null kept apart from []).
+registered_resources = Table(
+    "registered_resources",
+    metadata,
+    Column("resource", Text, nullable=False),
+    Column("is_null", Boolean, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("resource"),
+)
+
+registered_devices = Table(
+    "registered_devices",
+    metadata,
+    Column(
+        "resource",
+        Text,
+        ForeignKey("registered_resources.resource", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("position", Integer, nullable=False),
+    Column("device_id", Text, nullable=False),
+    PrimaryKeyConstraint("resource", "position"),
+)
+
+# Whole-store facts of the checkpoint shape: 'entries_json' ('null' or '[]': how an export with
+# no entries writes PodDeviceEntries) and 'registered_json_null' ('1' when RegisteredDevices
+# itself was null).
+store_meta = Table(
+    "store_meta",
+    metadata,
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    PrimaryKeyConstraint("key"),
+)

@@ -1,0 +1,142 @@
+"""Plain value types of the public API (the Go structs of the device manager, in Python)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from podstore.deviceplugin import Device
+
+#: NUMA id under which kubelet files devices reported without topology.
+NO_TOPOLOGY = -1
+
+DevicesPerNUMA = dict[int, list[str] | None]
+
+
+@dataclass(slots=True)
+class PodDevicesEntry:
+    """One (pod, container, resource) allocation as it appears in a kubelet checkpoint.
+
+    ``device_ids`` maps NUMA id to the device IDs listed under it (``-1``: no topology).
+    ``None`` stands for JSON ``null`` wherever the checkpoint tells null from empty.
+    ``alloc_resp`` is the raw serialized ``ContainerAllocateResponse``.
+    """
+
+    pod_uid: str
+    container_name: str
+    resource_name: str
+    device_ids: DevicesPerNUMA | None
+    alloc_resp: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvVar:
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    name: str
+    container_path: str
+    host_path: str
+    read_only: bool = False
+    selinux_relabel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    path_on_host: str
+    path_in_container: str
+    permissions: str
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class CDIDevice:
+    name: str
+
+
+@dataclass(slots=True)
+class DeviceRunContainerOptions:
+    """Runtime settings merged from every plugin response of one container."""
+
+    envs: list[EnvVar] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    devices: list[DeviceInfo] = field(default_factory=list)
+    annotations: list[Annotation] = field(default_factory=list)
+    cdi_devices: list[CDIDevice] = field(default_factory=list)
+
+
+class ResourceDeviceInstances(dict[str, dict[str, Device]]):
+    """resource name → device ID → protobuf ``Device`` (kubelet's ResourceDeviceInstances)."""
+
+    def clone(self) -> ResourceDeviceInstances:
+        """Copy both map levels and the ``Device`` messages, so the copy shares nothing."""
+        out = ResourceDeviceInstances()
+        for resource, instances in self.items():
+            copied: dict[str, Device] = {}
+            for device_id, device in instances.items():
+                dup = Device()
+                dup.CopyFrom(device)
+                copied[device_id] = dup
+            out[resource] = copied
+        return out
+
+    def filter(self, cond: Mapping[str, set[str] | frozenset[str]]) -> ResourceDeviceInstances:
+        """Keep, per resource named in ``cond``, only the devices whose ID ``cond`` lists.
+
+        As upstream: iterates ``cond``; a resource absent here is skipped, a resource absent
+        from ``cond`` is dropped, and every kept resource gets an entry even if it ends empty.
+        """
+        out = ResourceDeviceInstances()
+        for resource, wanted in cond.items():
+            instances = self.get(resource)
+            if instances is None:
+                continue
+            out[resource] = {d: dev for d, dev in instances.items() if d in wanted}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedEntry:
+    """A checkpoint entry that was not imported, and why (kubelet skips these silently)."""
+
+    index: int
+    pod_uid: str
+    container_name: str
+    resource_name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What ``PodStore.import_checkpoint`` did."""
+
+    path: str
+    version: int
+    checksum: int
+    boot_id: str | None
+    entries: int
+    imported: int
+    pods: int
+    registered_resources: int
+    merged: bool
+    skipped: tuple[SkippedEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Row counts of a store (``podstore status``)."""
+
+    pods: int
+    containers: int
+    allocations: int
+    device_rows: int
+    distinct_devices: int
+    registered_resources: int
