@@ -32,6 +32,7 @@ from podstore.errors import InvalidInputError, PodStoreError, ReadOnlyStoreError
 from podstore.types import (
     DeviceRunContainerOptions,
     DevicesPerNUMA,
+    ImportReport,
     PodDevicesEntry,
     ResourceDeviceInstances,
     StoreStats,
@@ -482,6 +483,50 @@ class PodStore:
             if device_id is not None:
                 ids.append(device_id)
         return out
+
+    # ---- kubelet checkpoint files (the work is in transfer.py) -------------------------------
+
+    def import_checkpoint(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        merge: bool = False,
+        strict: bool = False,
+        max_bytes: int | None = None,
+    ) -> ImportReport:
+        """Load a ``kubelet_internal_checkpoint`` file, all or nothing, in one transaction.
+
+        The checksum is verified first (CheckpointCorruptError / CheckpointFormatError, store
+        unchanged). Without ``merge`` the file replaces every entry and the registered
+        devices; with it the file's entries are inserted over the existing ones and its
+        registered devices replace those of the same resources. Entries whose AllocResp does
+        not decode are skipped and reported (kubelet skips them too); ``strict=True`` refuses
+        the whole file instead.
+        """
+        from podstore import transfer
+
+        # Parse and verify before taking the write lock: a large file must not stall writers.
+        prepared = transfer.prepare_import(path, strict=strict, max_bytes=max_bytes)
+        with self._write() as conn:
+            return transfer.load(conn, prepared, merge=bool(merge))
+
+    def export_checkpoint(
+        self, path: str | os.PathLike[str], *, boot_id: str | None = None
+    ) -> int:
+        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; returns the
+        number of entries written.
+
+        Atomic: a temp file in the same directory, fsync, rename, fsync of the directory;
+        mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
+        """
+        from podstore import transfer
+
+        if boot_id is not None:
+            validate.text(boot_id, "boot_id")
+        with self._snapshot() as conn:
+            data, count = transfer.export_bytes(conn, _checkpoint_entries(conn), boot_id)
+        transfer.write_file(path, data)
+        return count
 
     def stats(self) -> StoreStats:
         """Row counts: pods, containers, allocations, device rows, distinct devices."""
