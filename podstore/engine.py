@@ -282,7 +282,7 @@ def migrations_dir() -> str:
 
 
 @functools.cache
-def _script_directory() -> Any:
+def script_directory() -> Any:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory(migrations_dir())
@@ -290,7 +290,7 @@ def _script_directory() -> Any:
 
 def head_revision() -> str:
     """The newest schema revision this podstore knows."""
-    head = _script_directory().get_current_head()
+    head = script_directory().get_current_head()
     assert isinstance(head, str)
     return head
 
@@ -334,7 +334,7 @@ def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", 
     if rev == head_revision():
         return "current"
     try:
-        known = _script_directory().get_revision(rev)
+        known = script_directory().get_revision(rev)
     except Exception:
         known = None
     return "old" if known is not None else "too-new"

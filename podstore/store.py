@@ -11,7 +11,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -493,6 +493,7 @@ class PodStore:
         merge: bool = False,
         strict: bool = False,
         max_bytes: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> ImportReport:
         """Load a ``kubelet_internal_checkpoint`` file, all or nothing, in one transaction.
 
@@ -501,12 +502,15 @@ class PodStore:
         devices; with it the file's entries are inserted over the existing ones and its
         registered devices replace those of the same resources. Entries whose AllocResp does
         not decode are skipped and reported (kubelet skips them too); ``strict=True`` refuses
-        the whole file instead.
+        the whole file instead. Files over ``max_bytes`` (default 256 MiB) are refused.
+        ``progress(done, total)`` is called as entries are decoded (for a progress bar).
         """
         from podstore import transfer
 
         # Parse and verify before taking the write lock: a large file must not stall writers.
-        prepared = transfer.prepare_import(path, strict=strict, max_bytes=max_bytes)
+        prepared = transfer.prepare_import(
+            path, strict=bool(strict), max_bytes=max_bytes, progress=progress
+        )
         with self._write() as conn:
             return transfer.load(conn, prepared, merge=bool(merge))
 

@@ -44,4 +44,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 # Commands register themselves on `cli` when their modules are imported.
+from podstore.cli import checkpoint as _checkpoint  # noqa: E402,F401
+from podstore.cli import migrate as _migrate  # noqa: E402,F401
 from podstore.cli import status as _status  # noqa: E402,F401
