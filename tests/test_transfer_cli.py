@@ -1,0 +1,144 @@
+"""``podstore import``, ``export`` and ``verify-checkpoint`` as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podstore import PodStore
+
+VECTORS = Path(__file__).parent / "vectors"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "kubelet_internal_checkpoint"
+
+
+def podstore(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from podstore.cli import main; main()", *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_import_then_export_round_trips(tmp_path: Path) -> None:
+    res = podstore("import", VECTORS / "v2-small.json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "imported 11 of 11 entries" in res.stdout
+    assert (tmp_path / "podstore.db").exists()
+    res = podstore("export", tmp_path / "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "exported 11 entries" in res.stdout
+    assert (tmp_path / "out").read_bytes() == (VECTORS / "v2-small.json").read_bytes()
+
+
+def test_bundled_example_is_a_valid_checkpoint(tmp_path: Path) -> None:
+    res = podstore("--db", tmp_path / "x.db", "import", EXAMPLE, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    with PodStore.open(tmp_path / "x.db", readonly=True) as s:
+        assert s.size() == 3
+
+
+def test_import_uses_podstore_db_env(tmp_path: Path) -> None:
+    db = tmp_path / "env.db"
+    res = podstore(
+        "import", VECTORS / "real-tegra.json", cwd=tmp_path, env={"PODSTORE_DB": str(db)}
+    )
+    assert res.returncode == 0, res.stderr
+    with PodStore.open(db, readonly=True) as s:
+        assert s.pods() == {"bf52b2cd-b611-4e79-86b1-280b283185c3"}
+    assert not (tmp_path / "podstore.db").exists()
+
+
+def test_import_merge_and_boot_id_export(tmp_path: Path) -> None:
+    assert podstore("import", VECTORS / "v2-small.json", cwd=tmp_path).returncode == 0
+    res = podstore("import", "--merge", VECTORS / "real-tegra.json", cwd=tmp_path)
+    assert res.returncode == 0 and "merged" in res.stdout
+    with PodStore.open(tmp_path / "podstore.db", readonly=True) as s:
+        assert s.size() == 4
+    res = podstore("export", "--boot-id", "abc", tmp_path / "out", cwd=tmp_path)
+    assert res.returncode == 0
+    assert (tmp_path / "out").read_bytes().endswith(b',"BootID":"abc"}')
+
+
+def test_import_reports_skipped_entries_and_strict_refuses(tmp_path: Path) -> None:
+    res = podstore("import", VECTORS / "corrupt-garbage-allocresp.json", cwd=tmp_path)
+    assert res.returncode == 0
+    assert "imported 10 of 11" in res.stdout
+    assert "skipped entry 0" in res.stderr
+    res = podstore("import", "--strict", VECTORS / "hand-odd-strings.json", cwd=tmp_path)
+    assert res.returncode == 1
+    assert "strict" in res.stderr
+    # The refused import changed nothing.
+    with PodStore.open(tmp_path / "podstore.db", readonly=True) as s:
+        assert s.size() == 3
+
+
+def test_import_of_a_corrupt_file_fails_cleanly(tmp_path: Path) -> None:
+    res = podstore("import", VECTORS / "corrupt-flip-checksum.json", cwd=tmp_path)
+    assert res.returncode == 1
+    assert res.stderr.startswith("podstore: error:")
+    assert "checksum" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_verify_checkpoint_table_and_exit_codes(tmp_path: Path) -> None:
+    res = podstore(
+        "verify-checkpoint", VECTORS / "v2-small.json", VECTORS / "v1-small.json", cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("OK") == 2
+    res = podstore(
+        "verify-checkpoint",
+        VECTORS / "v2-small.json",
+        VECTORS / "corrupt-flip-checksum.json",
+        VECTORS / "corrupt-truncated.json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 1
+    assert "MISMATCH" in res.stdout and "UNREADABLE" in res.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml", "csv", "table"])
+def test_verify_checkpoint_output_formats(tmp_path: Path, fmt: str) -> None:
+    res = podstore(
+        "verify-checkpoint",
+        "-o",
+        fmt,
+        VECTORS / "v1-small.json",
+        VECTORS / "corrupt-flip-checksum.json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 1
+    if fmt == "json":
+        rows = json.loads(res.stdout)
+        assert [r["status"] for r in rows] == ["OK", "MISMATCH"]
+        assert rows[0]["format"] == "v1" and rows[0]["entries"] == 9
+        assert rows[0]["stored"] == rows[0]["computed"] == 1323978195
+        assert rows[1]["stored"] == 1616683355 and rows[1]["computed"] == 1616683350
+    elif fmt == "csv":
+        lines = res.stdout.splitlines()
+        assert lines[0] == "file,status,format,entries,stored,computed,error"
+        assert lines[1].split(",")[1:6] == ["OK", "v1", "9", "1323978195", "1323978195"]
+    elif fmt == "yaml":
+        assert "status: MISMATCH" in res.stdout
+    else:
+        assert "MISMATCH" in res.stdout.splitlines()[2]
+
+
+def test_bad_usage_exits_2(tmp_path: Path) -> None:
+    assert podstore("import", cwd=tmp_path).returncode == 2
+    assert (
+        podstore(
+            "verify-checkpoint", "-o", "xml", VECTORS / "v2-small.json", cwd=tmp_path
+        ).returncode
+        == 2
+    )
