@@ -10,6 +10,7 @@ from podstore.cli.context import Context
 from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
 from podstore.engine import (
+    BASE,
     ConnectOptions,
     connect,
     current_revision,
@@ -33,7 +34,8 @@ def _options(ctx: Context) -> ConnectOptions:
 def _current(ctx: Context) -> str | None:
     conn = connect(_options(ctx))
     try:
-        return current_revision(conn)
+        rev = current_revision(conn)
+        return None if rev == BASE else rev
     finally:
         conn.close()
 

@@ -1,0 +1,158 @@
+"""`podstore status` run as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podstore import PodStore
+from podstore.engine import head_revision
+
+ENTRY = [sys.executable, "-c", "from podstore.cli import main; main()"]
+ZERO = {
+    "pods": 0,
+    "containers": 0,
+    "allocations": 0,
+    "device_rows": 0,
+    "distinct_devices": 0,
+    "registered_resources": 0,
+}
+
+
+def podstore(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, command: list[str] = ENTRY
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "PODSTORE_DB"}
+    return subprocess.run(
+        [*command, *args],
+        cwd=cwd,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def status_json(*args: str, cwd: Path, env: dict[str, str] | None = None) -> dict[str, object]:
+    out = podstore(*args, "status", "--json", cwd=cwd, env=env)
+    assert out.returncode == 0, out.stderr
+    parsed = json.loads(out.stdout)
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+def fill(path: Path) -> None:
+    with PodStore.open(path) as store:
+        store.insert("p1", "c1", "r", {0: ["a", "b"]}, b"")
+        store.insert("p1", "c2", "r", {0: ["a"]}, None)
+        store.insert("p2", "c", "r2", {-1: ["x"], 0: ["x"]}, b"")
+        store.insert("p3", "c", "r2", None, b"")
+        store.delete(["p3"])
+        store.set_registered_devices({"r": ["a", "b"], "r2": []})
+
+
+FILLED = {
+    "pods": 2,
+    "containers": 3,
+    "allocations": 3,
+    "device_rows": 5,
+    "distinct_devices": 3,
+    "registered_resources": 2,
+}
+
+
+def test_status_creates_podstore_db_in_the_working_directory(tmp_path: Path) -> None:
+    out = podstore("status", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "podstore.db").is_file()
+    lines = dict(line.split(None, 1) for line in out.stdout.splitlines() if line.strip())
+    assert lines["pods"].strip() == "0"
+    assert "podstore.db" in lines["database"]
+    with PodStore.open(tmp_path / "podstore.db", upgrade=False) as store:
+        assert store.size() == 0
+
+
+def test_status_json_counts_zero_then_the_inserted_rows(tmp_path: Path) -> None:
+    info = status_json(cwd=tmp_path)
+    assert {k: info[k] for k in ZERO} == ZERO
+    assert info["schema_revision"] == head_revision()
+    fill(tmp_path / "podstore.db")
+    info = status_json(cwd=tmp_path)
+    assert {k: info[k] for k in FILLED} == FILLED
+
+
+def test_status_table_shows_the_counts(tmp_path: Path) -> None:
+    fill(tmp_path / "podstore.db")
+    out = podstore("status", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = {
+        label.strip(): value.strip()
+        for label, value in (line.rsplit("  ", 1) for line in out.stdout.splitlines())
+    }
+    assert rows["pods"] == "2"
+    assert rows["containers"] == "3"
+    assert rows["allocations"] == "3"
+    assert rows["distinct devices"] == "3"
+
+
+def test_db_option(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "node.db"
+    fill_dir = tmp_path / "elsewhere"
+    fill_dir.mkdir()
+    info = status_json("--db", str(target), cwd=fill_dir)
+    assert info == {**info, **ZERO}
+    assert target.is_file()
+    assert not (fill_dir / "podstore.db").exists()
+    fill(target)
+    assert {k: v for k, v in status_json("--db", str(target), cwd=fill_dir).items()
+            if k in FILLED} == FILLED  # fmt: skip
+    url = status_json("--db", f"sqlite:///{target}", cwd=fill_dir)
+    assert url["pods"] == 2
+
+
+def test_podstore_db_environment_variable_and_db_wins(tmp_path: Path) -> None:
+    env_db = tmp_path / "env.db"
+    fill(env_db)
+    info = status_json(cwd=tmp_path, env={"PODSTORE_DB": str(env_db)})
+    assert info["pods"] == 2
+    assert not (tmp_path / "podstore.db").exists()
+    other = tmp_path / "other.db"
+    info = status_json("--db", str(other), cwd=tmp_path, env={"PODSTORE_DB": str(env_db)})
+    assert info["pods"] == 0
+    assert other.is_file()
+
+
+def test_a_foreign_database_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "podstore.db")
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    out = podstore("status", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.startswith("podstore: error:")
+    assert "Traceback" not in out.stderr
+
+
+def test_help_and_bad_usage(tmp_path: Path) -> None:
+    out = podstore("--help", cwd=tmp_path)
+    assert out.returncode == 0
+    assert "status" in out.stdout
+    assert podstore("no-such-command", cwd=tmp_path).returncode == 2
+    assert podstore("status", "--bogus", cwd=tmp_path).returncode == 2
+    assert not (tmp_path / "podstore.db").exists()
+
+
+def test_installed_console_script(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "podstore"
+    if not script.exists():
+        pytest.skip(f"no console script next to {sys.executable} (package not installed there)")
+    fill(tmp_path / "podstore.db")
+    out = podstore("status", "--json", cwd=tmp_path, command=[str(script)])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["pods"] == 2
