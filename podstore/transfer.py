@@ -106,7 +106,11 @@ def load(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> 
     if merge:
         writes.replace_registered(conn, cp.registered_devices, whole=False)
     else:
-        conn.execute(q.DELETE_ALL_PODS)
+        # Entries the file does not hold get a 'delete' history event; the rest are rewritten
+        # below, each with an 'import' event.
+        writes.delete_all(
+            conn, keep={(r.pod_uid, r.container_name, r.resource_name) for r in prepared.rows}
+        )
         # Kubelet writes null for no entries; keep [] only where the file itself had an empty
         # list, so that importing and exporting that file gives it back unchanged.
         explicit_empty = not cp.entries_null and not cp.entries

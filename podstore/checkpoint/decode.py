@@ -1,0 +1,495 @@
+"""Decode a parsed checkpoint document the way kubelet's ``json.Unmarshal`` fills its structs.
+
+Go decodes *into* a value that may already hold data, and kubelet's value is pre-initialised
+(an empty ``PodDeviceEntries`` slice and an empty ``RegisteredDevices`` map). That explains
+every rule a careful importer must follow:
+
+- a missing key leaves the pre-initialised value (``[]`` / ``map[]``), ``null`` sets a slice or
+  map to nil, and ``null`` for a string, number or struct changes nothing;
+- a repeated key decodes again into the same place: a scalar is overwritten (the last one
+  wins), a map keeps its earlier keys, and a slice is decoded element by element over its
+  earlier elements, which keep the fields the later array does not mention (Go issue 21092);
+- keys match struct fields case-insensitively; unknown keys are ignored at every level;
+- the first value of the wrong type fails the whole document.
+
+:func:`load` applies kubelet 1.23–1.29's reading procedure (v2, then the v1 fallback of
+kubernetes#102882) and verifies the checksum.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.bulk import collector_paused
+from podstore.errors import CheckpointCorruptError, CheckpointFormatError
+from podstore.types import PodDevicesEntry
+
+
+@dataclass
+class Checkpoint:
+    """A verified kubelet checkpoint, as kubelet decoded it.
+
+    ``entries`` are in file order. A v1 file's device IDs are all placed under NUMA 0, as
+    kubelet converts them; a v1 ``DeviceIDs: null`` becomes ``{0: None}``, again as kubelet
+    does. ``entries_null`` is true when ``PodDeviceEntries`` was JSON ``null`` (``entries`` is
+    then ``[]``); a missing key reads as ``[]``. ``registered_devices`` is ``None`` for JSON
+    ``null``; a missing key reads as ``{}``. ``checksum`` is the stored value (it verified).
+    ``boot_id`` is ``None`` when the key is absent (always for v1) and ``""`` for ``null``.
+    """
+
+    version: int
+    entries: list[PodDevicesEntry]
+    entries_null: bool
+    registered_devices: dict[str, list[str] | None] | None
+    checksum: int
+    boot_id: str | None
+
+
+class DecodeError(Exception):
+    """A value Go's decoder refuses; ``path`` names where, outermost first."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
+
+    def under(self, part: str) -> DecodeError:
+        self.path.insert(0, part)
+        return self
+
+    def __str__(self) -> str:
+        where = ""
+        for part in self.path:
+            where += part if part.startswith("[") or not where else "." + part
+        return f"{where}: {self.message}" if where else self.message
+
+
+def _mismatch(value: object, go_type: str) -> DecodeError:
+    return DecodeError(f"cannot unmarshal {gojson.kind(value)} into Go value of type {go_type}")
+
+
+# -- Go slices ------------------------------------------------------------------------------
+# A freshly decoded slice is a plain list. A slice that was shortened by a later, shorter array
+# keeps its old elements past its length, because a still later array may grow it again over
+# them; _Slice holds those.
+
+
+class _Slice:
+    __slots__ = ("items", "length")
+
+    def __init__(self, items: list[Any], length: int) -> None:
+        self.items = items
+        self.length = length
+
+
+T = TypeVar("T")
+GoSlice = list[Any] | _Slice | None
+
+
+def _elements(value: GoSlice) -> list[Any] | None:
+    if isinstance(value, _Slice):
+        return value.items[: value.length]
+    return value
+
+
+def _into_slice(
+    cur: GoSlice, arr: list[Any], into: Callable[[T, Any], T], zero: Callable[[], T]
+) -> list[Any] | _Slice:
+    """Go's decoding of a JSON array into an existing slice (``decodeState.array``)."""
+    if not arr:
+        return []
+    if cur is None:
+        items: list[Any] = []
+        length = 0
+    elif isinstance(cur, _Slice):
+        items, length = cur.items, cur.length
+    else:
+        # A plain list may be shared with the parsed tree, so work on a copy.
+        items = list(cur)
+        length = len(items)
+    for i, v in enumerate(arr):
+        if i >= length:
+            length = i + 1
+            if i >= len(items):
+                items.append(zero())
+        try:
+            items[i] = into(items[i], v)
+        except DecodeError as e:
+            raise e.under(f"[{i}]") from None
+    length = min(length, len(arr))
+    return items if length == len(items) else _Slice(items, length)
+
+
+def _string_into(cur: str, v: object) -> str:
+    if type(v) is str:
+        return gojson.fix_string(v)
+    if v is None:
+        return cur
+    raise _mismatch(v, "string")
+
+
+def _uint8_into(cur: int, v: object) -> int:
+    if type(v) is gojson.Int:
+        n = gojson.parse_uint(v, 8)
+        if n is not None:
+            return n
+    elif v is None:
+        return cur
+    raise _mismatch(v, "uint8")
+
+
+def _fresh_strings(v: object) -> list[str] | None:
+    """A ``[]string`` decoded into a nil slice (every map value starts as one)."""
+    if type(v) is list:
+        for s in v:
+            if type(s) is not str or not s.isascii():
+                fresh = _into_slice(None, v, _string_into, str)
+                assert isinstance(fresh, list)  # nothing to keep past the end of a new slice
+                return fresh
+        return v
+    if v is None:
+        return None
+    raise _mismatch(v, "[]string")
+
+
+def _strings_into(cur: GoSlice, v: object) -> GoSlice:
+    if type(v) is list:
+        return _into_slice(cur, v, _string_into, str)
+    if v is None:
+        return None
+    raise _mismatch(v, "[]string")
+
+
+# -- struct fields ------------------------------------------------------------------------------
+
+
+def _field_table(*names: str) -> dict[str, int]:
+    table: dict[str, int] = {}
+    for i, name in enumerate(names):
+        table[name] = i
+        table[name.upper()] = i
+    return table
+
+
+def _field(table: dict[str, int], key: str) -> int | None:
+    idx = table.get(key)
+    if idx is None:
+        folded = gojson.fold_name(key)
+        if folded is not None:
+            idx = table.get(folded)
+    return idx
+
+
+_ENTRY_NAMES = ("PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp")
+_ENTRY_FIELDS = _field_table(*_ENTRY_NAMES)
+_DATA_FIELDS = _field_table("PodDeviceEntries", "RegisteredDevices")
+_TOP_FIELDS_V2 = _field_table("Data", "Checksum", "BootID")
+_TOP_FIELDS_V1 = _field_table("Data", "Checksum")
+
+# Kubelet writes NUMA ids in canonical form; look those up instead of parsing them.
+_CANONICAL_NUMA = {str(n): n for n in range(-1, 1024)}
+
+
+class _Entry:
+    __slots__ = ("alloc_resp", "container_name", "device_ids", "pod_uid", "resource_name")
+
+    def __init__(self) -> None:
+        self.pod_uid = ""
+        self.container_name = ""
+        self.resource_name = ""
+        self.device_ids: Any = None
+        self.alloc_resp: bytes | GoSlice = None
+
+
+NumaMap = dict[int, list[str] | None]
+
+
+def _numa_into(cur: NumaMap | None, v: object) -> NumaMap | None:
+    if type(v) is tuple:
+        out = {} if cur is None else cur
+        for key, ids in v:
+            numa = _CANONICAL_NUMA.get(key)
+            if numa is None:
+                numa = gojson.parse_int(key, 64)
+                if numa is None:
+                    raise DecodeError(f"NUMA key {json.dumps(key)} is not a base-10 int64")
+            try:
+                out[numa] = _fresh_strings(ids)
+            except DecodeError as e:
+                raise e.under(f"[{json.dumps(key)}]") from None
+        return out
+    if v is None:
+        return None
+    raise _mismatch(v, "checkpoint.DevicesPerNUMA")
+
+
+def _alloc_into(cur: bytes | GoSlice, v: object) -> bytes | GoSlice:
+    if type(v) is str:
+        data = gojson.decode_base64(v)
+        if data is None:
+            raise DecodeError("illegal base64 data: expected standard base64 with padding")
+        return data
+    if v is None:
+        return None
+    if type(v) is list:
+        # Go also accepts an array of byte values here.
+        base: GoSlice = list(cur) if isinstance(cur, bytes) else cur
+        return _into_slice(base, v, _uint8_into, int)
+    raise _mismatch(v, "[]uint8")
+
+
+def _entry_into(e: _Entry, pairs: tuple[tuple[str, Any], ...], v1: bool) -> None:
+    for key, v in pairs:
+        idx = _ENTRY_FIELDS.get(key)
+        if idx is None:
+            idx = _field(_ENTRY_FIELDS, key)
+            if idx is None:
+                continue
+        if idx < 3:
+            if type(v) is str:
+                if not v.isascii():
+                    v = gojson.fix_string(v)
+                if idx == 0:
+                    e.pod_uid = v
+                elif idx == 1:
+                    e.container_name = v
+                else:
+                    e.resource_name = v
+            elif v is not None:
+                raise _mismatch(v, "string").under(_ENTRY_NAMES[idx])
+        elif idx == 3:
+            try:
+                e.device_ids = _strings_into(e.device_ids, v) if v1 else _numa_into(e.device_ids, v)
+            except DecodeError as err:
+                raise err.under("DeviceIDs") from None
+        else:
+            try:
+                e.alloc_resp = _alloc_into(e.alloc_resp, v)
+            except DecodeError as err:
+                raise err.under("AllocResp") from None
+
+
+def _fresh_entries(arr: list[Any], v1: bool) -> list[_Entry]:
+    out = []
+    for i, item in enumerate(arr):
+        e = _Entry()
+        if type(item) is tuple:
+            try:
+                _entry_into(e, item, v1)
+            except DecodeError as err:
+                raise err.under(f"[{i}]") from None
+        elif item is not None:
+            entry_type = "checkpoint.PodDevicesEntryV1" if v1 else "checkpoint.PodDevicesEntry"
+            raise _mismatch(item, entry_type).under(f"[{i}]")
+        out.append(e)
+    return out
+
+
+class _Document:
+    """kubelet's ``Data`` struct, pre-initialised as kubelet does before decoding."""
+
+    def __init__(self) -> None:
+        self.entries: GoSlice = []
+        self.registered: dict[str, list[str] | None] | None = {}
+        self.checksum = 0
+        self.boot_id: str | None = None
+
+
+def _entries_field(doc: _Document, v: object, v1: bool) -> None:
+    if type(v) is list:
+        cur = doc.entries
+        if not v or not cur:
+            doc.entries = _fresh_entries(v, v1)
+        else:
+            entry_type = "checkpoint.PodDevicesEntryV1" if v1 else "checkpoint.PodDevicesEntry"
+
+            def into(e: _Entry, item: object) -> _Entry:
+                if type(item) is tuple:
+                    _entry_into(e, item, v1)
+                elif item is not None:
+                    raise _mismatch(item, entry_type)
+                return e
+
+            doc.entries = _into_slice(cur, v, into, _Entry)
+    elif v is None:
+        doc.entries = None
+    else:
+        raise _mismatch(v, "[]checkpoint.PodDevicesEntry" + ("V1" if v1 else ""))
+
+
+def _registered_field(doc: _Document, v: object) -> None:
+    if type(v) is tuple:
+        reg = doc.registered
+        if reg is None:
+            reg = doc.registered = {}
+        for key, ids in v:
+            key = gojson.fix_string(key)
+            try:
+                reg[key] = _fresh_strings(ids)
+            except DecodeError as e:
+                raise e.under(f"[{json.dumps(key)}]") from None
+    elif v is None:
+        doc.registered = None
+    else:
+        raise _mismatch(v, "map[string][]string")
+
+
+def _data_field(doc: _Document, v: object, v1: bool) -> None:
+    if type(v) is tuple:
+        for key, item in v:
+            idx = _field(_DATA_FIELDS, key)
+            if idx == 0:
+                try:
+                    _entries_field(doc, item, v1)
+                except DecodeError as e:
+                    raise e.under("PodDeviceEntries") from None
+            elif idx == 1:
+                try:
+                    _registered_field(doc, item)
+                except DecodeError as e:
+                    raise e.under("RegisteredDevices") from None
+    elif v is not None:
+        raise _mismatch(v, "checkpoint.checkpointData" + ("V1" if v1 else ""))
+
+
+def decode_document(tree: object, version: int) -> _Document:
+    """Decode a parsed document into kubelet's v2 (or v1) ``Data`` struct.
+
+    Raises :class:`DecodeError` at the first value Go would refuse.
+    """
+    v1 = version == 1
+    doc = _Document()
+    if type(tree) is tuple:
+        fields = _TOP_FIELDS_V1 if v1 else _TOP_FIELDS_V2
+        for key, v in tree:
+            idx = _field(fields, key)
+            if idx == 0:
+                try:
+                    _data_field(doc, v, v1)
+                except DecodeError as e:
+                    raise e.under("Data") from None
+            elif idx == 1:
+                if type(v) is gojson.Int:
+                    n = gojson.parse_uint(v, 64)
+                    if n is None:
+                        raise _mismatch(v, "checksum.Checksum").under("Checksum")
+                    doc.checksum = n
+                elif v is not None:
+                    raise _mismatch(v, "checksum.Checksum").under("Checksum")
+            elif idx == 2:
+                if type(v) is str:
+                    doc.boot_id = gojson.fix_string(v)
+                elif v is None:
+                    doc.boot_id = doc.boot_id or ""
+                else:
+                    raise _mismatch(v, "string").under("BootID")
+    elif tree is not None:
+        raise _mismatch(tree, "checkpoint.Data" + ("V1" if v1 else ""))
+    return doc
+
+
+def _alloc_bytes(value: bytes | GoSlice) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    elements = _elements(value)
+    return None if elements is None else bytes(elements)
+
+
+def _entries_of(doc: _Document, v1: bool) -> list[PodDevicesEntry] | None:
+    raw: list[_Entry] | None = _elements(doc.entries)
+    if raw is None:
+        return None
+    if v1:
+        return [
+            PodDevicesEntry(
+                e.pod_uid,
+                e.container_name,
+                e.resource_name,
+                {0: _elements(e.device_ids)},
+                _alloc_bytes(e.alloc_resp),
+            )
+            for e in raw
+        ]
+    return [
+        PodDevicesEntry(
+            e.pod_uid,
+            e.container_name,
+            e.resource_name,
+            e.device_ids,
+            e.alloc_resp if type(e.alloc_resp) is bytes else _alloc_bytes(e.alloc_resp),
+        )
+        for e in raw
+    ]
+
+
+def _verified(doc: _Document, version: int, origin: str) -> Checkpoint:
+    entries = _entries_of(doc, version == 1)
+    actual = spew.checksum_of(entries, doc.registered, version)
+    if actual != doc.checksum:
+        raise CheckpointCorruptError(
+            doc.checksum,
+            actual,
+            f"{origin}checkpoint is corrupted: stored checksum {doc.checksum}, "
+            f"computed {actual} (format v{version})",
+        )
+    return Checkpoint(
+        version=version,
+        entries=[] if entries is None else entries,
+        entries_null=entries is None,
+        registered_devices=doc.registered,
+        checksum=doc.checksum,
+        boot_id=None if version == 1 else doc.boot_id,
+    )
+
+
+def load(text: str, origin: str = "") -> Checkpoint:
+    """Decode and verify checkpoint text as kubelet 1.23–1.29 does.
+
+    ``text`` is the file decoded with ``errors="surrogateescape"``; ``origin`` prefixes error
+    messages (e.g. ``"path: "``).
+
+    Tries v2; on a decode error or a checksum mismatch tries v1; if v1 fails too, raises the v2
+    error. Raises :class:`CheckpointFormatError` for text that is not a checkpoint (naming the
+    byte offset or the field at fault) and :class:`CheckpointCorruptError` for a checksum
+    mismatch, also when only v1 decoding succeeds and the v1 checksum does not match.
+    """
+    # Kept in one function so that dropping `text` and `tree` really frees them.
+    with collector_paused():
+        tree: object = _parse(text, origin)
+        del text
+        try:
+            doc = decode_document(tree, 2)
+        except DecodeError as v2_error:
+            try:
+                doc = decode_document(tree, 1)
+            except DecodeError:
+                raise CheckpointFormatError(f"{origin}{v2_error}") from None
+            tree = None
+            return _verified(doc, 1, origin)
+        # A v2 document whose entries hold a DeviceIDs object can never decode as v1, so the
+        # parsed tree (the largest thing held here) is released before hashing unless a v1
+        # retry is still possible.
+        visible: list[_Entry] = _elements(doc.entries) or []
+        v1_possible = all(e.device_ids is None for e in visible)
+        if not v1_possible:
+            tree = None
+        try:
+            return _verified(doc, 2, origin)
+        except CheckpointCorruptError as v2_corrupt:
+            if not v1_possible:
+                raise
+            try:
+                return _verified(decode_document(tree, 1), 1, origin)
+            except (DecodeError, CheckpointCorruptError):
+                raise v2_corrupt from None
+
+
+def _parse(text: str, origin: str) -> object:
+    try:
+        return gojson.parse(text)
+    except gojson.JSONSyntaxError as e:
+        raise CheckpointFormatError(f"{origin}{e}") from None

@@ -1,0 +1,135 @@
+"""Reading and atomically writing ``kubelet_internal_checkpoint`` files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from podstore.checkpoint import decode
+from podstore.checkpoint.decode import Checkpoint
+from podstore.errors import CheckpointError, CheckpointFormatError, InvalidInputError
+
+#: Files larger than this are refused before they are read (256 MiB).
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """The checkpoint file does not exist (kubelet starts empty in that case, without error)."""
+
+
+def read_checkpoint(
+    source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Checkpoint:
+    """Read and verify a kubelet checkpoint from a path or from the file's bytes.
+
+    Accepts and rejects exactly as kubelet 1.23–1.29 does (v2, then the legacy v1 format),
+    with Go ``encoding/json`` decoding rules; see :class:`Checkpoint` for what comes back.
+
+    Raises:
+        CheckpointCorruptError: the checksum does not match (``.expected`` is the stored
+            value, ``.actual`` the computed one).
+        CheckpointFormatError: not a v1 or v2 checkpoint (the message names the byte offset or
+            the field at fault), or larger than ``max_bytes``.
+        CheckpointNotFoundError: the path does not exist (also a ``FileNotFoundError``).
+        CheckpointError: the file could not be read for another reason (permissions, a
+            directory, ...).
+        InvalidInputError: ``source`` is neither a path nor bytes.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        if len(source) > max_bytes:
+            raise CheckpointFormatError(
+                f"checkpoint data is {len(source)} bytes, more than max_bytes={max_bytes}"
+            )
+        return decode.load(bytes(source).decode("utf-8", "surrogateescape"))
+    try:
+        path = os.fspath(source)
+    except TypeError:
+        raise InvalidInputError(
+            f"source must be a path or bytes, not {type(source).__name__}"
+        ) from None
+    if not isinstance(path, str):
+        path = os.fsdecode(path)
+    return decode.load(_read_text(path, max_bytes), f"{path}: ")
+
+
+def _read_text(path: str, max_bytes: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
+                raise CheckpointFormatError(
+                    f"{path}: checkpoint file is {st.st_size} bytes, "
+                    f"more than max_bytes={max_bytes}"
+                )
+            # Read one byte past the limit so that a file still growing, or one whose size
+            # fstat does not know (a pipe), is refused without reading it all.
+            raw = f.read(max_bytes + 1)
+    except FileNotFoundError as e:
+        raise CheckpointNotFoundError(e.errno, "checkpoint file not found", path) from e
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read checkpoint: {e.strerror or e}") from e
+    if len(raw) > max_bytes:
+        raise CheckpointFormatError(f"{path}: checkpoint file is more than max_bytes={max_bytes}")
+    # Invalid UTF-8 must survive until Go's rules replace it inside strings, hence
+    # surrogateescape; the bytes are dropped as soon as the text exists.
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def write_checkpoint_file(
+    path: str | os.PathLike[str], data: bytes | bytearray | memoryview
+) -> None:
+    """Replace the file at ``path`` with ``data`` atomically and durably, with mode 0600.
+
+    Writes a temporary file whose name starts with ``.`` in the same directory (kubelet's
+    checkpoint listing ignores such names), fsyncs it, renames it over ``path`` and fsyncs
+    the directory, so a crash leaves either the old or the new file. The temporary file is
+    removed on any error. The directory must exist.
+
+    Raises :class:`CheckpointError` when the file cannot be written (the ``OSError`` is
+    chained) and :class:`InvalidInputError` when ``data`` is not bytes.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidInputError(f"data must be bytes, not {type(data).__name__}")
+    target = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(target)
+    tmp = ""
+    try:
+        fd, tmp = _create_temp(directory, name)
+        try:
+            os.fchmod(fd, 0o600)  # exact, whatever the umask
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        tmp = ""
+        _fsync_directory(directory)
+    except OSError as e:
+        raise CheckpointError(f"{target}: cannot write checkpoint: {e.strerror or e}") from e
+    finally:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file in {directory}")
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,128 @@
+"""Kubelet's checkpoint checksum: FNV-1a 32 of a go-spew ``%#v`` rendering of ``Data.Data``.
+
+Kubelet renders the decoded ``checkpointData`` value with go-spew (``Sprintf("%#v")``, keys
+sorted, methods disabled) and hashes the UTF-8 text with FNV-1a 32 (kubelet-semantics §6).
+The rendering rules that matter here:
+
+- the top-level value and struct fields carry a ``(type)`` prefix; slice elements, map keys and
+  map values do not;
+- strings are written raw: no quotes, no escaping, an empty string writes nothing;
+- a nil slice or map is ``<nil>``, an empty one ``[]`` / ``map[]``;
+- map keys are sorted: NUMA ids numerically, resource names bytewise;
+- ``[]byte`` is written as decimal numbers separated by spaces.
+
+The v1 rule (§6.3) renders the legacy types, whose ``DeviceIDs`` is a flat ``[]string``, then
+renames the first ``checkpointDataV1`` and every ``PodDevicesEntryV1`` in the text, even
+inside user data, as kubelet did.
+
+The functions here trust their input (see :mod:`podstore.checkpoint.values` for checks).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+from fnv_hash_fast import fnv1a_32
+
+from podstore.types import PodDevicesEntry
+
+_NIL = b"<nil>"
+
+# Bytes render as decimal numbers; building them per byte in Python is the slow part of
+# hashing a large file, so three translation tables produce the hundreds, tens and units
+# digits of every byte at C speed, and a NUL marks a leading zero to drop.
+_HUNDREDS = bytes((48 + b // 100) if b >= 100 else 0 for b in range(256))
+_TENS = bytes((48 + b // 10 % 10) if b >= 10 else 0 for b in range(256))
+_UNITS = bytes(48 + b % 10 for b in range(256))
+
+
+def _decimal(data: bytes) -> bytes | bytearray:
+    """``data`` as go-spew prints a byte slice's elements: ``10 31 10``."""
+    if not data:
+        return b""
+    buf = bytearray(b"\0\0\0 " * len(data))
+    buf[0::4] = data.translate(_HUNDREDS)
+    buf[1::4] = data.translate(_TENS)
+    buf[2::4] = data.translate(_UNITS)
+    del buf[-1]
+    return buf.translate(None, b"\0")
+
+
+def _ids(ids: Sequence[str] | None) -> str:
+    return "<nil>" if ids is None else "[" + " ".join(ids) + "]"
+
+
+def _numa_map(devs: Mapping[int, Sequence[str] | None] | None) -> str:
+    if devs is None:
+        return "<nil>"
+    return "map[" + " ".join([f"{numa}:{_ids(devs[numa])}" for numa in sorted(devs)]) + "]"
+
+
+def _flat_ids(devs: Mapping[int, Sequence[str] | None] | None) -> str:
+    # v1 entries reach here as read back by read_checkpoint: all IDs under NUMA 0.
+    if devs is None:
+        return "<nil>"
+    return _ids(devs[0])
+
+
+def render(
+    entries: Sequence[PodDevicesEntry] | None,
+    registered_devices: Mapping[str, Sequence[str] | None] | None,
+    version: int = 2,
+) -> bytes:
+    """The exact bytes kubelet hashes for these values (v1 entries: ``device_ids`` ``{0: ids}``)."""
+    v1 = version == 1
+    suffix = "V1" if v1 else ""
+    # BytesIO grows one buffer and getvalue() hands it over without copying, so the rendering
+    # (about four times the size of all AllocResp bytes) exists once, not as parts plus a join.
+    out = io.BytesIO()
+    write = out.write
+    write(
+        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
+        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
+    )
+    if entries is None:
+        write(_NIL)
+    else:
+        write(b"[")
+        devs_type = "([]string)" if v1 else "(checkpoint.DevicesPerNUMA)"
+        devs_text = _flat_ids if v1 else _numa_map
+        sep = ""
+        for e in entries:
+            write(
+                f"{sep}{{PodUID:(string){e.pod_uid} ContainerName:(string){e.container_name}"
+                f" ResourceName:(string){e.resource_name}"
+                f" DeviceIDs:{devs_type}{devs_text(e.device_ids)} AllocResp:([]uint8)".encode()
+            )
+            resp = e.alloc_resp
+            if resp is None:
+                write(b"<nil>}")
+            else:
+                write(b"[")
+                write(_decimal(resp))
+                write(b"]}")
+            sep = " "
+        write(b"]")
+    write(b" RegisteredDevices:(map[string][]string)")
+    if registered_devices is None:
+        write(_NIL)
+    else:
+        pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
+        write(f"map[{' '.join(pairs)}]".encode())
+    write(b"}")
+    text = out.getvalue()
+    del out
+    if v1:
+        text = text.replace(b"checkpointDataV1", b"checkpointData", 1)
+        text = text.replace(b"PodDevicesEntryV1", b"PodDevicesEntry")
+    return text
+
+
+def checksum_of(
+    entries: Sequence[PodDevicesEntry] | None,
+    registered_devices: Mapping[str, Sequence[str] | None] | None,
+    version: int = 2,
+) -> int:
+    """Kubelet's checksum of already checked and sanitized values: FNV-1a 32 of :func:`render`."""
+    return fnv1a_32(render(entries, registered_devices, version))

@@ -1,0 +1,202 @@
+"""Checks on caller-supplied checkpoint values, before they are hashed or written.
+
+Two steps, kept apart because the encoder needs the values as given and the checksum needs
+them as kubelet will decode them again:
+
+- :func:`normalize` checks types and ranges and converts containers to the shapes the codec
+  works on (lists, ``bytes``); strings are left exactly as given.
+- :func:`sanitize` replaces every lone surrogate by U+FFFD, which is what kubelet's decoder
+  makes of the ``\\ufffd`` that Go's encoder writes for an invalid byte.
+
+Both return the caller's own objects when nothing had to change, so the common case copies
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from podstore.checkpoint.gojson import fix_string
+from podstore.errors import InvalidInputError
+from podstore.types import PodDevicesEntry
+
+Entries = list[PodDevicesEntry] | None
+Registered = dict[str, list[str] | None] | None
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+def normalize(entries: object, registered_devices: object) -> tuple[Entries, Registered]:
+    """Type-check entries and registered devices; return them as lists, dicts and bytes.
+
+    Raises :class:`InvalidInputError` naming the first offending value: a non-string ID or
+    name, a NUMA id that is not an ``int`` within int64, an ``alloc_resp`` that is not
+    bytes-like, or a container that is not a sequence / mapping.
+    """
+    return _entries(entries), _registered(registered_devices)
+
+
+def _entries(entries: object) -> Entries:
+    if entries is None:
+        return None
+    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+        raise InvalidInputError(
+            f"entries must be a sequence of PodDevicesEntry or None, not {type(entries).__name__}"
+        )
+    out = entries if type(entries) is list else list(entries)
+    for i, e in enumerate(out):
+        if not isinstance(e, PodDevicesEntry):
+            raise InvalidInputError(f"entries[{i}] is a {type(e).__name__}, not a PodDevicesEntry")
+        fixed = _entry(e, i)
+        if fixed is not e:
+            if out is entries:
+                out = list(out)
+            out[i] = fixed
+    return out
+
+
+def _entry(e: PodDevicesEntry, i: int) -> PodDevicesEntry:
+    where = f"entries[{i}]"
+    uid = _string(e.pod_uid, f"{where}.pod_uid")
+    cont = _string(e.container_name, f"{where}.container_name")
+    res = _string(e.resource_name, f"{where}.resource_name")
+    devs = _numa_map(e.device_ids, f"{where}.device_ids")
+    resp = e.alloc_resp
+    if resp is not None and type(resp) is not bytes:
+        if not isinstance(resp, bytes | bytearray | memoryview):
+            raise InvalidInputError(
+                f"{where}.alloc_resp must be bytes or None, not {type(resp).__name__}"
+            )
+        resp = bytes(resp)
+    if (
+        uid is e.pod_uid
+        and cont is e.container_name
+        and res is e.resource_name
+        and devs is e.device_ids
+        and resp is e.alloc_resp
+    ):
+        return e
+    return PodDevicesEntry(uid, cont, res, devs, resp)
+
+
+def _string(value: object, where: str) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
+
+
+def _ids(value: object, where: str) -> list[str] | None:
+    if value is None:
+        return None
+    if type(value) is list:
+        for s in value:
+            if type(s) is not str:
+                break
+        else:
+            return value
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise InvalidInputError(
+            f"{where} must be a list of str or None, not {type(value).__name__}"
+        )
+    return [_string(s, f"{where}[{j}]") for j, s in enumerate(value)]
+
+
+def _numa_map(value: object, where: str) -> dict[int, list[str] | None] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"{where} must be a mapping of NUMA id to device IDs, not {type(value).__name__}"
+        )
+    out: dict[int, list[str] | None] = value if type(value) is dict else dict(value)
+    for numa, ids in list(out.items()):
+        if type(numa) is not int or not _INT64_MIN <= numa <= _INT64_MAX:
+            raise InvalidInputError(f"{where} has NUMA id {numa!r}: it must be an int within int64")
+        checked = _ids(ids, f"{where}[{numa}]")
+        if checked is not ids:
+            if out is value:
+                out = dict(out)
+            out[numa] = checked
+    return out
+
+
+def _registered(value: object) -> Registered:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"registered_devices must be a mapping of resource to device IDs or None, "
+            f"not {type(value).__name__}"
+        )
+    out: dict[str, list[str] | None] = value if type(value) is dict else dict(value)
+    for res, ids in list(out.items()):
+        if type(res) is not str:
+            raise InvalidInputError(f"registered_devices key {res!r} must be a str")
+        checked = _ids(ids, f"registered_devices[{res!r}]")
+        if checked is not ids:
+            if out is value:
+                out = dict(out)
+            out[res] = checked
+    return out
+
+
+def sanitize(entries: Entries, registered_devices: Registered) -> tuple[Entries, Registered]:
+    """The normalized values as kubelet decodes them back: lone surrogates become U+FFFD.
+
+    Raises :class:`InvalidInputError` when two resource names of ``registered_devices`` become
+    equal, because no file can then carry both.
+    """
+    return _sanitize_entries(entries), _sanitize_registered(registered_devices)
+
+
+def _sanitize_ids(ids: list[str] | None) -> list[str] | None:
+    if ids is None or "".join(ids).isascii():
+        return ids
+    fixed = [fix_string(s) for s in ids]
+    return ids if all(a is b for a, b in zip(fixed, ids, strict=True)) else fixed
+
+
+def _sanitize_entries(entries: Entries) -> Entries:
+    if entries is None:
+        return None
+    out = entries
+    for i, e in enumerate(entries):
+        uid, cont, res = e.pod_uid, e.container_name, e.resource_name
+        devs = e.device_ids
+        if (uid + cont + res).isascii() and (
+            devs is None or all(v is None or "".join(v).isascii() for v in devs.values())
+        ):
+            continue
+        uid, cont, res = fix_string(uid), fix_string(cont), fix_string(res)
+        if devs is not None:
+            clean = {numa: _sanitize_ids(ids) for numa, ids in devs.items()}
+            if any(clean[numa] is not ids for numa, ids in devs.items()):
+                devs = clean
+        unchanged = uid is e.pod_uid and cont is e.container_name and res is e.resource_name
+        if unchanged and devs is e.device_ids:
+            continue
+        if out is entries:
+            out = list(entries)
+        out[i] = PodDevicesEntry(uid, cont, res, devs, e.alloc_resp)
+    return out
+
+
+def _sanitize_registered(registered: Registered) -> Registered:
+    if registered is None:
+        return None
+    out: dict[str, list[str] | None] = {}
+    changed = False
+    for res, ids in registered.items():
+        key = fix_string(res)
+        if key in out:
+            raise InvalidInputError(
+                f"registered_devices has two resource names that both read back as {key!r} "
+                "(lone surrogates are written as U+FFFD)"
+            )
+        clean = _sanitize_ids(ids)
+        changed = changed or key is not res or clean is not ids
+        out[key] = clean
+    return out if changed else registered
