@@ -306,3 +306,15 @@ def test_from_checkpoint_data_of_an_export_matches_import(store: PodStore, tmp_p
         other.import_checkpoint(VECTORS / "v2-edge.json")
         assert dump(store)[0] == dump(other)[0]
     assert all(isinstance(e, PodDevicesEntry) for e in store.to_checkpoint_data())
+
+
+def test_import_over_the_same_entries_in_another_order_keeps_the_file_order(
+    store: PodStore, tmp_path: Path
+) -> None:
+    source = VECTORS / "v2-small.json"
+    cp = read_checkpoint(source)
+    # The same entries already in the store, in reverse order.
+    store.from_checkpoint_data(list(reversed(cp.entries)))
+    store.import_checkpoint(source)
+    store.export_checkpoint(tmp_path / "out")
+    assert (tmp_path / "out").read_bytes() == source.read_bytes()
