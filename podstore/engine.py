@@ -10,9 +10,11 @@ import errno
 import functools
 import importlib.util
 import logging
+import math
 import os
 import sqlite3
 import stat
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -41,6 +43,8 @@ log = logging.getLogger("podstore")
 Durability = Literal["full", "normal"]
 
 DEFAULT_BUSY_TIMEOUT = 10.0
+# SQLite takes the busy timeout as an int of milliseconds.
+MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 
 # Pragmas applied to every new connection, only where the current value differs.
 # journal_mode is persistent in the file and needs write access, so it is handled apart.
@@ -63,6 +67,20 @@ class ConnectOptions:
     readonly: bool = False
     durability: Durability = "full"
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        # NaN passes a ``< 0`` check and infinity overflows int(): both would escape as
+        # ValueError/OverflowError from deep inside connect (tests/test_reliability_fuzz.py).
+        timeout = self.busy_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or not 0 <= timeout <= MAX_BUSY_TIMEOUT
+        ):
+            raise InvalidInputError(
+                f"busy_timeout: expected seconds from 0 to {MAX_BUSY_TIMEOUT}, got {timeout!r}"
+            )
 
 
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
@@ -97,13 +115,28 @@ def database_url(path_or_url: str | os.PathLike[str]) -> str:
     return "sqlite:///" + database_path(path_or_url)
 
 
+# IOERR subcodes that mean a write did not reach the disk. SQLite reports ENOSPC as SQLITE_FULL
+# for plain writes, but as one of these when it happens while growing the WAL, the -shm file or
+# during a checkpoint (seen on a full tmpfs, tests/test_reliability_diskfull.py).
+_WRITE_IOERRS = ("WRITE", "FSYNC", "TRUNCATE", "SHMSIZE", "SHMMAP", "FALLOCATE", "DIR_FSYNC")
+# IOERR subcodes that mean stored bytes could not be read back.
+_READ_IOERRS = ("READ", "SHORT_READ", "CORRUPTFS", "DATA")
+
+
 def translate(exc: BaseException) -> PodStoreError | None:
-    """The podstore error for a sqlite3 (or SQLAlchemy-wrapped) error, or None if unknown."""
+    """The podstore error for a sqlite3 (or SQLAlchemy-wrapped) error, or None if not one.
+
+    Every sqlite3 error maps to some PodStoreError: the specific subclass where the cause is
+    known (busy, full, corrupt, read-only, too big), else the PodStoreError base naming
+    SQLite's error code, so that no raw ``sqlite3`` exception reaches a caller
+    (tests/test_reliability_fuzz.py pins this).
+    """
     orig = getattr(exc, "orig", exc)
     if not isinstance(orig, sqlite3.Error):
         return None
     code = getattr(orig, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
+    ext = str(getattr(orig, "sqlite_errorname", "") or "")
     text = str(orig)
     if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text:
         return StoreBusyError(f"the database stayed locked past the busy timeout ({text})")
@@ -114,49 +147,130 @@ def translate(exc: BaseException) -> PodStoreError | None:
     if primary == sqlite3.SQLITE_READONLY or "readonly database" in text:
         return ReadOnlyStoreError(f"the store is read-only: {text}")
     if primary == sqlite3.SQLITE_IOERR:
-        # ENOSPC during a WAL append or a checkpoint surfaces as an I/O error, not SQLITE_FULL.
-        ext = getattr(orig, "sqlite_errorname", "")
-        if "WRITE" in ext or "FSYNC" in ext or "TRUNCATE" in ext:
+        sub = ext.removeprefix("SQLITE_IOERR_")
+        if sub in _WRITE_IOERRS:
             return StoreFullError(f"a write to the database failed (disk full?): {text} [{ext}]")
-    return None
+        if sub in _READ_IOERRS:
+            return StoreCorruptError(f"the database file could not be read: {text} [{ext}]")
+        return PodStoreError(f"I/O error on the database: {text} [{ext}]")
+    if primary == sqlite3.SQLITE_TOOBIG or "too big" in text:
+        return InvalidInputError(f"a value is larger than SQLite can store: {text}")
+    if primary == sqlite3.SQLITE_CANTOPEN:
+        return PodStoreError(f"cannot open the database file: {text} [{ext}]")
+    if isinstance(orig, sqlite3.ProgrammingError) and "closed" in text:
+        return PodStoreError("the store is closed")
+    return PodStoreError(f"SQLite error: {text}" + (f" [{ext}]" if ext else ""))
 
 
 @contextmanager
 def translated_errors() -> Iterator[None]:
-    """Re-raise sqlite3 errors as podstore's own, ``from None`` as in diskcache."""
+    """Re-raise sqlite3 errors as podstore's own, ``from None`` as in diskcache.
+
+    An error without a specific podstore meaning keeps the sqlite3 error as its cause, for
+    debugging.
+    """
     try:
         yield
     except (sqlite3.Error, sqlalchemy.exc.DBAPIError) as exc:
         mapped = translate(exc)
         if mapped is None:
             raise
+        if type(mapped) is PodStoreError:
+            raise mapped from exc
         raise mapped from None
 
 
 def _prepare_file(path: str) -> None:
-    """Create the database file 0600 (and a missing parent 0700) before SQLite touches it."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        os.makedirs(parent, mode=0o700, exist_ok=True)
+    """Create the database file 0600 (and missing parents 0700) before SQLite touches it.
+
+    A created file and directory are fsynced together with their parent, so a store created
+    and written survives power loss even where fsync of a file does not persist its name
+    (SQLite syncs the directory only for the journal and WAL it creates itself).
+    Raises ReadOnlyStoreError when the file or its directory cannot be written, StoreFullError
+    when the disk is full.
+    """
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        _make_private_dirs(parent)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            _check_writable(path)
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_directory(parent)
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+
+
+def _make_private_dirs(directory: str) -> None:
+    """os.makedirs with every created level 0700 (makedirs gives intermediate levels the
+    default mode), each one fsynced into its parent."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent != directory:
+        _make_private_dirs(parent)
+    try:
+        os.mkdir(directory, 0o700)
     except FileExistsError:
-        _warn_if_world_writable(path)
         return
-    os.close(fd)
+    os.chmod(directory, 0o700)  # the umask may have taken bits away, never added them
+    fsync_directory(parent)
 
 
-def _warn_if_world_writable(path: str) -> None:
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return
-    if mode & (stat.S_IWOTH | stat.S_IWGRP):
-        warnings.warn(
-            f"{path} is writable by other users (mode {stat.S_IMODE(mode):o}); anyone with that "
-            "access can rewrite the node's device allocations",
-            stacklevel=4,
-        )
+def _check_writable(path: str) -> None:
+    """A writable open needs the file and its directory (for -wal and -shm) writable."""
+    targets = [(path, "file")]
+    if not all(os.path.exists(path + suffix) for suffix in ("-wal", "-shm")):
+        targets.append((os.path.dirname(path), "directory"))
+    for target, what in targets:
+        if not os.access(target, os.W_OK):
+            raise ReadOnlyStoreError(
+                f"the database {what} {target} is not writable; open it with readonly=True"
+            )
+
+
+def _os_error(exc: OSError, path: str) -> PodStoreError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError(f"cannot create {path}: the disk is full ({exc.strerror})")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ReadOnlyStoreError(f"cannot create {path}: {exc.strerror}")
+    return PodStoreError(f"cannot create {path}: {exc.strerror or exc}")
+
+
+def warn_if_writable_by_others(path: str) -> None:
+    """Warn (UserWarning, attributed to the caller outside podstore) when group or other
+    users may write the database file or its WAL."""
+    for candidate in (path, path + "-wal"):
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IWOTH | stat.S_IWGRP):
+            warnings.warn(
+                f"{candidate} is writable by other users (mode {stat.S_IMODE(mode):o}); anyone "
+                "with that access can rewrite the node's device allocations",
+                stacklevel=_caller_stacklevel(),
+            )
+            return
+
+
+def _caller_stacklevel() -> int:
+    """The warnings stacklevel of the first frame outside the podstore package."""
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        package_dir + os.sep
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def connect(options: ConnectOptions) -> sqlite3.Connection:
@@ -185,30 +299,47 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
 
 
 def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
-    if not os.path.exists(options.path):
+    """A read-only connection, also where neither the file nor its directory is writable.
+
+    A WAL database needs its -shm file. If it exists (a writer has it open, or crashed),
+    SQLite reads through it even without write access. If it is missing and cannot be
+    created (read-only directory or mount), the file is opened ``immutable=1`` — but only
+    when there is no -wal with content: immutable ignores the WAL, and would silently show
+    an old state (https://sqlite.org/wal.html#readonly; tests/test_reliability_security.py).
+    """
+    path = os.path.abspath(options.path)
+    if not os.path.exists(path):
         raise InvalidInputError(f"database: {options.path} does not exist (opened read-only)")
-    uri = "file:" + quote(os.path.abspath(options.path)) + "?mode=ro"
+    uri = "file:" + quote(path) + "?mode=ro"
     conn = sqlite3.connect(
         uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
     )
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
         conn.close()
-        # A WAL database whose -shm/-wal files are gone cannot be read through mode=ro in a
-        # directory we may not write (https://sqlite.org/wal.html#readonly). Nobody can be
-        # writing it then either, so immutable=1 is safe.
-        if os.access(os.path.dirname(os.path.abspath(options.path)), os.W_OK):
+        name = str(getattr(exc, "sqlite_errorname", ""))
+        if not (name.startswith("SQLITE_READONLY") or name.startswith("SQLITE_CANTOPEN")):
             raise
-    conn = sqlite3.connect(
+        try:
+            wal_size = os.path.getsize(path + "-wal")
+        except FileNotFoundError:
+            wal_size = 0
+        if wal_size > 0:
+            raise ReadOnlyStoreError(
+                f"{options.path} has a write-ahead log (-wal) with changes not yet in the main "
+                "file, and its -shm file can neither be found nor created, so it cannot be "
+                "read without write access to its directory; open it writable once (which "
+                "checkpoints the log) or restore the -shm file"
+            ) from None
+    return sqlite3.connect(
         uri + "&immutable=1",
         uri=True,
         timeout=options.busy_timeout,
         isolation_level=None,
         check_same_thread=False,
     )
-    return conn
 
 
 def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
@@ -306,8 +437,13 @@ def alembic_config(connection: sqlalchemy.Connection | None = None) -> Any:
     return cfg
 
 
+#: current_revision() of a database whose schema was downgraded to base.
+BASE = "base"
+
+
 def current_revision(conn: sqlite3.Connection) -> str | None:
-    """The stored revision; None for an empty database.
+    """The stored revision; None for an empty database, BASE when the schema was downgraded
+    to nothing (the version table is left, empty).
 
     Raises SchemaError when the file holds tables but no Alembic version (not podstore's).
     """
@@ -325,12 +461,29 @@ def current_revision(conn: sqlite3.Connection) -> str | None:
                 "not a podstore database: it has tables but no podstore schema version"
             )
         row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-    return None if row is None else str(row[0])
+    return BASE if row is None else str(row[0])
+
+
+def quick_check(conn: sqlite3.Connection) -> None:
+    """Raise StoreCorruptError unless ``PRAGMA quick_check`` finds the file sound.
+
+    Run on every open: a damaged page otherwise goes unnoticed until a query happens to read
+    it (an index page, say, is read only by some look-ups), and a node agent must learn at
+    start, not halfway through an allocation. It reads every page once (about 1 ms per MB;
+    docs/reliability.md has figures); tests/test_reliability_damage.py pins it.
+    """
+    with translated_errors():
+        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(20)")]
+    if rows != ["ok"]:
+        raise StoreCorruptError("the database file is damaged: " + "; ".join(rows))
 
 
 def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", "too-new"]:
     if rev is None:
         return "new-file"
+    if rev == BASE:
+        # Downgraded on purpose: an old schema, so upgrade=False must refuse it.
+        return "old"
     if rev == head_revision():
         return "current"
     try:
@@ -347,8 +500,10 @@ def ensure_schema(options: ConnectOptions, *, upgrade: bool) -> None:
     migration leaves the previous schema, and two processes opening a new file at once
     migrate it exactly once.
     """
+    warn_if_writable_by_others(os.path.abspath(options.path))
     probe = connect(options)
     try:
+        quick_check(probe)
         state = classify_revision(current_revision(probe))
     finally:
         probe.close()

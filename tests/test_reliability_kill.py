@@ -1,0 +1,200 @@
+"""kill -9: a writer dies at random moments; every acknowledged call must survive.
+
+The writer (tests/harness/kill_writer.py) runs random podstore operations — inserts, deletes,
+transaction blocks (some rolled back on purpose), kubelet restores of up to 90 entries, and
+RegisteredDevices replacements — and reports "began i" before and "acknowledged i" after each
+call. The test SIGKILLs it after a random delay (some inside PodStore.open, even inside the
+first migration), reopens the store and checks: integrity_check is ok and the store's
+invariants hold (podstore.checks); the contents equal the model of every acknowledged
+operation, plus the one in flight either entirely or not at all; then the next writer carries
+on from there, and a final write proves the store still works.
+
+PODSTORE_KILLS sets the number of kills (default 300).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import selectors
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import workload
+from harness.figures import report
+from harness.paths import script
+
+from podstore import PodStore
+from podstore.checks import check_connection
+
+KILLS = int(os.environ.get("PODSTORE_KILLS", "300"))
+SEED = int(os.environ.get("PODSTORE_KILL_SEED", "20261202"))
+
+
+class ForkServer:
+    """The kill_writer fork server and a line reader with deadlines."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            script("kill_writer.py"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._out = self.proc.stdout
+        os.set_blocking(self._out.fileno(), False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._out, selectors.EVENT_READ)
+        self._buf = b""
+        self._pending: list[str] = []
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((line + "\n").encode())
+        self.proc.stdin.flush()
+
+    def lines(self, until: float, stop: str | None = None) -> list[str]:
+        """Complete lines that arrive before the monotonic time ``until`` (or until one
+        starting with ``stop`` has arrived)."""
+        out, self._pending = self._pending, []
+        while True:
+            timeout = until - time.monotonic()
+            if not self._sel.select(max(timeout, 0)):
+                break
+            chunk = os.read(self._out.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"fork server exited ({self.proc.poll()})")
+            self._buf += chunk
+            *done, self._buf = self._buf.split(b"\n")
+            out.extend(d.decode() for d in done)
+            if timeout <= 0 or (stop and any(d.startswith(stop.encode()) for d in done)):
+                break
+        return out
+
+    def until_line(self, prefix: str, timeout: float = 60.0) -> tuple[list[str], str]:
+        """Lines up to and including the first one starting with ``prefix``."""
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.lines(deadline, stop=prefix)
+            for i, line in enumerate(got):
+                if line.startswith(prefix):
+                    self._pending = got[i + 1 :]
+                    return seen + got[:i], line
+            seen.extend(got)
+        raise AssertionError(f"no {prefix!r} line within {timeout}s; saw {seen[-5:]}")
+
+    def close(self) -> None:
+        try:
+            self.send("quit")
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):  # pragma: no cover
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _check_file(db: Path) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        findings = check_connection(conn)
+    finally:
+        conn.close()
+    assert findings == [], [str(f) for f in findings]
+
+
+@pytest.mark.slow
+def test_kill9_never_loses_an_acknowledged_call(tmp_path: Path) -> None:
+    db = tmp_path / "kill.db"
+    rng = random.Random(SEED)
+    model = workload.Model()
+    next_index = 0
+    stats: dict[str, float] = {
+        "kills": 0,
+        "rounds": 0,
+        "acknowledged": 0,
+        "in_flight_applied": 0,
+        "in_flight_absent": 0,
+        "killed_before_open_done": 0,
+    }
+    started = time.monotonic()
+    server = ForkServer()
+    try:
+        while stats["kills"] < KILLS:
+            stats["rounds"] += 1
+            # Most rounds run "forever" and are killed; a few finish by themselves first.
+            count = rng.randint(1, 6) if rng.random() < 0.05 else 10**6
+            server.send(f"run {SEED} {next_index} {count} {db}")
+            lines, pid_line = server.until_line("p ")
+            pid = int(pid_line.split()[1])
+            if rng.random() < 0.2:
+                # Early kills land inside PodStore.open (the first ones inside the migration).
+                delay = rng.uniform(0, 0.03)
+            else:
+                # The rest land among the operations, timed from the end of the open.
+                more, opened = server.until_line("o")
+                lines += [*more, opened]
+                delay = rng.uniform(0, 0.06)
+            lines += server.lines(time.monotonic() + delay)
+            if not any(line in ("d",) or line.startswith("e ") for line in lines):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    stats["kills"] += 1
+                except ProcessLookupError:  # it finished just now
+                    pass
+            if not any(line.startswith(f"x {pid} ") for line in lines):
+                more, _ = server.until_line(f"x {pid} ")
+                lines += more
+            errors = [line for line in lines if line.startswith("e ")]
+            assert not errors, errors
+            if "o" not in lines:
+                stats["killed_before_open_done"] += 1
+            began = [int(line.split()[1]) for line in lines if line.startswith("b ")]
+            acked = [int(line.split()[1]) for line in lines if line.startswith("a ")]
+            assert began == list(range(next_index, next_index + len(began)))
+            assert acked == began[: len(acked)] and len(began) - len(acked) in (0, 1)
+            for i in acked:
+                model.apply(workload.make_op(SEED, i))
+            stats["acknowledged"] += len(acked)
+            in_flight = began[len(acked) :]
+            with PodStore.open(db) as store:
+                got = workload.store_state(store)
+            if got == model.state():
+                if in_flight:
+                    stats["in_flight_absent"] += 1
+            else:
+                assert in_flight, (
+                    f"round {stats['rounds']}: acknowledged state lost: "
+                    + workload.describe_difference(got, model.state())
+                )
+                after = model.after(workload.make_op(SEED, in_flight[0]))
+                assert got == after.state(), (
+                    f"round {stats['rounds']}: op {in_flight[0]} half applied: "
+                    + workload.describe_difference(got, after.state())
+                )
+                model = after
+                stats["in_flight_applied"] += 1
+            _check_file(db)
+            next_index += len(began)
+    finally:
+        server.close()
+    # The store still takes writes, and they read back.
+    with PodStore.open(db) as store:
+        store.insert("after-the-storm", "c", "example.com/gpu", {0: ["dev-0"]}, b"")
+        assert store.container_devices("after-the-storm", "c", "example.com/gpu") == {"dev-0"}
+        store.delete(["after-the-storm"])
+        assert workload.store_state(store) == model.state()
+    _check_file(db)
+    stats["operations"] = next_index
+    stats["entries_at_end"] = len(model.entries)
+    stats["seconds"] = round(time.monotonic() - started, 1)
+    report("kill9", seed=SEED, **stats)
+    assert stats["kills"] >= KILLS
