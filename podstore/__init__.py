@@ -26,6 +26,7 @@ from podstore.errors import (
 from podstore.store import PodStore
 from podstore.types import (
     NO_TOPOLOGY,
+    AllocationEvent,
     Annotation,
     CDIDevice,
     DeviceInfo,
@@ -34,6 +35,7 @@ from podstore.types import (
     ImportReport,
     Mount,
     PodDevicesEntry,
+    QueryResult,
     ResourceDeviceInstances,
     SkippedEntry,
     StoreStats,
@@ -44,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "NO_TOPOLOGY",
     "AllocateResponse",
+    "AllocationEvent",
     "Annotation",
     "CDIDevice",
     "CheckpointCorruptError",
@@ -62,6 +65,7 @@ __all__ = [
     "PodDevicesEntry",
     "PodStore",
     "PodStoreError",
+    "QueryResult",
     "ReadOnlyStoreError",
     "ResourceDeviceInstances",
     "SchemaError",

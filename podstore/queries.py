@@ -98,10 +98,12 @@ POD_DEVICES = f"""
 """
 
 # The container's (resource, device) pairs; a resource without devices yields one NULL row so
-# that it still gains a key in the caller's accumulator, as upstream.
+# that it still gains a key in the caller's accumulator, as upstream. Both sides are compared as
+# hex of their UTF-8 (the caller sends :acc so and decodes the answer): SQLite's JSON functions
+# cut strings at U+0000, which Go strings, and so device IDs, may hold.
 _MINE = f"""
     mine (resource, device_id) AS (
-        SELECT a.resource, d.device_id
+        SELECT hex(a.resource), CASE WHEN d.device_id IS NOT NULL THEN hex(d.device_id) END
         {_CONTAINER_ALLOCATIONS}
         LEFT JOIN allocation_devices d ON d.allocation_id = a.id
         WHERE p.uid = :pod AND c.name = :container

@@ -88,12 +88,18 @@ def _first(seen: dict[str, str], key: str, value: str, kind: str, resource: str)
         seen[key] = value
         return True
     if prior != value:
-        log.warning(
-            "conflicting setting for %s %r: %r kept, %r from %s dropped",
-            kind,
-            key,
-            prior,
-            value,
-            resource,
-        )
+        log_conflict(kind, key, prior, value, resource)
     return False
+
+
+def log_conflict(kind: str, key: str, kept: str, dropped: str, resource: str) -> None:
+    """Log one conflicting setting (also used by the SQL merge in responses.py)."""
+    # kubelet logs these at error level.
+    log.error(
+        "conflicting setting for %s %r: %r kept, %r from %s dropped",
+        kind,
+        key,
+        kept,
+        dropped,
+        resource,
+    )

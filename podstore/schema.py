@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     ForeignKey,
     Index,
@@ -137,4 +138,96 @@ store_meta = Table(
     Column("key", Text, nullable=False),
     Column("value", Text, nullable=False),
     PrimaryKeyConstraint("key"),
+)
+
+
+# ---- decoded plugin responses (revision 0002) -------------------------------------------------
+#
+# Each allocation's ContainerAllocateResponse, written as rows in the same transaction as the
+# allocation (writes.py) so that device_run_container_options and the v_run_options views are
+# SQL. ``position`` is api.md's order inside one response: env and annotation keys ascending
+# (by code point, which is UTF-8 byte order), list fields in list order.
+
+
+def _response_table(name: str, *columns: Column[object]) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column(
+            "allocation_id",
+            Integer,
+            ForeignKey("allocations.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("position", Integer, nullable=False),
+        *columns,
+        PrimaryKeyConstraint("allocation_id", "position"),
+    )
+
+
+response_envs = _response_table(
+    "response_envs",
+    Column("name", Text, nullable=False),
+    Column("value", Text, nullable=False),
+)
+response_mounts = _response_table(
+    "response_mounts",
+    Column("container_path", Text, nullable=False),
+    Column("host_path", Text, nullable=False),
+    Column("read_only", Boolean, nullable=False),
+)
+response_devices = _response_table(
+    "response_devices",
+    Column("container_path", Text, nullable=False),
+    Column("host_path", Text, nullable=False),
+    Column("permissions", Text, nullable=False),
+)
+response_annotations = _response_table(
+    "response_annotations",
+    Column("name", Text, nullable=False),
+    Column("value", Text, nullable=False),
+)
+response_cdi_devices = _response_table(
+    "response_cdi_devices",
+    Column("name", Text, nullable=False),
+)
+
+# ---- allocation history (revision 0002) ------------------------------------------------------
+#
+# Append-only: one row per change, written in the change's own transaction (history.py). ``seq``
+# is AUTOINCREMENT so a number is never reused, even after prune_history removed the newest
+# rows; ``ts`` (UTC, ISO 8601 with microseconds and 'Z') never decreases as seq grows.
+# ``device_ids`` is JSON: the NUMA map of an entry event, the device list of a registered event.
+
+EVENT_OPS = ("insert", "replace", "delete", "import", "backfill", "registered", "unregistered")
+
+allocation_events = Table(
+    "allocation_events",
+    metadata,
+    Column("seq", Integer, primary_key=True),
+    Column("ts", Text, nullable=False),
+    Column("op", Text, nullable=False),
+    Column("pod_uid", Text, nullable=True),
+    Column("container", Text, nullable=True),
+    Column("resource", Text, nullable=False),
+    Column("device_ids", Text, nullable=True),
+    CheckConstraint("op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS) + ")", name="op"),
+    Index("ix_allocation_events_ts", "ts"),
+    Index("ix_allocation_events_key", "pod_uid", "container", "resource", "seq"),
+    sqlite_autoincrement=True,
+)
+
+# Every device an event names, for history(device_id=...) and owners_at without a JSON scan.
+allocation_event_devices = Table(
+    "allocation_event_devices",
+    metadata,
+    Column(
+        "seq",
+        Integer,
+        ForeignKey("allocation_events.seq", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("device_id", Text, nullable=False),
+    PrimaryKeyConstraint("seq", "device_id"),
+    Index("ix_allocation_event_devices_device_id", "device_id", "seq"),
 )

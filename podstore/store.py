@@ -12,10 +12,11 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any
 
-from podstore import codec, run_options, validate, writes
+from podstore import codec, history, readonly, responses, validate, views, writes
 from podstore import queries as q
 from podstore.deviceplugin import Device, NUMANode, TopologyInfo
 from podstore.engine import (
@@ -29,11 +30,14 @@ from podstore.engine import (
     translated_errors,
 )
 from podstore.errors import InvalidInputError, PodStoreError, ReadOnlyStoreError
+from podstore.history import TimeArg
 from podstore.types import (
+    AllocationEvent,
     DeviceRunContainerOptions,
     DevicesPerNUMA,
     ImportReport,
     PodDevicesEntry,
+    QueryResult,
     ResourceDeviceInstances,
     StoreStats,
 )
@@ -87,8 +91,10 @@ class PodStore:
         """
         if durability not in ("full", "normal"):
             raise InvalidInputError(f"durability: expected 'full' or 'normal', got {durability!r}")
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or (
-            busy_timeout < 0
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, (int, float))
+            or busy_timeout < 0
         ):
             raise InvalidInputError(f"busy_timeout: expected seconds >= 0, got {busy_timeout!r}")
         options = ConnectOptions(
@@ -219,7 +225,7 @@ class PodStore:
         pod_uid: str,
         container_name: str,
         resource_name: str,
-        devices: Mapping[int, Sequence[str] | None] | None,
+        devices: Mapping[int, Sequence[str] | AbstractSet[str] | None] | None,
         alloc_resp: codec.AllocRespInput,
     ) -> None:
         """Record (or replace) the devices and plugin response of one container's resource.
@@ -242,7 +248,7 @@ class PodStore:
         """Drop whole pods (all containers and resources). Unknown UIDs are ignored."""
         uids = validate.texts(pod_uids, "pod_uids")
         with self._write() as conn:
-            conn.executemany(q.DELETE_POD, [(u,) for u in uids])
+            writes.delete_pods(conn, uids)
 
     def from_checkpoint_data(self, entries: Iterable[PodDevicesEntry]) -> None:
         """Merge checkpoint entries into the store, in order, as kubelet's restore does.
@@ -257,7 +263,7 @@ class PodStore:
                 writes.write_many(conn, rows)
             else:
                 for row in rows:
-                    writes.write_one(conn, row)
+                    writes.write_one(conn, row, "import")
 
     def _restore_rows(
         self, entries: Iterable[PodDevicesEntry], argument: str
@@ -299,7 +305,9 @@ class PodStore:
             else:
                 yield row, None
 
-    def set_registered_devices(self, mapping: Mapping[str, Sequence[str] | None] | None) -> None:
+    def set_registered_devices(
+        self, mapping: Mapping[str, Sequence[str] | AbstractSet[str] | None] | None
+    ) -> None:
         """Replace the whole RegisteredDevices mapping (resource → healthy device IDs).
 
         None records a JSON null (as a checkpoint may hold); a None list likewise.
@@ -366,25 +374,22 @@ class PodStore:
     ) -> None:
         """``allocated[res] -= devices`` for every resource of the container (in place); a
         resource not yet in ``allocated`` gains an empty set, as upstream."""
-        self._apply_container_sets(
-            q.REMOVE_CONTAINER_RESOURCES, pod_uid, container_name, allocated
-        )
+        self._apply_container_sets(q.REMOVE_CONTAINER_RESOURCES, pod_uid, container_name, allocated)
 
     def _apply_container_sets(
         self, sql: str, pod_uid: str, container_name: str, allocated: dict[str, set[str]]
     ) -> None:
+        acc = validate.device_sets(allocated, "allocated")
         params = {
             "pod": validate.text(pod_uid, "pod_uid"),
             "container": validate.text(container_name, "container_name"),
-            "acc": json.dumps(
-                {r: sorted(d) for r, d in validate.device_sets(allocated, "allocated").items()}
-            ),
+            "acc": json.dumps({_hex(r): sorted(map(_hex, d)) for r, d in acc.items()}),
         }
         result: dict[str, set[str]] = {}
         for resource, device_id in self._rows(sql, params):
-            devs = result.setdefault(resource, set())
+            devs = result.setdefault(_unhex(resource), set())
             if device_id is not None:
-                devs.add(device_id)
+                devs.add(_unhex(device_id))
         allocated.update(result)
 
     def devices(self) -> dict[str, set[str]]:
@@ -459,13 +464,13 @@ class PodStore:
         """
         pod = validate.text(pod_uid, "pod_uid")
         container = validate.text(container_name, "container_name")
-        rows = self._rows(q.CONTAINER_RESPONSES, (pod, container))
-        if not rows:
-            return None
-        return run_options.merge(
+        # One query over the decoded response rows (views.RUN_OPTIONS_FOR_CONTAINER); it
+        # gives what run_options.merge gives for the container's stored responses.
+        rows = self._rows(views.RUN_OPTIONS_FOR_CONTAINER, {"pod": pod, "container": container})
+        return responses.shape(
             pod,
             container,
-            ((r, resp) for r, resp in rows if r is not None),
+            rows,
             cdi_devices=bool(cdi_devices),
             cdi_annotations=bool(cdi_annotations),
         )
@@ -532,9 +537,90 @@ class PodStore:
         transfer.write_file(path, data)
         return count
 
+    # ---- audits: history and read-only SQL (docs/sql.md) -------------------------------------
+
+    def history(
+        self,
+        pod_uid: str | None = None,
+        device_id: str | None = None,
+        since: TimeArg | None = None,
+        until: TimeArg | None = None,
+    ) -> list[AllocationEvent]:
+        """Events of the allocation history, oldest first, optionally only those of one pod,
+        naming one device, or in the half-open time range [since, until).
+
+        Times are datetimes (naive = UTC) or ISO 8601 strings; see history.py for the
+        operations. Raises InvalidInputError for a bad argument.
+        """
+        params: dict[str, str] = {}
+        if pod_uid is not None:
+            params["pod_uid"] = validate.text(pod_uid, "pod_uid")
+        if device_id is not None:
+            params["device_id"] = validate.text(device_id, "device_id")
+        if since is not None:
+            params["since"] = history.parse_time(since, "since")
+        if until is not None:
+            params["until"] = history.parse_time(until, "until")
+        return [history.to_event(r) for r in self._rows(history.history_sql(params), params)]
+
+    def owners_at(self, device_id: str, when: TimeArg) -> list[tuple[str, str, str]]:
+        """Who held ``device_id`` at the instant ``when``: (pod UID, container, resource) of
+        every entry listing it then, sorted ("who had GPU X at 10:32").
+
+        Answered from the history, so exact back to the oldest kept event (see
+        prune_history). Raises InvalidInputError for a bad argument.
+        """
+        params = {
+            "device_id": validate.text(device_id, "device_id"),
+            "when": history.parse_time(when, "when"),
+        }
+        return [(r[0], r[1], r[2]) for r in self._rows(history.OWNERS_AT, params)]
+
+    def prune_history(self, before: TimeArg) -> int:
+        """Remove history events older than ``before``; returns how many were removed.
+
+        Per entry (and per registered resource) the latest event before the cut is kept when
+        the entry was still present then: it carries the state at the cut, so replaying the
+        remaining log from empty still gives the current state, and ``owners_at`` stays exact
+        for any instant from the cut on.
+        """
+        params = {"before": history.parse_time(before, "before")}
+        with self._write() as conn:
+            conn.execute(history.PRUNE, params)
+            # Not cursor.rowcount: pysqlite reports -1 for a statement that starts with WITH.
+            return int(conn.execute("SELECT changes()").fetchone()[0])
+
+    def query(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> QueryResult:
+        """Run one read-only SQL statement (the views of docs/sql.md, the tables) and return
+        its columns and rows.
+
+        Runs on a separate connection that can only read (mode=ro, query_only and an
+        authorizer), so it sees committed data only, not an open transaction's changes. Any
+        statement that would write — INSERT, UPDATE, DELETE, DDL, ATTACH, a PRAGMA with a
+        value — raises ReadOnlyStoreError; bad SQL or parameters raise InvalidInputError.
+        """
+        if self._closed:
+            raise PodStoreError("the store is closed")
+        conn = readonly.open_guarded(self._options)
+        try:
+            return readonly.run(conn, sql, params)
+        finally:
+            conn.close()
+
     def stats(self) -> StoreStats:
         """Row counts: pods, containers, allocations, device rows, distinct devices."""
         return StoreStats(*self._rows(q.COUNTS)[0])
+
+
+def _hex(value: str) -> str:
+    """As SQLite's hex() renders a TEXT value (see queries._MINE)."""
+    return value.encode("utf-8").hex().upper()
+
+
+def _unhex(value: str) -> str:
+    return bytes.fromhex(value).decode("utf-8")
 
 
 def _checkpoint_entries(conn: sqlite3.Connection) -> Iterator[PodDevicesEntry]:

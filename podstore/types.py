@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from podstore.deviceplugin import Device
 
@@ -140,3 +142,45 @@ class StoreStats:
     device_rows: int
     distinct_devices: int
     registered_resources: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationEvent:
+    """One change in the allocation history (``PodStore.history``; docs/sql.md).
+
+    ``op`` is one of insert, replace, import, backfill, delete (entry events: ``pod_uid``,
+    ``container_name`` and ``resource_name`` set, ``device_ids`` the entry's NUMA map — for a
+    delete, the devices it had) or registered, unregistered (``pod_uid`` and
+    ``container_name`` None, ``device_ids`` the resource's device list). ``timestamp`` is an
+    aware UTC datetime; ``seq`` orders events (never reused).
+    """
+
+    seq: int
+    timestamp: datetime
+    op: str
+    pod_uid: str | None
+    container_name: str | None
+    resource_name: str
+    device_ids: DevicesPerNUMA | list[str] | None
+
+    @property
+    def devices(self) -> set[str]:
+        """Every device ID the event names."""
+        ids = self.device_ids
+        if ids is None:
+            return set()
+        if isinstance(ids, list):
+            return set(ids)
+        return {d for lst in ids.values() for d in lst or ()}
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """The answer of ``PodStore.query``: column names and rows (tuples), in order."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        """Rows as dicts keyed by column name (a repeated name keeps its last value)."""
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]

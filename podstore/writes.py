@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from podstore import history, responses
 from podstore import queries as q
 from podstore.types import DevicesPerNUMA
 
@@ -40,8 +41,9 @@ def _device_rows(
     return rows, empty
 
 
-def write_one(conn: sqlite3.Connection, row: Row) -> None:
-    """Create or replace one (pod, container, resource) entry."""
+def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
+    """Create or replace one (pod, container, resource) entry, with its decoded response rows
+    and its history event (``op``, by default 'insert' or 'replace')."""
     found = conn.execute(q.POD_ID, (row.pod_uid,)).fetchone()
     pod_id = found[0] if found else conn.execute(q.INSERT_POD, (row.pod_uid,)).lastrowid
     found = conn.execute(q.CONTAINER_ID, (pod_id, row.container_name)).fetchone()
@@ -56,6 +58,7 @@ def write_one(conn: sqlite3.Connection, row: Row) -> None:
         conn.execute(q.UPDATE_ALLOCATION, (*flags, allocation_id))
         conn.execute(q.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
         conn.execute(q.CLEAR_EMPTY_LISTS, (allocation_id,))
+        responses.clear(conn, [(allocation_id,)])
     else:
         cur = conn.execute(q.INSERT_ALLOCATION, (container_id, row.resource_name, *flags))
         assert cur.lastrowid is not None
@@ -65,14 +68,22 @@ def write_one(conn: sqlite3.Connection, row: Row) -> None:
         conn.executemany(q.INSERT_DEVICE, devices)
     if empty:
         conn.executemany(q.INSERT_EMPTY_LIST, empty)
+    responses.write(conn, allocation_id, row.alloc_resp)
+    events = history.Pending()
+    events.entry(
+        op or ("replace" if found else "insert"),
+        (row.pod_uid, row.container_name, row.resource_name),
+        row.devices,
+    )
+    events.write(conn)
 
 
-def write_many(conn: sqlite3.Connection, rows: Iterable[Row]) -> int:
+def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
     """Write entries in order with a handful of executemany calls; returns the entry count.
 
     Same meaning as calling write_one for each: a later duplicate replaces an earlier one and
     keeps its position. Ids are assigned here (max + 1 onwards), so new rows need no
-    round trip each.
+    round trip each. Response rows and one ``op`` history event per entry go with them.
     """
     final: dict[tuple[str, str, str], Row] = {}
     for row in rows:
@@ -94,6 +105,8 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row]) -> int:
     cleared: list[tuple[int]] = []
     device_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
+    response_rows = responses.ResponseRows()
+    events = history.Pending()
     for (uid, name, resource), row in final.items():
         pod_id = pods.get(uid)
         if pod_id is None:
@@ -117,6 +130,8 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row]) -> int:
         devices, empty = _device_rows(allocation_id, row.devices)
         device_rows.extend(devices)
         empty_rows.extend(empty)
+        response_rows.add(allocation_id, row.alloc_resp)
+        events.entry(op, (uid, name, resource), row.devices)
     conn.executemany(q.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(q.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(q.INSERT_ALLOCATION_WITH_ID, new_allocations)
@@ -125,7 +140,28 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row]) -> int:
     conn.executemany(q.CLEAR_EMPTY_LISTS, cleared)
     conn.executemany(q.INSERT_DEVICE, device_rows)
     conn.executemany(q.INSERT_EMPTY_LIST, empty_rows)
+    responses.clear(conn, cleared)
+    response_rows.write(conn)
+    events.write(conn)
     return len(final)
+
+
+def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
+    """Drop whole pods (cascading to their entries), with a 'delete' event per entry."""
+    uids = list(pod_uids)
+    events = history.Pending()
+    history.record_deletes(conn, uids, events)
+    events.write(conn)
+    conn.executemany(q.DELETE_POD, [(u,) for u in uids])
+
+
+def delete_all(conn: sqlite3.Connection, keep: Iterable[tuple[str, str, str]] = ()) -> None:
+    """Drop every pod (a non-merge import), with a 'delete' event for each entry whose key is
+    not in ``keep`` (the import rewrites those, and records them itself)."""
+    events = history.Pending()
+    history.record_drops(conn, set(keep), events)
+    events.write(conn)
+    conn.execute(q.DELETE_ALL_PODS)
 
 
 def replace_registered(
@@ -134,7 +170,11 @@ def replace_registered(
     *,
     whole: bool,
 ) -> None:
-    """Write RegisteredDevices: the whole mapping (``whole``) or resource by resource."""
+    """Write RegisteredDevices: the whole mapping (``whole``) or resource by resource, with a
+    history event per resource whose list changes."""
+    events = history.Pending()
+    history.record_registered(conn, registered, whole=whole, pending=events)
+    events.write(conn)
     if whole:
         conn.execute(q.CLEAR_REGISTERED)
         conn.execute(q.SET_META, ("registered_json_null", "1" if registered is None else "0"))

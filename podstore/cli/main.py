@@ -45,5 +45,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 # Commands register themselves on `cli` when their modules are imported.
 from podstore.cli import checkpoint as _checkpoint  # noqa: E402,F401
+from podstore.cli import devices as _devices  # noqa: E402,F401
+from podstore.cli import history as _history  # noqa: E402,F401
 from podstore.cli import migrate as _migrate  # noqa: E402,F401
+from podstore.cli import pods as _pods  # noqa: E402,F401
+from podstore.cli import run_options as _run_options  # noqa: E402,F401
+from podstore.cli import sql as _sql  # noqa: E402,F401
 from podstore.cli import status as _status  # noqa: E402,F401
+from podstore.cli import verify as _verify  # noqa: E402,F401

@@ -1,0 +1,64 @@
+"""Pieces shared by the audit commands: time arguments, "not found", shell completion."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+from click.shell_completion import CompletionItem
+
+from podstore import history
+from podstore.errors import InvalidInputError, PodStoreError
+
+
+def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Option callback: an ISO 8601 time (``2026-12-02T10:32:00Z``; no offset: UTC) in stored
+    form; a bad one is a usage error (exit status 2)."""
+    if value is None:
+        return None
+    try:
+        return history.parse_time(value, "time")
+    except InvalidInputError as exc:
+        raise click.BadParameter(str(exc).removeprefix("time: ")) from None
+
+
+def not_found(message: str) -> NoReturn:
+    """Exit 1 with ``message`` on stderr (what `get` of an unknown pod does)."""
+    click.echo(f"podstore: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _completion_store(ctx: click.Context) -> Any:
+    from podstore.cli.main import DEFAULT_DB
+    from podstore.store import PodStore
+
+    db = ctx.find_root().params.get("db") or os.environ.get("PODSTORE_DB") or DEFAULT_DB
+    return PodStore.open(db, readonly=True)
+
+
+def complete_pods(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+    """Pod UIDs of the store named by --db (nothing when it cannot be read)."""
+    try:
+        with _completion_store(ctx) as store:
+            uids = sorted(store.pods())
+    except (PodStoreError, OSError):
+        return []
+    return [CompletionItem(u) for u in uids if u.startswith(incomplete)]
+
+
+def complete_containers(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+    """Container names of the pod given before (nothing when it cannot be read)."""
+    pod = ctx.params.get("pod_uid")
+    if not pod:
+        return []
+    try:
+        with _completion_store(ctx) as store:
+            result = store.query(
+                "SELECT DISTINCT container FROM v_allocations WHERE pod_uid = ? ORDER BY 1",
+                (pod,),
+            )
+    except (PodStoreError, OSError):
+        return []
+    return [CompletionItem(r[0]) for r in result.rows if str(r[0]).startswith(incomplete)]

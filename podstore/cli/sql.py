@@ -1,0 +1,67 @@
+"""``podstore sql "SELECT ..."``: read-only SQL over the tables and views (docs/sql.md)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import click
+
+from podstore.cli.context import Context
+from podstore.cli.main import cli
+from podstore.cli.output import emit, output_option
+
+
+def _param(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected name=value, got {item!r}")
+        params[name] = value
+    return params
+
+
+def _unique(columns: tuple[str, ...]) -> list[str]:
+    """Column names made unique (``id``, ``id_2``), so no value is lost in a keyed row."""
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    for name in columns:
+        n = seen.get(name, 0) + 1
+        seen[name] = n
+        out.append(name if n == 1 else f"{name}_{n}")
+    return out
+
+
+def _value(value: Any) -> Any:
+    # BLOBs (alloc_resp) as base64, as in a kubelet checkpoint.
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+@cli.command()
+@click.argument("query")
+@click.option(
+    "-p",
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_param,
+    help="Bind :NAME to VALUE (text; SQLite applies column affinity). Repeatable.",
+)
+@output_option
+@click.pass_obj
+def sql(ctx: Context, query: str, params: dict[str, str], output: str) -> None:
+    """Run one read-only SQL statement and print its rows.
+
+    The connection can only read: the file is opened read-only, with PRAGMA query_only and an
+    authorizer that refuses every write, ATTACH/DETACH and any PRAGMA that sets a value.
+    A refused statement exits with status 1 and changes nothing. BLOB values print as base64.
+    """
+    store = ctx.store(readonly=True)
+    result = store.query(query, params)
+    columns = _unique(result.columns)
+    rows = [dict(zip(columns, map(_value, row), strict=True)) for row in result.rows]
+    emit(rows, columns, output)

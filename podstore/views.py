@@ -1,0 +1,185 @@
+"""The SQL views: podstore's public SQL contract (docs/sql.md), and the run-option merge.
+
+Alembic's MetaData holds tables only, so the views (and the trigger that keeps the event log
+append-only) are created by the migrations with ``op.execute``. The revision that introduced
+them (0002) keeps a frozen copy of this text, so that editing this module never changes what
+an old revision means; a change here needs a new revision, and a test checks that a store at
+head holds exactly the SQL below.
+
+The run-option merge is written once (``_ranked``) and used twice: by the ``v_run_options`` /
+``v_run_option_conflicts`` views over every container, and by ``RUN_OPTIONS_FOR_CONTAINER``,
+the query behind ``PodStore.device_run_container_options``, restricted to one container up
+front so that it reads only that container's rows.
+"""
+
+from __future__ import annotations
+
+#: kind names as the views show them, in the order a response's sections are merged
+#: (env, device, mount, annotation, CDI device — as run_options.merge walks them).
+KINDS = ("env", "device", "mount", "annotation", "cdi")
+
+
+def _options(where: str) -> str:
+    """Every decoded setting of the selected allocations, with a uniform shape.
+
+    ``name`` is the merge key (env name, container path, annotation key, CDI name) and
+    ``value`` what a conflict compares (env/annotation value, host path; NULL for CDI).
+    """
+    where = f" {where}" if where else ""
+    return f"""
+    options (container_id, resource, kind_order, kind, position, name, value, permissions,
+             read_only) AS (
+        SELECT a.container_id, a.resource, 1, 'env', x.position, x.name, x.value, NULL, NULL
+        FROM response_envs x JOIN allocations a ON a.id = x.allocation_id{where}
+        UNION ALL
+        SELECT a.container_id, a.resource, 2, 'device', x.position, x.container_path,
+               x.host_path, x.permissions, NULL
+        FROM response_devices x JOIN allocations a ON a.id = x.allocation_id{where}
+        UNION ALL
+        SELECT a.container_id, a.resource, 3, 'mount', x.position, x.container_path,
+               x.host_path, NULL, x.read_only
+        FROM response_mounts x JOIN allocations a ON a.id = x.allocation_id{where}
+        UNION ALL
+        SELECT a.container_id, a.resource, 4, 'annotation', x.position, x.name, x.value,
+               NULL, NULL
+        FROM response_annotations x JOIN allocations a ON a.id = x.allocation_id{where}
+        UNION ALL
+        SELECT a.container_id, a.resource, 5, 'cdi', x.position, x.name, NULL, NULL, NULL
+        FROM response_cdi_devices x JOIN allocations a ON a.id = x.allocation_id{where}
+    )"""
+
+
+# api.md's first-wins rule: per container and key, the setting of the resource first in byte
+# order (BINARY collation), then first in the response, wins; rn > 1 rows are dropped, and a
+# dropped row whose value differs from the kept one is a conflict.
+_RANKED = """
+    ranked AS (
+        SELECT o.*,
+               row_number() OVER w AS rn,
+               first_value(o.value) OVER w AS kept_value,
+               first_value(o.resource) OVER w AS kept_resource
+        FROM options o
+        WINDOW w AS (PARTITION BY o.container_id, o.kind_order, o.name
+                     ORDER BY o.resource, o.position)
+    )"""
+
+
+def _ranked(where: str) -> str:
+    return "WITH" + _options(where) + "," + _RANKED
+
+
+V_ALLOCATIONS = """
+CREATE VIEW v_allocations AS
+SELECT p.uid AS pod_uid, c.name AS container, a.resource AS resource,
+       d.numa_node AS numa_node, d.device_id AS device_id
+FROM allocation_devices d
+JOIN allocations a ON a.id = d.allocation_id
+JOIN containers c ON c.id = a.container_id
+JOIN pods p ON p.id = c.pod_id
+"""
+
+V_DEVICE_OWNERS = """
+CREATE VIEW v_device_owners AS
+SELECT DISTINCT a.resource AS resource, d.device_id AS device_id,
+       p.uid AS pod_uid, c.name AS container
+FROM allocation_devices d
+JOIN allocations a ON a.id = d.allocation_id
+JOIN containers c ON c.id = a.container_id
+JOIN pods p ON p.id = c.pod_id
+"""
+
+# Containers of one pod may share a device (kubelet reuses init containers' devices), so only
+# a device held from more than one pod is a double allocation.
+V_DOUBLE_ALLOCATIONS = """
+CREATE VIEW v_double_allocations AS
+SELECT o.resource AS resource, o.device_id AS device_id, o.pod_uid AS pod_uid,
+       o.container AS container, s.pod_count AS pod_count
+FROM v_device_owners o
+JOIN (SELECT resource, device_id, count(DISTINCT pod_uid) AS pod_count
+      FROM v_device_owners
+      GROUP BY resource, device_id
+      HAVING count(DISTINCT pod_uid) > 1) s
+  ON s.resource = o.resource AND s.device_id = o.device_id
+"""
+
+V_RUN_OPTIONS = (
+    """
+CREATE VIEW v_run_options AS
+"""
+    + _ranked("")
+    + """
+SELECT p.uid AS pod_uid, c.name AS container, r.kind AS kind,
+       row_number() OVER (PARTITION BY r.container_id, r.kind_order
+                          ORDER BY r.resource, r.position) AS ordinal,
+       r.name AS name, r.value AS value, r.permissions AS permissions,
+       r.read_only AS read_only, r.resource AS resource
+FROM ranked r
+JOIN containers c ON c.id = r.container_id
+JOIN pods p ON p.id = c.pod_id
+WHERE r.rn = 1
+"""
+)
+
+V_RUN_OPTION_CONFLICTS = (
+    """
+CREATE VIEW v_run_option_conflicts AS
+"""
+    + _ranked("")
+    + """
+SELECT p.uid AS pod_uid, c.name AS container, r.kind AS kind, r.name AS name,
+       r.kept_value AS kept_value, r.kept_resource AS kept_resource,
+       r.value AS dropped_value, r.resource AS dropped_resource
+FROM ranked r
+JOIN containers c ON c.id = r.container_id
+JOIN pods p ON p.id = c.pod_id
+WHERE r.rn > 1 AND r.value IS NOT r.kept_value
+"""
+)
+
+# Prune deletes events; nothing may rewrite one.
+TR_EVENTS_APPEND_ONLY = """
+CREATE TRIGGER tr_allocation_events_append_only
+BEFORE UPDATE ON allocation_events
+BEGIN
+    SELECT RAISE(ABORT, 'allocation_events is append-only');
+END
+"""
+
+#: (name, CREATE statement) in creation order; drop in reverse.
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("v_allocations", V_ALLOCATIONS),
+    ("v_device_owners", V_DEVICE_OWNERS),
+    ("v_double_allocations", V_DOUBLE_ALLOCATIONS),
+    ("v_run_options", V_RUN_OPTIONS),
+    ("v_run_option_conflicts", V_RUN_OPTION_CONFLICTS),
+)
+TRIGGERS: tuple[tuple[str, str], ...] = (
+    ("tr_allocation_events_append_only", TR_EVENTS_APPEND_ONLY),
+)
+
+# One container's settings, winners and conflicts, in merge order: resource (byte order), then
+# section (KINDS order), then position. A first row with kind_order 0 says the container
+# exists, so an empty result means "unknown container" (None) and a lone marker means "no
+# settings". Columns: kind_order, resource, position, name, value, permissions, read_only, rn,
+# kept_value.
+RUN_OPTIONS_FOR_CONTAINER = (
+    """
+    WITH target (id) AS (
+        SELECT c.id FROM pods p JOIN containers c ON c.pod_id = p.id
+        WHERE p.uid = :pod AND c.name = :container
+    ),"""
+    + _options("WHERE a.container_id IN (SELECT id FROM target)")
+    + ","
+    + _RANKED
+    + """
+    SELECT 0 AS kind_order, NULL AS resource, NULL AS position, NULL, NULL, NULL, NULL, 1,
+           NULL
+    FROM target
+    UNION ALL
+    SELECT kind_order, resource, position, name, value, permissions, read_only, rn,
+           kept_value
+    FROM ranked
+    WHERE rn = 1 OR value IS NOT kept_value
+    ORDER BY resource, kind_order, position
+"""
+)
