@@ -33,8 +33,7 @@ class CheckpointCorruptError(CheckpointError):
         self.expected = expected
         self.actual = actual
         super().__init__(
-            message
-            or f"checkpoint is corrupted: stored checksum {expected}, computed {actual}"
+            message or f"checkpoint is corrupted: stored checksum {expected}, computed {actual}"
         )
 
 

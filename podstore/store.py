@@ -519,9 +519,7 @@ class PodStore:
         with self._write() as conn:
             return transfer.load(conn, prepared, merge=bool(merge))
 
-    def export_checkpoint(
-        self, path: str | os.PathLike[str], *, boot_id: str | None = None
-    ) -> int:
+    def export_checkpoint(self, path: str | os.PathLike[str], *, boot_id: str | None = None) -> int:
         """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; returns the
         number of entries written.
 
