@@ -1,0 +1,147 @@
+"""``python -m bench``: measure podstore against its baselines and write the results.
+
+Writes ``<out>/latest.json`` and ``<out>/latest.md`` (default ``bench/results``) and the plot
+``docs/perf-scaling.png``; prints the tables and a PASS/MISS line per target. Exit status 0
+even when a target is missed (the numbers are the output); 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SIZES = (100, 1_000, 10_000, 100_000)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(sorted({int(x.replace("_", "")) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated pod counts, got {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("pod counts must be positive")
+    return sizes
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="podstore vs kubelet-style checkpointing, raw fsync, raw sqlite3 and "
+        "in-memory maps, measured side by side.",
+    )
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=DEFAULT_SIZES,
+        help="pod counts of the workloads (default 100,1000,10000,100000)",
+    )
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="calls per contender for per-call figures (default 1000 inserts, 2000 reads; "
+        "--quick: 300); slow contenders also stop at their time budget",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="fewer calls and smaller budgets (< 3 minutes)"
+    )
+    p.add_argument(
+        "--out",
+        default=os.path.join(REPO, "bench", "results"),
+        help="directory for latest.json and latest.md (default bench/results)",
+    )
+    p.add_argument(
+        "--plot",
+        default=os.path.join(REPO, "docs", "perf-scaling.png"),
+        help="where to write the scaling plot (default docs/perf-scaling.png); '' for none",
+    )
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="directory for the stores and checkpoint files (default: a new temp dir, "
+        "removed afterwards); its disk is what the durable figures measure",
+    )
+    p.add_argument("--seed", type=int, default=20240601, help="workload RNG seed")
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="measure nothing: redraw the tables, latest.md and the plot from <out>/latest.json",
+    )
+    args = p.parse_args(argv)
+    if args.reps is not None and args.reps < 3:
+        p.error("--reps must be at least 3")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Imported here so that --help works without the project's dependencies.
+    from bench import machine, report, runner, targets
+
+    if args.render:
+        with open(os.path.join(args.out, "latest.json"), encoding="utf-8") as f:
+            saved: dict[str, Any] = json.load(f)
+        saved.pop("targets", None)
+        verdicts = targets.evaluate(saved)
+        print(report.console(saved, verdicts))
+        report.write_json(os.path.join(args.out, "latest.json"), saved, verdicts)
+        report.write_text(os.path.join(args.out, "latest.md"), report.markdown(saved, verdicts))
+        if args.plot:
+            report.plot(saved, args.plot)
+        return 0
+
+    cfg = runner.Config.make(args.sizes, args.reps, args.quick, args.seed)
+    own_workdir = args.workdir is None
+    workdir = tempfile.mkdtemp(prefix="podstore-bench-") if own_workdir else args.workdir
+    os.makedirs(workdir, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    meta: dict[str, Any] = {
+        "command": "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "started": started.isoformat(timespec="seconds"),
+        "seed": args.seed,
+        "quick": args.quick,
+        "config": dataclasses.asdict(cfg),
+        "machine": machine.describe(workdir, REPO),
+    }
+    log(f"sizes {', '.join(map(str, cfg.sizes))}; files in {workdir}")
+    try:
+        results: dict[str, Any] = runner.run(cfg, workdir, log)
+    finally:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    meta["duration_s"] = time.perf_counter() - t0
+    meta["load_avg_at_end"] = list(os.getloadavg())
+    results = {"meta": meta, **results}
+    verdicts = targets.evaluate(results)
+    print(report.console(results, verdicts))
+    report.write_json(os.path.join(args.out, "latest.json"), results, verdicts)
+    report.write_text(os.path.join(args.out, "latest.md"), report.markdown(results, verdicts))
+    if args.plot:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+        if not report.plot(results, args.plot):
+            log("matplotlib is not installed: no plot (pip install matplotlib)")
+    missed = sum(1 for t in verdicts if t.passed is False)
+    log(f"done in {meta['duration_s']:.0f}s: {len(verdicts) - missed} targets met, {missed} missed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
