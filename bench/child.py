@@ -34,12 +34,14 @@ def _status_kib(field: str) -> int:
     return 0
 
 
-def _open_podstore(db: str, pod: str, container: str, resource: str) -> dict[str, Any]:
+def _open_podstore(
+    db: str, pod: str, container: str, resource: str, verify: str = "blocking"
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     import podstore
 
     t1 = time.perf_counter()
-    store = podstore.PodStore.open(db)
+    store = podstore.PodStore.open(db, verify=verify)  # type: ignore[arg-type]
     answer = store.container_devices(pod, container, resource)
     t2 = time.perf_counter()
     store.close()

@@ -540,7 +540,7 @@ def open_to_first_answer(
 ) -> dict[str, Any]:
     """Restart cost: podstore open + one answer vs kubelet load + verify + rebuild maps."""
     pod, container, resource = key
-    imports: dict[str, list[float]] = {"podstore": [], "kubelet": []}
+    imports: dict[str, list[float]] = {"podstore": [], "podstore_background": [], "kubelet": []}
     answers: dict[str, Any] = {}
     rss: list[int] = []
 
@@ -548,6 +548,13 @@ def open_to_first_answer(
         res = child.run("open-podstore", db, pod, container, resource)
         imports["podstore"].append(res.out["import_s"])
         answers["podstore"] = res.out["answer"]
+        return float(res.out["open_s"])
+
+    def ps_bg(_: int) -> float:
+        # The same open with the integrity check moved off the critical path.
+        res = child.run("open-podstore", db, pod, container, resource, "background")
+        imports["podstore_background"].append(res.out["import_s"])
+        answers["podstore_background"] = res.out["answer"]
         return float(res.out["open_s"])
 
     def kb(_: int) -> float:
@@ -558,12 +565,12 @@ def open_to_first_answer(
         return float(res.out["open_s"])
 
     samples = interleaved(
-        {"podstore": ps, "kubelet": kb},
+        {"podstore": ps, "podstore_background": ps_bg, "kubelet": kb},
         cfg.open_reps,
         budget_s=cfg.open_budget,
         min_reps=1,
     )
-    if answers.get("podstore") != answers.get("kubelet"):
+    if not answers.get("podstore") == answers.get("podstore_background") == answers.get("kubelet"):
         checks.append("open_to_first_answer: podstore and kubelet answers differ")
     return {
         "ops": _stats(samples),

@@ -159,7 +159,19 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             100.0,
             True,
             f"kubelet-style {kb_open and f'{kb_open:.2f} s'} vs podstore "
-            f"{ps_open and f'{ps_open * 1e3:.1f} ms'}",
+            f"{ps_open and f'{ps_open * 1e3:.1f} ms'} (default verify=blocking: quick_check "
+            "of every page)",
+        )
+    )
+    bg_open = opened.get("podstore_background", {}).get("p50_s")
+    out.append(
+        Target(
+            "open-to-first-answer ≥ 100× faster than kubelet load, verify=background",
+            _ratio(kb_open, bg_open),
+            100.0,
+            True,
+            f"kubelet-style {kb_open and f'{kb_open:.2f} s'} vs podstore "
+            f"{bg_open and f'{bg_open * 1e3:.1f} ms'}",
         )
     )
 

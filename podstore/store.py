@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from podstore import codec, history, readonly, responses, validate, views, writes
 from podstore import queries as q
@@ -27,6 +27,7 @@ from podstore.engine import (
     connect,
     database_path,
     ensure_schema,
+    quick_check,
     translated_errors,
 )
 from podstore.errors import InvalidInputError, PodStoreError, ReadOnlyStoreError
@@ -67,6 +68,9 @@ class PodStore:
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._closed = False
+        self._verifier: threading.Thread | None = None
+        self._verifier_conn: sqlite3.Connection | None = None
+        self._damage: PodStoreError | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -79,6 +83,7 @@ class PodStore:
         upgrade: bool = True,
         durability: Durability = "full",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        verify: Literal["blocking", "background", "off"] = "blocking",
     ) -> PodStore:
         """Open (creating if needed, mode 0600) the store at ``path`` (a path or sqlite URL).
 
@@ -87,8 +92,20 @@ class PodStore:
         writes, never migrates). ``durability="normal"`` trades the last commits on power loss
         for speed; the default "full" fsyncs every commit.
 
+        ``verify``: ``PRAGMA quick_check`` reads every page (~2 ms per MB: a few ms for a
+        node's worth of pods, ~300 ms for a synthetic store of 100,000 entries). "blocking"
+        (default) runs it before returning, so a damaged file is refused at open.
+        "background" runs it in a daemon thread on its own connection so the first answer
+        does not wait: damage is logged when found and every later call raises
+        StoreCorruptError; :meth:`wait_verified` blocks until the check is done. "off" skips
+        it (``podstore verify`` can run it later).
+
         Raises InvalidInputError, SchemaError, StoreCorruptError or StoreBusyError.
         """
+        if verify not in ("blocking", "background", "off"):
+            raise InvalidInputError(
+                f"verify: expected 'blocking', 'background' or 'off', got {verify!r}"
+            )
         if durability not in ("full", "normal"):
             raise InvalidInputError(f"durability: expected 'full' or 'normal', got {durability!r}")
         if (
@@ -103,10 +120,48 @@ class PodStore:
             durability=durability,
             busy_timeout=float(busy_timeout),
         )
-        ensure_schema(options, upgrade=upgrade)
+        ensure_schema(options, upgrade=upgrade, check=verify == "blocking")
         store = cls(options)
         store._conn()  # fail now, not on first use
+        if verify == "background":
+            store._verifier = threading.Thread(
+                target=store._background_check, name="podstore-quick-check", daemon=True
+            )
+            store._verifier.start()
         return store
+
+    def _background_check(self) -> None:
+        try:
+            conn = connect(self._options)
+        except (PodStoreError, sqlite3.Error):
+            return  # the store's own connection opened; its calls will report the problem
+        with self._lock:
+            self._verifier_conn = conn
+        try:
+            quick_check(conn)
+        except PodStoreError as exc:
+            log.error("%s: %s", self._options.path, exc)
+            self._damage = exc
+        except sqlite3.Error:
+            pass  # interrupted by close()
+        finally:
+            with self._lock:
+                self._verifier_conn = None
+            conn.close()
+
+    def wait_verified(self, timeout: float | None = None) -> bool:
+        """Wait for the open-time quick_check; True once it has passed, False on timeout.
+
+        Raises StoreCorruptError if it found damage. Returns True at once when the store was
+        opened with ``verify="blocking"`` or ``"off"``.
+        """
+        if self._verifier is not None:
+            self._verifier.join(timeout)
+            if self._verifier.is_alive():
+                return False
+        if self._damage is not None:
+            raise self._damage
+        return True
 
     @property
     def path(self) -> str:
@@ -121,6 +176,10 @@ class PodStore:
         with self._lock:
             self._closed = True
             conns, self._connections = self._connections, []
+            if self._verifier_conn is not None:
+                self._verifier_conn.interrupt()  # a check cut short is not a finding
+        if self._verifier is not None and self._verifier is not threading.current_thread():
+            self._verifier.join()
         for conn in conns:
             try:
                 conn.close()
@@ -137,6 +196,8 @@ class PodStore:
         state = self._local
         if self._closed:
             raise PodStoreError("the store is closed")
+        if self._damage is not None:
+            raise self._damage
         if state.conn is None or state.pid != os.getpid():
             # After fork() the inherited connection belongs to the parent: closing it here
             # could drop the parent's POSIX locks, so it is abandoned, not closed.

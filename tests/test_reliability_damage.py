@@ -84,7 +84,7 @@ def test_damaged_header_is_refused(
     db = _damaged(pristine, tmp_path, damage)
     for readonly in (False, True):
         with pytest.raises(StoreCorruptError):
-            PodStore.open(db, readonly=readonly)
+            PodStore.open(db, readonly=readonly, verify="blocking")
     findings = verify(db)
     assert has_errors(findings)
     code, out = _cli(db)
@@ -103,7 +103,7 @@ def test_every_damaged_page_is_refused_on_open(pristine: Path, tmp_path: Path) -
         db = _damaged(pristine, tmp_path, _overwrite(start, rng.randbytes(PAGE - (start % PAGE))))
         for readonly in (False, True):
             with pytest.raises(StoreCorruptError):
-                PodStore.open(db, readonly=readonly)
+                PodStore.open(db, readonly=readonly, verify="blocking")
         assert has_errors(verify(db, quick=True)), page
     report("damage", pages_damaged=pages, refused_on_open=pages)
 

@@ -56,7 +56,12 @@ def record(directory: Path, seed: int, ops: int, durability: str = "full") -> Re
     model = workload.Model()
     states = [model.state()]
     with recording() as rec:
-        store = PodStore.open(directory / DB, durability=durability)  # type: ignore[arg-type]
+        # One connection, as the recorded I/O model assumes (no background check).
+        store = PodStore.open(
+            directory / DB,
+            durability=durability,  # type: ignore[arg-type]
+            verify="blocking",
+        )
         for i in range(ops):
             op = workload.make_op(seed, i)
             workload.apply(store, op)
@@ -98,7 +103,7 @@ def _check(directory: Path, rec: Recorded, acked: int, out: Outcome, where: str)
     out.trials += 1
     done = acked + 1  # operations acknowledged
     try:
-        with PodStore.open(directory / DB) as store:
+        with PodStore.open(directory / DB, verify="blocking") as store:
             got = workload.store_state(store)
         conn = sqlite3.connect(directory / DB, isolation_level=None)
         try:
