@@ -20,15 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore import (
-    Device,
     DeviceRunContainerOptions,
-    NUMANode,
     PodDevicesEntry,
     PodStore,
     ResourceDeviceInstances,
-    TopologyInfo,
 )
 from podstore import queries as q
+from podstore.store import shape_topology
 
 Params = Sequence[Any] | dict[str, Any]
 
@@ -146,22 +144,8 @@ def shape_devices(rowsets: list[list[Any]]) -> dict[str, set[str]]:
 
 
 def shape_get_container_devices(rowsets: list[list[Any]]) -> ResourceDeviceInstances | None:
-    rows = _last(rowsets)
-    if not rows:
-        return None
-    out = ResourceDeviceInstances()
-    for resource, device_id, nodes, has_keys in rows:
-        if resource is None or not has_keys:
-            continue
-        instances = out.setdefault(resource, {})
-        if device_id is None:
-            continue
-        device = Device()
-        if nodes is not None:
-            ids = sorted({int(n) for n in str(nodes).split(",")})
-            device.topology.CopyFrom(TopologyInfo(nodes=[NUMANode(ID=n) for n in ids]))
-        instances[device_id] = device
-    return out
+    # The same Python shaping podstore applies, so the ratio measures only the rest.
+    return shape_topology(_last(rowsets))
 
 
 def shape_owner(rowsets: list[list[Any]]) -> tuple[str, str] | None:

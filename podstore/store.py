@@ -477,21 +477,7 @@ class PodStore:
             q.CONTAINER_TOPOLOGY,
             (validate.text(pod_uid, "pod_uid"), validate.text(container_name, "container_name")),
         )
-        if not rows:
-            return None
-        out = ResourceDeviceInstances()
-        for resource, device_id, nodes, has_keys in rows:
-            if resource is None or not has_keys:
-                continue
-            instances = out.setdefault(resource, {})
-            if device_id is None:
-                continue
-            device = Device()
-            if nodes is not None:
-                ids = sorted({int(n) for n in str(nodes).split(",")})
-                device.topology.CopyFrom(TopologyInfo(nodes=[NUMANode(ID=n) for n in ids]))
-            instances[device_id] = device
-        return out
+        return shape_topology(rows)
 
     def get_pod_and_container_for_device(
         self, device_id: str, resource_name: str | None = None
@@ -680,6 +666,25 @@ def _hex(value: str) -> str:
 
 def _unhex(value: str) -> str:
     return bytes.fromhex(value).decode("utf-8")
+
+
+def shape_topology(rows: Sequence[Any]) -> ResourceDeviceInstances | None:
+    """ResourceDeviceInstances from CONTAINER_TOPOLOGY rows (no rows: unknown container)."""
+    if not rows:
+        return None
+    out = ResourceDeviceInstances()
+    for resource, device_id, nodes, has_keys in rows:
+        if resource is None or not has_keys:
+            continue
+        instances = out.setdefault(resource, {})
+        if device_id is None:
+            continue
+        device = Device()
+        if nodes is not None:
+            ids = sorted({int(n) for n in str(nodes).split(",")})
+            device.topology.CopyFrom(TopologyInfo(nodes=[NUMANode(ID=n) for n in ids]))
+        instances[device_id] = device
+    return out
 
 
 def _checkpoint_entries(conn: sqlite3.Connection) -> Iterator[PodDevicesEntry]:
