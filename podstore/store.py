@@ -566,19 +566,30 @@ class PodStore:
         with self._write() as conn:
             return transfer.load(conn, prepared, merge=bool(merge))
 
-    def export_checkpoint(self, path: str | os.PathLike[str], *, boot_id: str | None = None) -> int:
+    def export_checkpoint(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        boot_id: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; returns the
         number of entries written.
 
         Atomic: a temp file in the same directory, fsync, rename, fsync of the directory;
         mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
+        ``progress(done, total)`` is called as entries are read (for a progress bar).
         """
         from podstore import transfer
 
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
         with self._snapshot() as conn:
-            data, count = transfer.export_bytes(conn, _checkpoint_entries(conn), boot_id)
+            entries: Iterable[PodDevicesEntry] = _checkpoint_entries(conn)
+            if progress is not None:
+                total = int(conn.execute(q.COUNTS).fetchone()[2])
+                entries = transfer.counted(entries, total, progress)
+            data, count = transfer.export_bytes(conn, entries, boot_id)
         transfer.write_file(path, data)
         return count
 

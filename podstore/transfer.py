@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from podstore import codec, writes
@@ -129,6 +129,19 @@ def load(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> 
         merged=merge,
         skipped=tuple(prepared.skipped),
     )
+
+
+def counted(
+    entries: Iterable[PodDevicesEntry], total: int, progress: Progress
+) -> Iterator[PodDevicesEntry]:
+    """Pass entries through, calling progress(done, total) every 1,000 and at the end."""
+    done = 0
+    for entry in entries:
+        yield entry
+        done += 1
+        if done % 1000 == 0:
+            progress(done, total)
+    progress(done, max(done, total))
 
 
 def export_bytes(

@@ -29,7 +29,7 @@ def import_(ctx: Context, file: Path, merge: bool, strict: bool, max_bytes: int 
     """Load a kubelet_internal_checkpoint FILE into the store, all or nothing."""
     store = ctx.store()
     if sys.stdout.isatty():
-        with click.progressbar(length=1, label="decoding entries", file=sys.stderr) as bar:
+        with click.progressbar(length=1, label="decoding entries", file=sys.stdout) as bar:
 
             def progress(done: int, total: int) -> None:
                 bar.length = max(total, 1)
@@ -62,7 +62,17 @@ def import_(ctx: Context, file: Path, merge: bool, strict: bool, max_bytes: int 
 @click.pass_obj
 def export(ctx: Context, file: Path, boot_id: str | None) -> None:
     """Write the store as a kubelet_internal_checkpoint FILE (atomic, mode 0600)."""
-    count = ctx.store(readonly=False).export_checkpoint(file, boot_id=boot_id)
+    store = ctx.store(readonly=False)
+    if sys.stdout.isatty():
+        with click.progressbar(length=1, label="reading entries", file=sys.stdout) as bar:
+
+            def progress(done: int, total: int) -> None:
+                bar.length = max(total, 1)
+                bar.update(done - bar.pos)
+
+            count = store.export_checkpoint(file, boot_id=boot_id, progress=progress)
+    else:
+        count = store.export_checkpoint(file, boot_id=boot_id)
     click.echo(f"exported {count} entries to {file}")
 
 
