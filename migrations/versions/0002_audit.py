@@ -67,8 +67,8 @@ JOIN (SELECT resource, device_id, count(DISTINCT pod_uid) AS pod_count
   ON s.resource = o.resource AND s.device_id = o.device_id
 """
 
-V_RUN_OPTIONS = """CREATE VIEW v_run_options AS
-WITH
+# Every setting of every container ranked per (container, kind, key): first wins.
+_RANKED_OPTIONS = """WITH
     options (container_id, resource, kind_order, kind, position, name, value, permissions,
              read_only) AS (
         SELECT a.container_id, a.resource, 1, 'env', x.position, x.name, x.value, NULL, NULL
@@ -98,7 +98,12 @@ WITH
         WINDOW w AS (PARTITION BY o.container_id, o.kind_order, o.name
                      ORDER BY o.resource, o.position)
     )
-SELECT p.uid AS pod_uid, c.name AS container, r.kind AS kind,
+"""
+
+V_RUN_OPTIONS = (
+    "CREATE VIEW v_run_options AS\n"
+    + _RANKED_OPTIONS
+    + """SELECT p.uid AS pod_uid, c.name AS container, r.kind AS kind,
        row_number() OVER (PARTITION BY r.container_id, r.kind_order
                           ORDER BY r.resource, r.position) AS ordinal,
        r.name AS name, r.value AS value, r.permissions AS permissions,
@@ -108,39 +113,12 @@ JOIN containers c ON c.id = r.container_id
 JOIN pods p ON p.id = c.pod_id
 WHERE r.rn = 1
 """
+)
 
-V_RUN_OPTION_CONFLICTS = """CREATE VIEW v_run_option_conflicts AS
-WITH
-    options (container_id, resource, kind_order, kind, position, name, value, permissions,
-             read_only) AS (
-        SELECT a.container_id, a.resource, 1, 'env', x.position, x.name, x.value, NULL, NULL
-        FROM response_envs x JOIN allocations a ON a.id = x.allocation_id
-        UNION ALL
-        SELECT a.container_id, a.resource, 2, 'device', x.position, x.container_path,
-               x.host_path, x.permissions, NULL
-        FROM response_devices x JOIN allocations a ON a.id = x.allocation_id
-        UNION ALL
-        SELECT a.container_id, a.resource, 3, 'mount', x.position, x.container_path,
-               x.host_path, NULL, x.read_only
-        FROM response_mounts x JOIN allocations a ON a.id = x.allocation_id
-        UNION ALL
-        SELECT a.container_id, a.resource, 4, 'annotation', x.position, x.name, x.value,
-               NULL, NULL
-        FROM response_annotations x JOIN allocations a ON a.id = x.allocation_id
-        UNION ALL
-        SELECT a.container_id, a.resource, 5, 'cdi', x.position, x.name, NULL, NULL, NULL
-        FROM response_cdi_devices x JOIN allocations a ON a.id = x.allocation_id
-    ),
-    ranked AS (
-        SELECT o.*,
-               row_number() OVER w AS rn,
-               first_value(o.value) OVER w AS kept_value,
-               first_value(o.resource) OVER w AS kept_resource
-        FROM options o
-        WINDOW w AS (PARTITION BY o.container_id, o.kind_order, o.name
-                     ORDER BY o.resource, o.position)
-    )
-SELECT p.uid AS pod_uid, c.name AS container, r.kind AS kind, r.name AS name,
+V_RUN_OPTION_CONFLICTS = (
+    "CREATE VIEW v_run_option_conflicts AS\n"
+    + _RANKED_OPTIONS
+    + """SELECT p.uid AS pod_uid, c.name AS container, r.kind AS kind, r.name AS name,
        r.kept_value AS kept_value, r.kept_resource AS kept_resource,
        r.value AS dropped_value, r.resource AS dropped_resource
 FROM ranked r
@@ -148,6 +126,7 @@ JOIN containers c ON c.id = r.container_id
 JOIN pods p ON p.id = c.pod_id
 WHERE r.rn > 1 AND r.value IS NOT r.kept_value
 """
+)
 
 TR_ALLOCATION_EVENTS_APPEND_ONLY = """CREATE TRIGGER tr_allocation_events_append_only
 BEFORE UPDATE ON allocation_events
