@@ -20,13 +20,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
-
-import sqlalchemy
-from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.pool import NullPool
 
 from podstore.errors import (
     InvalidInputError,
@@ -37,6 +32,13 @@ from podstore.errors import (
     StoreCorruptError,
     StoreFullError,
 )
+from podstore.fsutil import fsync_directory
+
+if TYPE_CHECKING:
+    # SQLAlchemy is only needed for migrations and URL parsing; importing it costs ~120 ms of
+    # every process start (docs/performance.md), so it is imported where it is used.
+    import sqlalchemy
+    from sqlalchemy.engine import Engine
 
 log = logging.getLogger("podstore")
 
@@ -95,8 +97,11 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
         raise InvalidInputError(f"database: expected a path or an sqlite URL, got {path_or_url!r}")
     if "://" in path_or_url:
         try:
+            from sqlalchemy.engine import make_url
+            from sqlalchemy.exc import ArgumentError
+
             url = make_url(path_or_url)
-        except sqlalchemy.exc.ArgumentError as exc:
+        except ArgumentError as exc:
             raise InvalidInputError(f"database: bad URL {path_or_url!r}: {exc}") from None
         if url.get_backend_name() != "sqlite":
             raise InvalidInputError(
@@ -171,7 +176,12 @@ def translated_errors() -> Iterator[None]:
     """
     try:
         yield
-    except (sqlite3.Error, sqlalchemy.exc.DBAPIError) as exc:
+    except Exception as exc:
+        # sqlite3 errors, and the same wrapped by SQLAlchemy (which need not be imported).
+        if not isinstance(exc, sqlite3.Error) and not isinstance(
+            getattr(exc, "orig", None), sqlite3.Error
+        ):
+            raise
         mapped = translate(exc)
         if mapped is None:
             raise
@@ -390,6 +400,10 @@ def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) ->
     lock from its first statement and DDL is rolled back as a whole on failure.
     """
     opts = options or ConnectOptions(path=database_path(url))
+    import sqlalchemy
+    from sqlalchemy import event
+    from sqlalchemy.pool import NullPool
+
     engine = sqlalchemy.create_engine(
         "sqlite://", creator=functools.partial(connect, opts), poolclass=NullPool
     )
@@ -559,15 +573,3 @@ def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None
             action(alembic_config(connection))
     finally:
         engine.dispose()
-
-
-def fsync_directory(path: str | os.PathLike[str]) -> None:
-    """fsync a directory so a rename or a new file in it survives power loss."""
-    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from podstore import queries as q
 from podstore.errors import InvalidInputError
 from podstore.types import AllocationEvent, DevicesPerNUMA
 
@@ -218,18 +219,10 @@ def current_entries(
     return out
 
 
-_REGISTERED = """
-    SELECT r.resource, r.is_null, d.device_id
-    FROM registered_resources r
-    LEFT JOIN registered_devices d ON d.resource = r.resource
-    ORDER BY r.resource, d.position
-"""
-
-
 def current_registered(conn: sqlite3.Connection) -> dict[str, list[str] | None]:
     """resource → registered device list (None where the checkpoint had null)."""
     out: dict[str, list[str] | None] = {}
-    for resource, is_null, device_id in conn.execute(_REGISTERED):
+    for resource, is_null, device_id in conn.execute(q.REGISTERED):
         if is_null:
             out[resource] = None
             continue

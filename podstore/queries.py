@@ -180,16 +180,6 @@ OWNER_OF_RESOURCE_DEVICE = """
     LIMIT 1
 """
 
-# Responses of one container in ascending byte order of resource name (BINARY collation).
-CONTAINER_RESPONSES = """
-    SELECT a.resource, a.alloc_resp
-    FROM pods p
-    JOIN containers c ON c.pod_id = p.id
-    LEFT JOIN allocations a ON a.container_id = c.id
-    WHERE p.uid = ? AND c.name = ?
-    ORDER BY a.resource
-"""
-
 # ---- checkpoint export -----------------------------------------------------------------------
 
 # Entries kubelet would write: those with a response, in global position order.

@@ -108,17 +108,12 @@ class PodStore:
             )
         if durability not in ("full", "normal"):
             raise InvalidInputError(f"durability: expected 'full' or 'normal', got {durability!r}")
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, (int, float))
-            or busy_timeout < 0
-        ):
-            raise InvalidInputError(f"busy_timeout: expected seconds >= 0, got {busy_timeout!r}")
+        # ConnectOptions checks busy_timeout (type, finite, range) for every caller.
         options = ConnectOptions(
             path=database_path(path),
             readonly=bool(readonly),
             durability=durability,
-            busy_timeout=float(busy_timeout),
+            busy_timeout=busy_timeout,
         )
         ensure_schema(options, upgrade=upgrade, check=verify == "blocking")
         store = cls(options)
@@ -529,12 +524,10 @@ class PodStore:
 
     def registered_devices(self) -> dict[str, list[str]]:
         """The checkpoint's RegisteredDevices: resource → device IDs in stored order."""
-        out: dict[str, list[str]] = {}
-        for resource, _is_null, device_id in self._rows(q.REGISTERED):
-            ids = out.setdefault(resource, [])
-            if device_id is not None:
-                ids.append(device_id)
-        return out
+        conn = self._conn()
+        with translated_errors():
+            stored = history.current_registered(conn)
+        return {resource: ids or [] for resource, ids in stored.items()}
 
     # ---- kubelet checkpoint files (the work is in transfer.py) -------------------------------
 

@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from podstore import codec, writes
+from podstore import codec, history, writes
 from podstore import queries as q
 from podstore.checkpoint import (
     DEFAULT_MAX_BYTES,
@@ -151,14 +151,7 @@ def export_bytes(
     listed = list(entries)
     row = conn.execute(q.GET_META, ("entries_json",)).fetchone()
     empty_form: list[PodDevicesEntry] | None = [] if row is not None and row[0] == "[]" else None
-    registered: dict[str, list[str] | None] = {}
-    for resource, is_null, device_id in conn.execute(q.REGISTERED):
-        if is_null:
-            registered[resource] = None
-            continue
-        ids = registered.setdefault(resource, [])
-        if device_id is not None and ids is not None:
-            ids.append(device_id)
+    registered = history.current_registered(conn)
     null_row = conn.execute(q.GET_META, ("registered_json_null",)).fetchone()
     registered_out = None if not registered and null_row and null_row[0] == "1" else registered
     data = dumps_checkpoint(listed or empty_form, registered_out, boot_id or None)

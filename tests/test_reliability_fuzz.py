@@ -448,16 +448,6 @@ def test_open_arguments(fuzz_dir: Path) -> None:
 # ---- checkpoint bytes -------------------------------------------------------------------------
 
 
-def _checkpoint() -> Any:
-    try:
-        import podstore.checkpoint as ck
-    except ImportError:
-        pytest.skip("podstore.checkpoint is not there yet")
-    if not hasattr(ck, "read_checkpoint"):
-        pytest.skip("podstore.checkpoint.read_checkpoint is not there yet")
-    return ck
-
-
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), huge_ints, st.floats(allow_nan=False), weird_text),
     lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(weird_text, c, max_size=4)),
@@ -478,8 +468,9 @@ def _mutations(valid: bytes) -> st.SearchStrategy[bytes]:
 def test_checkpoint_bytes(store: PodStore, fuzz_dir: Path) -> None:
     """read_checkpoint on junk bytes raises only CheckpointError (or InvalidInputError), and
     import_checkpoint of the same bytes leaves the store unchanged."""
-    ck = _checkpoint()
     import json as _json
+
+    import podstore.checkpoint as ck
 
     valid = ck.dumps_checkpoint(store.to_checkpoint_data(), store.registered_devices())
     template = _json.loads(valid)

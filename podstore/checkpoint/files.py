@@ -9,6 +9,7 @@ import stat
 from podstore.checkpoint import decode
 from podstore.checkpoint.decode import Checkpoint
 from podstore.errors import CheckpointError, CheckpointFormatError, InvalidInputError
+from podstore.fsutil import fsync_directory
 
 #: Files larger than this are refused before they are read (256 MiB).
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -107,7 +108,7 @@ def write_checkpoint_file(
             os.close(fd)
         os.replace(tmp, target)
         tmp = ""
-        _fsync_directory(directory)
+        fsync_directory(directory)
     except OSError as e:
         raise CheckpointError(f"{target}: cannot write checkpoint: {e.strerror or e}") from e
     finally:
@@ -125,11 +126,3 @@ def _create_temp(directory: str, name: str) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"could not create a temporary file in {directory}")
-
-
-def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
