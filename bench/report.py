@@ -125,70 +125,69 @@ def whole_state_table(results: dict[str, Any], fmt: str) -> str:
                         "",
                     ]
                 )
-        op = s["ops"].get("open_to_first_answer", {})
-        for key, label in (("podstore", "podstore open + 1 query"), ("kubelet", "kubelet load")):
-            if key in op:
-                rows.append(
-                    [
-                        f"restart: {label}",
-                        f"{s['pods']:,}",
-                        f"{s['entries']:,}",
-                        fmt_time(op[key]["p50_s"]),
-                        f"+ {fmt_time(s.get('import_time_s', {}).get(key))} module imports",
-                    ]
-                )
-        rss = s.get("peak_rss_kib", {})
-        for key, label in (
-            ("podstore_import", "podstore import"),
-            ("kubelet_load", "kubelet load"),
-        ):
-            if rss.get(key):
-                rows.append(
-                    [
-                        f"peak RSS: {label}",
-                        f"{s['pods']:,}",
-                        f"{s['entries']:,}",
-                        f"{rss[key] / 1024:.0f} MiB",
-                        "",
-                    ]
-                )
+        rows.extend(
+            _restart_rows(
+                s["ops"].get("open_to_first_answer", {}),
+                s.get("import_time_s", {}),
+                s.get("peak_rss_kib", {}),
+                f"{s['pods']:,}",
+                f"{s['entries']:,}",
+            )
+        )
     fx = results.get("fixture") or {}
     if fx:
-        op = fx.get("open_to_first_answer", {})
-        for key, label in (("podstore", "podstore open + 1 query"), ("kubelet", "kubelet load")):
-            if key in op:
-                rows.append(
-                    [
-                        f"restart: {label}",
-                        "fixture",
-                        f"{fx['entries']:,}",
-                        fmt_time(op[key]["p50_s"]),
-                        f"+ {fmt_time(fx.get('import_time_s', {}).get(key))} module imports",
-                    ]
-                )
-        rss = fx.get("peak_rss_kib", {})
-        for key, label in (
-            ("podstore_import", "podstore import"),
-            ("kubelet_load", "kubelet load"),
-        ):
-            if rss.get(key):
-                rows.append(
-                    [
-                        f"peak RSS: {label}",
-                        "fixture",
-                        f"{fx['entries']:,}",
-                        f"{rss[key] / 1024:.0f} MiB",
-                        f"(before import: {rss.get('podstore_before_import', 0) / 1024:.0f} MiB)"
-                        if key == "podstore_import"
-                        else "",
-                    ]
-                )
+        rows.extend(
+            _restart_rows(
+                fx.get("open_to_first_answer", {}),
+                fx.get("import_time_s", {}),
+                fx.get("peak_rss_kib", {}),
+                "fixture",
+                f"{fx['entries']:,}",
+            )
+        )
     return tabulate(
         rows,
         headers=["whole-state operation", "pods", "entries", "p50", "note"],
         tablefmt=fmt,
         disable_numparse=True,
     )
+
+
+RESTARTS = {
+    "podstore": "podstore open + 1 query",
+    "podstore_background": "podstore open (verify=background) + 1 query",
+    "kubelet": "kubelet load",
+}
+
+
+def _restart_rows(
+    opened: dict[str, Any],
+    imports: dict[str, float],
+    rss: dict[str, int],
+    pods: str,
+    entries: str,
+) -> list[list[str]]:
+    """Restart and peak-memory rows of one size (or of the fixture)."""
+    rows = [
+        [
+            f"restart: {label}",
+            pods,
+            entries,
+            fmt_time(opened[key]["p50_s"]),
+            f"+ {fmt_time(imports.get(key))} module imports",
+        ]
+        for key, label in RESTARTS.items()
+        if key in opened
+    ]
+    for key, label in (("podstore_import", "podstore import"), ("kubelet_load", "kubelet load")):
+        if rss.get(key):
+            note = (
+                f"(before import: {rss.get('podstore_before_import', 0) / 1024:.0f} MiB)"
+                if key == "podstore_import"
+                else ""
+            )
+            rows.append([f"peak RSS: {label}", pods, entries, f"{rss[key] / 1024:.0f} MiB", note])
+    return rows
 
 
 def targets_table(targets: list[Target], fmt: str) -> str:
