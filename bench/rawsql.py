@@ -25,8 +25,8 @@ from podstore import (
     PodStore,
     ResourceDeviceInstances,
 )
-from podstore import queries as q
-from podstore.store import shape_topology
+from podstore.storage.entries import shape_topology
+from podstore.storage.sql import entries as q
 
 Params = Sequence[Any] | dict[str, Any]
 
@@ -158,16 +158,14 @@ def shape_run_options(
 ) -> DeviceRunContainerOptions | None:
     """Whichever shaping the store uses: SQL-merged rows (responses.shape) or the responses
     merged in Python (run_options.merge)."""
+    from podstore.rules import run_options
+    from podstore.storage import responses
+
     rows = _last(rowsets)
-    try:
-        from podstore import responses
-    except ImportError:
-        responses = None  # type: ignore[assignment]
-    if responses is not None and rows and len(rows[0]) == 9:
+    if rows and len(rows[0]) == 9:
         return responses.shape(
             pod_uid, container_name, rows, cdi_devices=True, cdi_annotations=False
         )
-    from podstore import run_options
 
     if not rows:
         return None

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from podstore import ContainerAllocateResponse, DeviceSpec, PodDevicesEntry
-from podstore.deviceplugin import Mount as PbMount
+from podstore.deviceplugin import Mount
 
 RESOURCES = ("nvidia.com/gpu", "nvidia.com/sriov_rdma")
 CONTAINER_NAMES = ("main", "sidecar", "worker")
@@ -95,7 +95,7 @@ def alloc_resp(
         paths = shared + [f"/dev/nvidia{m}" for m in minors]
         if rng.random() < 0.25:
             msg.mounts.append(
-                PbMount(
+                Mount(
                     container_path="/usr/bin/nvidia-smi",
                     host_path="/usr/bin/nvidia-smi",
                     read_only=True,

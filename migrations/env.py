@@ -14,8 +14,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from podstore.engine import create_sqlalchemy_engine, database_url
-from podstore.schema import metadata
+from podstore.sqlite.connection import create_sqlalchemy_engine, database_url
+from podstore.storage.schema import metadata
 
 config = context.config
 

@@ -1,6 +1,8 @@
 """podstore: a crash-safe SQLite store of kubelet device-manager allocations.
 
-The public names are re-exported here and nowhere else; see docs/ and the README.
+The public names are re-exported here and nowhere else (plus the documented modules
+``podstore.checkpoint`` and ``podstore.deviceplugin``); see docs/api.md. Every other module is
+internal: ``rules/``, ``sqlite/``, ``storage/`` and ``cli/`` may change between releases.
 """
 
 from podstore.deviceplugin import (
@@ -15,6 +17,7 @@ from podstore.errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointFormatError,
+    CheckpointNotFoundError,
     InvalidInputError,
     PodStoreError,
     ReadOnlyStoreError,
@@ -23,6 +26,9 @@ from podstore.errors import (
     StoreCorruptError,
     StoreFullError,
 )
+from podstore.storage.events import ReplayState
+from podstore.storage.events import replay as replay_history
+from podstore.storage.selfcheck import Finding, check_store
 from podstore.store import PodStore
 from podstore.types import (
     NO_TOPOLOGY,
@@ -37,6 +43,8 @@ from podstore.types import (
     PodDevicesEntry,
     QueryResult,
     ResourceDeviceInstances,
+    RuntimeCDIDevice,
+    RuntimeMount,
     SkippedEntry,
     StoreStats,
 )
@@ -52,12 +60,14 @@ __all__ = [
     "CheckpointCorruptError",
     "CheckpointError",
     "CheckpointFormatError",
+    "CheckpointNotFoundError",
     "ContainerAllocateResponse",
     "Device",
     "DeviceInfo",
     "DeviceRunContainerOptions",
     "DeviceSpec",
     "EnvVar",
+    "Finding",
     "ImportReport",
     "InvalidInputError",
     "Mount",
@@ -67,7 +77,10 @@ __all__ = [
     "PodStoreError",
     "QueryResult",
     "ReadOnlyStoreError",
+    "ReplayState",
     "ResourceDeviceInstances",
+    "RuntimeCDIDevice",
+    "RuntimeMount",
     "SchemaError",
     "SkippedEntry",
     "StoreBusyError",
@@ -76,4 +89,6 @@ __all__ = [
     "StoreStats",
     "TopologyInfo",
     "__version__",
+    "check_store",
+    "replay_history",
 ]

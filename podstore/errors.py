@@ -22,6 +22,10 @@ class CheckpointFormatError(CheckpointError):
     """The checkpoint is not a v1 or v2 kubelet checkpoint (bad JSON, wrong types, bad field)."""
 
 
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """The checkpoint file does not exist (kubelet starts empty in that case, without error)."""
+
+
 class CheckpointCorruptError(CheckpointError):
     """The checkpoint parsed but its stored checksum does not match its contents.
 

@@ -1,7 +1,8 @@
 """PodStore: the kubelet device manager's podDevices, kept in SQLite.
 
-Thin by design: each public method checks its arguments, opens the right kind of
-transaction and runs statements from ``queries.py``; Python only shapes rows.
+The facade, and nothing else: each public method checks its arguments (``rules/``), takes a
+connection in the right kind of transaction (``sqlite/sessions.py``) and hands it to the
+storage code (``storage/``) or runs one of its statements (``storage/sql/``).
 """
 
 from __future__ import annotations
@@ -9,33 +10,35 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from podstore import codec, history, readonly, responses, validate, views, writes
-from podstore import queries as q
-from podstore.deviceplugin import Device, NUMANode, TopologyInfo
-from podstore.engine import (
+from podstore.errors import InvalidInputError, PodStoreError
+from podstore.rules import validate
+from podstore.rules.alloc_resp import AllocRespInput
+from podstore.rules.alloc_resp import from_argument as response_from_argument
+from podstore.rules.times import TimeArg, parse_time
+from podstore.sqlite import guarded
+from podstore.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,
     ConnectOptions,
     Durability,
-    begin_immediate,
-    connect,
     database_path,
-    ensure_schema,
-    quick_check,
-    translated_errors,
 )
-from podstore.errors import InvalidInputError, PodStoreError, ReadOnlyStoreError
-from podstore.history import TimeArg
+from podstore.sqlite.migrate import ensure_schema
+from podstore.sqlite.sessions import Sessions
+from podstore.sqlite.translate import translated_errors
+from podstore.storage import entries as entry_store
+from podstore.storage import events, responses, transfer
+from podstore.storage.entries import hex_text, unhex_text
+from podstore.storage.sql import entries as q
+from podstore.storage.sql import events as events_sql
+from podstore.storage.sql import views
 from podstore.types import (
     AllocationEvent,
     DeviceRunContainerOptions,
-    DevicesPerNUMA,
     ImportReport,
     PodDevicesEntry,
     QueryResult,
@@ -45,13 +48,8 @@ from podstore.types import (
 
 log = logging.getLogger("podstore")
 
-
-class _ThreadState(threading.local):
-    """Each thread gets its own SQLite connection (sqlite3 objects must not be shared)."""
-
-    conn: sqlite3.Connection | None = None
-    pid: int = 0
-    depth: int = 0
+# PodStore(...) is refused: only open() sets a store up (schema checked, connections made).
+_OPEN_TOKEN = object()
 
 
 class PodStore:
@@ -62,15 +60,10 @@ class PodStore:
     durable transaction, or part of the enclosing :meth:`transaction` block.
     """
 
-    def __init__(self, options: ConnectOptions) -> None:
-        self._options = options
-        self._local = _ThreadState()
-        self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
-        self._closed = False
-        self._verifier: threading.Thread | None = None
-        self._verifier_conn: sqlite3.Connection | None = None
-        self._damage: PodStoreError | None = None
+    def __init__(self, sessions: Sessions, *, _token: object = None) -> None:
+        if _token is not _OPEN_TOKEN:
+            raise PodStoreError("create a PodStore with PodStore.open(path), not PodStore(...)")
+        self._sessions = sessions
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -116,33 +109,11 @@ class PodStore:
             busy_timeout=busy_timeout,
         )
         ensure_schema(options, upgrade=upgrade, check=verify == "blocking")
-        store = cls(options)
-        store._conn()  # fail now, not on first use
+        sessions = Sessions(options)
+        sessions.conn()  # fail now, not on first use
         if verify == "background":
-            store._verifier = threading.Thread(
-                target=store._background_check, name="podstore-quick-check", daemon=True
-            )
-            store._verifier.start()
-        return store
-
-    def _background_check(self) -> None:
-        try:
-            conn = connect(self._options)
-        except (PodStoreError, sqlite3.Error):
-            return  # the store's own connection opened; its calls will report the problem
-        with self._lock:
-            self._verifier_conn = conn
-        try:
-            quick_check(conn)
-        except PodStoreError as exc:
-            log.error("%s: %s", self._options.path, exc)
-            self._damage = exc
-        except sqlite3.Error:
-            pass  # interrupted by close()
-        finally:
-            with self._lock:
-                self._verifier_conn = None
-            conn.close()
+            sessions.start_background_check()
+        return cls(sessions, _token=_OPEN_TOKEN)
 
     def wait_verified(self, timeout: float | None = None) -> bool:
         """Wait for the open-time quick_check; True once it has passed, False on timeout.
@@ -150,36 +121,19 @@ class PodStore:
         Raises StoreCorruptError if it found damage. Returns True at once when the store was
         opened with ``verify="blocking"`` or ``"off"``.
         """
-        if self._verifier is not None:
-            self._verifier.join(timeout)
-            if self._verifier.is_alive():
-                return False
-        if self._damage is not None:
-            raise self._damage
-        return True
+        return self._sessions.wait_checked(timeout)
 
     @property
     def path(self) -> str:
-        return self._options.path
+        return self._sessions.options.path
 
     @property
     def readonly(self) -> bool:
-        return self._options.readonly
+        return self._sessions.options.readonly
 
     def close(self) -> None:
         """Close every connection this store opened. Further calls raise PodStoreError."""
-        with self._lock:
-            self._closed = True
-            conns, self._connections = self._connections, []
-            if self._verifier_conn is not None:
-                self._verifier_conn.interrupt()  # a check cut short is not a finding
-        if self._verifier is not None and self._verifier is not threading.current_thread():
-            self._verifier.join()
-        for conn in conns:
-            try:
-                conn.close()
-            except sqlite3.Error:  # pragma: no cover - close errors have nothing to undo
-                log.debug("error closing a connection", exc_info=True)
+        self._sessions.close()
 
     def __enter__(self) -> PodStore:
         return self
@@ -187,62 +141,7 @@ class PodStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _conn(self) -> sqlite3.Connection:
-        state = self._local
-        if self._closed:
-            raise PodStoreError("the store is closed")
-        if self._damage is not None:
-            raise self._damage
-        if state.conn is None or state.pid != os.getpid():
-            # After fork() the inherited connection belongs to the parent: closing it here
-            # could drop the parent's POSIX locks, so it is abandoned, not closed.
-            conn = connect(self._options)
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    raise PodStoreError("the store is closed")
-                self._connections.append(conn)
-            state.conn, state.pid, state.depth = conn, os.getpid(), 0
-        return state.conn
-
     # ---- transactions ----------------------------------------------------------------------
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside a transaction()."""
-        if self._options.readonly:
-            raise ReadOnlyStoreError("the store was opened read-only")
-        conn = self._conn()
-        state = self._local
-        with translated_errors():
-            if state.depth:
-                # A failing call inside a transaction() block must not leave half of itself
-                # behind if the caller catches the error and carries on.
-                name = f"podstore_{state.depth}"
-                conn.execute(f"SAVEPOINT {name}")
-                state.depth += 1
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute(f"ROLLBACK TO {name}")
-                    conn.execute(f"RELEASE {name}")
-                    raise
-                else:
-                    conn.execute(f"RELEASE {name}")
-                finally:
-                    state.depth -= 1
-                return
-            begin_immediate(conn, self._options.busy_timeout)
-            state.depth = 1
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            finally:
-                state.depth = 0
 
     @contextmanager
     def transaction(self) -> Iterator[PodStore]:
@@ -251,26 +150,11 @@ class PodStore:
         Calls made inside the block by the same thread see its uncommitted changes; other
         threads and processes see all of them or none. Blocks nest (as savepoints).
         """
-        with self._write():
+        with self._sessions.write():
             yield self
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[sqlite3.Connection]:
-        """A consistent read over several statements (or the open write transaction)."""
-        conn = self._conn()
-        with translated_errors():
-            if self._local.depth or conn.in_transaction:
-                yield conn
-                return
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-
     def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
-        conn = self._conn()
+        conn = self._sessions.conn()
         with translated_errors():
             return conn.execute(sql, params).fetchall()
 
@@ -282,7 +166,7 @@ class PodStore:
         container_name: str,
         resource_name: str,
         devices: Mapping[int, Sequence[str] | AbstractSet[str] | None] | None,
-        alloc_resp: codec.AllocRespInput,
+        alloc_resp: AllocRespInput,
     ) -> None:
         """Record (or replace) the devices and plugin response of one container's resource.
 
@@ -290,21 +174,21 @@ class PodStore:
         ContainerAllocateResponse, its bytes, or None. A replacing insert keeps the entry's
         position. Raises InvalidInputError naming the bad argument; nothing is written then.
         """
-        row = writes.Row(
+        row = entry_store.Row(
             validate.text(pod_uid, "pod_uid"),
             validate.text(container_name, "container_name"),
             validate.text(resource_name, "resource_name"),
             validate.devices_per_numa(devices),
-            codec.encode(alloc_resp),
+            response_from_argument(alloc_resp),
         )
-        with self._write() as conn:
-            writes.write_one(conn, row)
+        with self._sessions.write() as conn:
+            entry_store.write_one(conn, row)
 
     def delete(self, pod_uids: Iterable[str]) -> None:
         """Drop whole pods (all containers and resources). Unknown UIDs are ignored."""
         uids = validate.texts(pod_uids, "pod_uids")
-        with self._write() as conn:
-            writes.delete_pods(conn, uids)
+        with self._sessions.write() as conn:
+            entry_store.delete_pods(conn, uids)
 
     def from_checkpoint_data(self, entries: Iterable[PodDevicesEntry]) -> None:
         """Merge checkpoint entries into the store, in order, as kubelet's restore does.
@@ -313,53 +197,26 @@ class PodStore:
         decode is skipped with a warning (kubelet logs and skips it); a null ``alloc_resp``
         restores as an empty response. Existing entries not named are kept.
         """
-        rows = [row for row, _ in self._restore_rows(entries, "entries") if row is not None]
-        with self._write() as conn:
-            if len(rows) > 64:
-                writes.write_many(conn, rows)
-            else:
-                for row in rows:
-                    writes.write_one(conn, row, "import")
-
-    def _restore_rows(
-        self, entries: Iterable[PodDevicesEntry], argument: str
-    ) -> Iterator[tuple[writes.Row | None, str | None]]:
-        """Validated rows for checkpoint entries; (None, reason) for ones kubelet skips."""
-        if isinstance(entries, (str, bytes)) or not isinstance(entries, Iterable):
-            raise InvalidInputError(f"{argument}: expected an iterable of PodDevicesEntry")
-        for i, entry in enumerate(entries):
-            where = f"{argument}[{i}]"
-            if not isinstance(entry, PodDevicesEntry):
-                raise InvalidInputError(
-                    f"{where}: expected PodDevicesEntry, got {type(entry).__name__}"
-                )
-            resp = entry.alloc_resp
-            if resp is not None and not isinstance(resp, (bytes, bytearray, memoryview)):
-                raise InvalidInputError(
-                    f"{where}.alloc_resp: expected bytes or None, got {type(resp).__name__}"
-                )
-            raw = b"" if resp is None else bytes(resp)
-            reason = codec.decode_error(raw)
-            row = writes.Row(
-                validate.text(entry.pod_uid, f"{where}.pod_uid"),
-                validate.text(entry.container_name, f"{where}.container_name"),
-                validate.text(entry.resource_name, f"{where}.resource_name"),
-                validate.devices_per_numa(entry.device_ids, f"{where}.device_ids"),
-                raw,
-                resp is None,
-            )
-            if reason is not None:
+        rows: list[entry_store.Row] = []
+        for i, entry in enumerate(validate.checkpoint_entries(entries, "entries")):
+            row = transfer.to_row(entry)
+            if isinstance(row, str):
                 log.error(
                     "skipping checkpoint entry %d (%s/%s/%s): AllocResp does not decode: %s",
                     i,
                     entry.pod_uid,
                     entry.container_name,
                     entry.resource_name,
-                    reason,
+                    row,
                 )
-                yield None, reason
+                continue
+            rows.append(row)
+        with self._sessions.write() as conn:
+            if len(rows) > 64:
+                entry_store.write_many(conn, rows)
             else:
-                yield row, None
+                for row in rows:
+                    entry_store.write_one(conn, row, "import")
 
     def set_registered_devices(
         self, mapping: Mapping[str, Sequence[str] | AbstractSet[str] | None] | None
@@ -369,8 +226,8 @@ class PodStore:
         None records a JSON null (as a checkpoint may hold); a None list likewise.
         """
         registered = validate.registered(mapping, "mapping")
-        with self._write() as conn:
-            writes.replace_registered(conn, registered, whole=True)
+        with self._sessions.write() as conn:
+            entry_store.replace_registered(conn, registered, whole=True)
 
     # ---- podDevices: reads -----------------------------------------------------------------
 
@@ -439,13 +296,13 @@ class PodStore:
         params = {
             "pod": validate.text(pod_uid, "pod_uid"),
             "container": validate.text(container_name, "container_name"),
-            "acc": json.dumps({_hex(r): sorted(map(_hex, d)) for r, d in acc.items()}),
+            "acc": json.dumps({hex_text(r): sorted(map(hex_text, d)) for r, d in acc.items()}),
         }
         result: dict[str, set[str]] = {}
         for resource, device_id in self._rows(sql, params):
-            devs = result.setdefault(_unhex(resource), set())
+            devs = result.setdefault(unhex_text(resource), set())
             if device_id is not None:
-                devs.add(_unhex(device_id))
+                devs.add(unhex_text(device_id))
         allocated.update(result)
 
     def devices(self) -> dict[str, set[str]]:
@@ -472,7 +329,7 @@ class PodStore:
             q.CONTAINER_TOPOLOGY,
             (validate.text(pod_uid, "pod_uid"), validate.text(container_name, "container_name")),
         )
-        return shape_topology(rows)
+        return entry_store.shape_topology(rows)
 
     def get_pod_and_container_for_device(
         self, device_id: str, resource_name: str | None = None
@@ -506,8 +363,8 @@ class PodStore:
         """
         pod = validate.text(pod_uid, "pod_uid")
         container = validate.text(container_name, "container_name")
-        # One query over the decoded response rows (views.RUN_OPTIONS_FOR_CONTAINER); it
-        # gives what run_options.merge gives for the container's stored responses.
+        # One query over the decoded response rows; it gives what rules/run_options.merge
+        # gives for the container's stored responses.
         rows = self._rows(views.RUN_OPTIONS_FOR_CONTAINER, {"pod": pod, "container": container})
         return responses.shape(
             pod,
@@ -519,17 +376,32 @@ class PodStore:
 
     def to_checkpoint_data(self) -> list[PodDevicesEntry]:
         """Every entry that has a response, in position order, as a checkpoint would hold it."""
-        with self._snapshot() as conn:
-            return list(_checkpoint_entries(conn))
+        with self._sessions.snapshot() as conn:
+            return [
+                e.checkpoint_entry() for e in entry_store.read_entries(conn, with_response=True)
+            ]
+
+    def pod_entries(self, pod_uid: str) -> list[PodDevicesEntry]:
+        """Every entry of one pod, in position order, with the stored response bytes — also
+        the entries without a response (``alloc_resp`` None), which a checkpoint leaves out.
+        An unknown pod gives []."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return [
+                PodDevicesEntry(
+                    e.pod_uid, e.container_name, e.resource_name, e.device_ids, e.alloc_resp
+                )
+                for e in entry_store.read_entries(conn, uid)
+            ]
 
     def registered_devices(self) -> dict[str, list[str]]:
         """The checkpoint's RegisteredDevices: resource → device IDs in stored order."""
-        conn = self._conn()
+        conn = self._sessions.conn()
         with translated_errors():
-            stored = history.current_registered(conn)
+            stored = entry_store.current_registered(conn)
         return {resource: ids or [] for resource, ids in stored.items()}
 
-    # ---- kubelet checkpoint files (the work is in transfer.py) -------------------------------
+    # ---- kubelet checkpoint files (the work is in storage/transfer.py) -----------------------
 
     def import_checkpoint(
         self,
@@ -550,13 +422,11 @@ class PodStore:
         the whole file instead. Files over ``max_bytes`` (default 256 MiB) are refused.
         ``progress(done, total)`` is called as entries are decoded (for a progress bar).
         """
-        from podstore import transfer
-
         # Parse and verify before taking the write lock: a large file must not stall writers.
         prepared = transfer.prepare_import(
             path, strict=bool(strict), max_bytes=max_bytes, progress=progress
         )
-        with self._write() as conn:
+        with self._sessions.write() as conn:
             return transfer.load(conn, prepared, merge=bool(merge))
 
     def export_checkpoint(
@@ -573,16 +443,10 @@ class PodStore:
         mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
         ``progress(done, total)`` is called as entries are read (for a progress bar).
         """
-        from podstore import transfer
-
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
-        with self._snapshot() as conn:
-            entries: Iterable[PodDevicesEntry] = _checkpoint_entries(conn)
-            if progress is not None:
-                total = int(conn.execute(q.COUNTS).fetchone()[2])
-                entries = transfer.counted(entries, total, progress)
-            data, count = transfer.export_bytes(conn, entries, boot_id)
+        with self._sessions.snapshot() as conn:
+            data, count = transfer.export_bytes(conn, boot_id, progress)
         transfer.write_file(path, data)
         return count
 
@@ -598,7 +462,7 @@ class PodStore:
         """Events of the allocation history, oldest first, optionally only those of one pod,
         naming one device, or in the half-open time range [since, until).
 
-        Times are datetimes (naive = UTC) or ISO 8601 strings; see history.py for the
+        Times are datetimes (naive = UTC) or ISO 8601 strings; storage/events.py lists the
         operations. Raises InvalidInputError for a bad argument.
         """
         params: dict[str, str] = {}
@@ -607,10 +471,10 @@ class PodStore:
         if device_id is not None:
             params["device_id"] = validate.text(device_id, "device_id")
         if since is not None:
-            params["since"] = history.parse_time(since, "since")
+            params["since"] = parse_time(since, "since")
         if until is not None:
-            params["until"] = history.parse_time(until, "until")
-        return [history.to_event(r) for r in self._rows(history.history_sql(params), params)]
+            params["until"] = parse_time(until, "until")
+        return [events.to_event(r) for r in self._rows(events_sql.history_sql(params), params)]
 
     def owners_at(self, device_id: str, when: TimeArg) -> list[tuple[str, str, str]]:
         """Who held ``device_id`` at the instant ``when``: (pod UID, container, resource) of
@@ -621,9 +485,9 @@ class PodStore:
         """
         params = {
             "device_id": validate.text(device_id, "device_id"),
-            "when": history.parse_time(when, "when"),
+            "when": parse_time(when, "when"),
         }
-        return [(r[0], r[1], r[2]) for r in self._rows(history.OWNERS_AT, params)]
+        return [(r[0], r[1], r[2]) for r in self._rows(events_sql.OWNERS_AT, params)]
 
     def prune_history(self, before: TimeArg) -> int:
         """Remove history events older than ``before``; returns how many were removed.
@@ -633,9 +497,9 @@ class PodStore:
         remaining log from empty still gives the current state, and ``owners_at`` stays exact
         for any instant from the cut on.
         """
-        params = {"before": history.parse_time(before, "before")}
-        with self._write() as conn:
-            conn.execute(history.PRUNE, params)
+        params = {"before": parse_time(before, "before")}
+        with self._sessions.write() as conn:
+            conn.execute(events_sql.PRUNE, params)
             # Not cursor.rowcount: pysqlite reports -1 for a statement that starts with WITH.
             return int(conn.execute("SELECT changes()").fetchone()[0])
 
@@ -650,72 +514,14 @@ class PodStore:
         statement that would write — INSERT, UPDATE, DELETE, DDL, ATTACH, a PRAGMA with a
         value — raises ReadOnlyStoreError; bad SQL or parameters raise InvalidInputError.
         """
-        if self._closed:
+        if self._sessions.closed:
             raise PodStoreError("the store is closed")
-        conn = readonly.open_guarded(self._options)
+        conn = guarded.open_guarded(self._sessions.options)
         try:
-            return readonly.run(conn, sql, params)
+            return guarded.run(conn, sql, params)
         finally:
             conn.close()
 
     def stats(self) -> StoreStats:
         """Row counts: pods, containers, allocations, device rows, distinct devices."""
         return StoreStats(*self._rows(q.COUNTS)[0])
-
-
-def _hex(value: str) -> str:
-    """As SQLite's hex() renders a TEXT value (see queries._MINE)."""
-    return value.encode("utf-8").hex().upper()
-
-
-def _unhex(value: str) -> str:
-    return bytes.fromhex(value).decode("utf-8")
-
-
-def shape_topology(rows: Sequence[Any]) -> ResourceDeviceInstances | None:
-    """ResourceDeviceInstances from CONTAINER_TOPOLOGY rows (no rows: unknown container)."""
-    if not rows:
-        return None
-    out = ResourceDeviceInstances()
-    for resource, device_id, nodes, has_keys in rows:
-        if resource is None or not has_keys:
-            continue
-        instances = out.setdefault(resource, {})
-        if device_id is None:
-            continue
-        device = Device()
-        if nodes is not None:
-            ids = sorted({int(n) for n in str(nodes).split(",")})
-            device.topology.CopyFrom(TopologyInfo(nodes=[NUMANode(ID=n) for n in ids]))
-        instances[device_id] = device
-    return out
-
-
-def _checkpoint_entries(conn: sqlite3.Connection) -> Iterator[PodDevicesEntry]:
-    """Stream entries joined with their device lists (three ordered scans, merged)."""
-    devices = conn.cursor().execute(q.CHECKPOINT_DEVICES)
-    empties = conn.cursor().execute(q.CHECKPOINT_EMPTY_LISTS)
-    next_device = devices.fetchone()
-    next_empty = empties.fetchone()
-    for aid, uid, name, resource, ids_null, resp, resp_null in conn.cursor().execute(
-        q.CHECKPOINT_ENTRIES
-    ):
-        per_numa: DevicesPerNUMA = {}
-        # Rows of entries without a response (not exported) are passed over on the way.
-        while next_device is not None and next_device[0] <= aid:
-            if next_device[0] == aid:
-                lst = per_numa.setdefault(int(next_device[1]), [])
-                assert lst is not None
-                lst.append(next_device[2])
-            next_device = devices.fetchone()
-        while next_empty is not None and next_empty[0] <= aid:
-            if next_empty[0] == aid:
-                per_numa[int(next_empty[1])] = None if next_empty[2] else []
-            next_empty = empties.fetchone()
-        yield PodDevicesEntry(
-            uid,
-            name,
-            resource,
-            None if ids_null else dict(sorted(per_numa.items())),
-            None if resp_null else bytes(resp),
-        )

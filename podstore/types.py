@@ -38,7 +38,10 @@ class EnvVar:
 
 
 @dataclass(frozen=True, slots=True)
-class Mount:
+class RuntimeMount:
+    """A mount handed to the container runtime (kubelet's ``kubecontainer.Mount``); the
+    plugin's protobuf ``Mount`` is ``podstore.deviceplugin.Mount``."""
+
     name: str
     container_path: str
     host_path: str
@@ -60,8 +63,17 @@ class Annotation:
 
 
 @dataclass(frozen=True, slots=True)
-class CDIDevice:
+class RuntimeCDIDevice:
+    """A CDI device handed to the container runtime (kubelet's ``kubecontainer.CDIDevice``);
+    the plugin's protobuf ``CDIDevice`` is ``podstore.deviceplugin.CDIDevice``."""
+
     name: str
+
+
+#: The contract's names (docs/api.md): ``podstore.Mount`` and ``podstore.CDIDevice`` are the
+#: runtime-side types. Code that needs both sides uses the unambiguous names above.
+Mount = RuntimeMount
+CDIDevice = RuntimeCDIDevice
 
 
 @dataclass(slots=True)
@@ -69,10 +81,10 @@ class DeviceRunContainerOptions:
     """Runtime settings merged from every plugin response of one container."""
 
     envs: list[EnvVar] = field(default_factory=list)
-    mounts: list[Mount] = field(default_factory=list)
+    mounts: list[RuntimeMount] = field(default_factory=list)
     devices: list[DeviceInfo] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)
-    cdi_devices: list[CDIDevice] = field(default_factory=list)
+    cdi_devices: list[RuntimeCDIDevice] = field(default_factory=list)
 
 
 class ResourceDeviceInstances(dict[str, dict[str, Device]]):

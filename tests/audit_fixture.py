@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from podstore import PodStore, history
+from podstore import PodStore
 from podstore.deviceplugin import ContainerAllocateResponse, DeviceSpec, Mount
+from podstore.storage import events
 
 DAY = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -38,7 +39,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime]]:
     """Substitute the history clock; set ``now[0]`` to move it."""
     now = [DAY]
     with monkeypatch.context() as m:
-        m.setattr(history, "utcnow", lambda: now[0])
+        m.setattr(events, "utcnow", lambda: now[0])
         yield now
 
 

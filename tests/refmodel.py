@@ -20,18 +20,16 @@ from google.protobuf.message import DecodeError
 
 from podstore import (
     Annotation,
-    CDIDevice,
     ContainerAllocateResponse,
     DeviceInfo,
     DeviceRunContainerOptions,
     EnvVar,
-    Mount,
     PodDevicesEntry,
     PodStore,
+    RuntimeCDIDevice,
+    RuntimeMount,
 )
-from podstore.deviceplugin import CDIDevice as PbCDIDevice
-from podstore.deviceplugin import DeviceSpec
-from podstore.deviceplugin import Mount as PbMount
+from podstore.deviceplugin import CDIDevice, DeviceSpec, Mount
 
 Key = tuple[str, str, str]
 PerNUMA = dict[int, list[str] | None]
@@ -53,14 +51,14 @@ def resp(
     msg.annotations.update(annotations or {})
     for container_path, host_path, read_only in mounts:
         msg.mounts.append(
-            PbMount(container_path=container_path, host_path=host_path, read_only=read_only)
+            Mount(container_path=container_path, host_path=host_path, read_only=read_only)
         )
     for container_path, host_path, permissions in devices:
         msg.devices.append(
             DeviceSpec(container_path=container_path, host_path=host_path, permissions=permissions)
         )
     for name in cdi:
-        msg.cdi_devices.append(PbCDIDevice(name=name))
+        msg.cdi_devices.append(CDIDevice(name=name))
     return msg
 
 
@@ -300,7 +298,9 @@ class RefModel:
                 if m.container_path not in mount_paths:
                     mount_paths.add(m.container_path)
                     opts.mounts.append(
-                        Mount(m.container_path, m.container_path, m.host_path, m.read_only, False)
+                        RuntimeMount(
+                            m.container_path, m.container_path, m.host_path, m.read_only, False
+                        )
                     )
             for k in sorted(msg.annotations):
                 if k not in annotations:
@@ -310,7 +310,7 @@ class RefModel:
                 if cdi.name not in cdi_names:
                     cdi_names.append(cdi.name)
                     if cdi_devices:
-                        opts.cdi_devices.append(CDIDevice(cdi.name))
+                        opts.cdi_devices.append(RuntimeCDIDevice(cdi.name))
         if cdi_annotations:
             generated = cdi_annotation(pod, container, cdi_names)
             if generated is not None and generated[0] not in annotations:

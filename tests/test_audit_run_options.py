@@ -21,8 +21,9 @@ from audit_fixture import response_rows_consistent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podstore import PodDevicesEntry, PodStore, run_options
+from podstore import PodDevicesEntry, PodStore
 from podstore.deviceplugin import CDIDevice, ContainerAllocateResponse, DeviceSpec, Mount
+from podstore.rules import run_options
 
 RESOURCES = ["B.io/r", "a.io/r", "a.io/r2", "ü.io/r", "é/x"]
 KEYS = ["A", "B", "a", "ä", ""]

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from refmodel import ANNOTATION_NAME, CDI_NAME, resp
 
-from podstore import Annotation, CDIDevice, PodStore, cdi
+from podstore import Annotation, CDIDevice, PodStore
+from podstore.rules import cdi
 
 UID = "11111111-2222-3333-4444-555555555555"  # 36 characters, like a real pod UID
 

@@ -23,7 +23,8 @@ import yaml
 from audit_fixture import build
 
 from podstore.cli import main
-from podstore.engine import ConnectOptions, run_upgrade
+from podstore.sqlite.connection import ConnectOptions
+from podstore.sqlite.migrate import run_upgrade
 
 GPU = "nvidia.com/gpu"
 FORMATS = ("table", "json", "yaml", "csv")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from podstore import PodStore
-from podstore.engine import head_revision
+from podstore.sqlite.migrate import head_revision
 
 ENTRY = [sys.executable, "-c", "from podstore.cli import main; main()"]
 ZERO = {

@@ -19,7 +19,8 @@ from podstore import (
     ReadOnlyStoreError,
 )
 from podstore.checkpoint import dumps_checkpoint
-from podstore.history import current_entries, current_registered, replay
+from podstore.storage.entries import current_entries, current_registered
+from podstore.storage.events import replay
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 

@@ -27,9 +27,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore, history
+from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint
-from podstore.history import current_entries, current_registered, replay
+from podstore.rules import times
+from podstore.storage import events
+from podstore.storage.entries import current_entries, current_registered
+from podstore.storage.events import replay
 
 PODS = ["p0", "p1", "p2"]
 CONTAINERS = ["c0", "c1"]
@@ -66,8 +69,8 @@ class HistoryMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="podstore-history-"))
         self.now = START
-        self._saved_clock = history.utcnow
-        history.utcnow = self.clock
+        self._saved_clock = events.utcnow
+        events.utcnow = self.clock
         self.store = PodStore.open(self.dir / "s.db", durability="normal")
         self.conn = sqlite3.connect(self.dir / "s.db")
         self.cut = ""  # the latest prune cut, stored form
@@ -80,7 +83,7 @@ class HistoryMachine(RuleBasedStateMachine):
         try:
             self.check_owners_at_every_recorded_instant()
         finally:
-            history.utcnow = self._saved_clock
+            events.utcnow = self._saved_clock
             self.conn.close()
             self.store.close()
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -177,7 +180,7 @@ class HistoryMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def prune(self, data: st.DataObject) -> None:
         instants = sorted(self.snapshots, reverse=True)  # the simplest draw: the latest
-        cut = history.parse_ts(data.draw(st.sampled_from(instants)))
+        cut = times.parse_ts(data.draw(st.sampled_from(instants)))
         # Cutting just after an instant prunes the events at it too.
         cut += data.draw(st.sampled_from([timedelta(microseconds=1), timedelta(0)]))
         # The retention rule, in plain Python: per entry (or registered resource), the latest
@@ -191,7 +194,7 @@ class HistoryMachine(RuleBasedStateMachine):
         expected = [ev for ev in before if ev.timestamp >= cut or ev.seq in keep]
         assert self.store.prune_history(before=cut) == len(before) - len(expected)
         assert self.store.history() == expected
-        self.cut = max(self.cut, history.format_ts(cut))
+        self.cut = max(self.cut, times.format_ts(cut))
 
     # ---- checks ----------------------------------------------------------------------------
 

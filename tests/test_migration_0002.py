@@ -11,11 +11,15 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from audit_fixture import response_rows_consistent
 
-from podstore import ContainerAllocateResponse, PodStore, run_options, views
+from podstore import ContainerAllocateResponse, PodStore
 from podstore.deviceplugin import CDIDevice, DeviceSpec, Mount
-from podstore.engine import ConnectOptions, create_sqlalchemy_engine, run_downgrade, run_upgrade
-from podstore.history import current_entries, current_registered, replay
-from podstore.schema import metadata
+from podstore.rules import run_options
+from podstore.sqlite.connection import ConnectOptions, create_sqlalchemy_engine
+from podstore.sqlite.migrate import run_downgrade, run_upgrade
+from podstore.storage.entries import current_entries, current_registered
+from podstore.storage.events import replay
+from podstore.storage.schema import metadata
+from podstore.storage.sql import views
 
 CORE = (
     "pods",

@@ -18,8 +18,9 @@ from alembic.migration import MigrationContext
 from refmodel import table_dump
 
 from podstore import PodStore, PodStoreError, SchemaError
-from podstore.engine import ConnectOptions, head_revision, run_downgrade, run_upgrade
-from podstore.schema import metadata
+from podstore.sqlite.connection import ConnectOptions
+from podstore.sqlite.migrate import head_revision, run_downgrade, run_upgrade
+from podstore.storage.schema import metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RES = "vendor.com/dev"

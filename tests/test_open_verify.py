@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from podstore import ContainerAllocateResponse, PodStore, StoreCorruptError, engine
+from podstore import ContainerAllocateResponse, PodStore, StoreCorruptError
+from podstore.sqlite import migrate
 
 PAGE = 4096
 
@@ -21,7 +22,7 @@ def _store(path: Path) -> None:
 
 def test_head_revision_constant_is_alembic_head() -> None:
     """Opening a current store skips Alembic only while this constant names the head."""
-    assert engine.head_revision() == engine.HEAD_REVISION
+    assert migrate.head_revision() == migrate.HEAD_REVISION
 
 
 def test_background_check_passes_on_a_sound_file(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from harness.figures import report
 from harness.paths import script
 
 from podstore import PodStore, StoreBusyError
-from podstore.checks import verify
+from podstore.storage.selfcheck import check_store
 
 WRITERS = 4
 READERS = 4
@@ -95,7 +95,7 @@ def test_processes_four_writers_four_readers(tmp_path: Path) -> None:
     with PodStore.open(db) as store:
         assert _final_entries(store) == _normalise(expected)
         assert concurrency.check_snapshot(store) == []
-    assert verify(db) == []
+    assert check_store(db) == []
     report(
         "concurrency-processes",
         writers=WRITERS,
@@ -146,7 +146,7 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
         reader_results = [r for r in results if r["role"] == "reader"]
         assert all(r["violations"] == 0 for r in reader_results), reader_results
         assert _final_entries(store) == _normalise(expected)
-    assert verify(db) == []
+    assert check_store(db) == []
     report(
         "concurrency-threads",
         threads=8,

@@ -3,7 +3,7 @@
 Every page of a real store is overwritten in turn (and the header, and the file is cut
 short): PodStore.open — writable or read-only — must raise StoreCorruptError, never a raw
 sqlite3 error and never succeed quietly. Invariant breaks that SQLite cannot see (rows edited
-from outside) are found by podstore.checks / `podstore verify`, which exits 1 on errors.
+from outside) are found by podstore.storage.selfcheck / `podstore verify`, which exits 1 on errors.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from harness import workload
 from harness.figures import report
 
 from podstore import PodStore, StoreCorruptError
-from podstore.checks import Finding, has_errors, verify
 from podstore.cli.main import cli
+from podstore.storage.selfcheck import Finding, check_store, has_errors
 
 PAGE = 4096
 
@@ -85,7 +85,7 @@ def test_damaged_header_is_refused(
     for readonly in (False, True):
         with pytest.raises(StoreCorruptError):
             PodStore.open(db, readonly=readonly, verify="blocking")
-    findings = verify(db)
+    findings = check_store(db)
     assert has_errors(findings)
     code, out = _cli(db)
     assert code == 1, out
@@ -104,7 +104,7 @@ def test_every_damaged_page_is_refused_on_open(pristine: Path, tmp_path: Path) -
         for readonly in (False, True):
             with pytest.raises(StoreCorruptError):
                 PodStore.open(db, readonly=readonly, verify="blocking")
-        assert has_errors(verify(db, quick=True)), page
+        assert has_errors(check_store(db, quick=True)), page
     report("damage", pages_damaged=pages, refused_on_open=pages)
 
 
@@ -113,7 +113,7 @@ def test_verify_reports_integrity_check_findings(pristine: Path, tmp_path: Path)
     # and verify names what integrity_check found.
     pages = pristine.stat().st_size // PAGE
     db = _damaged(pristine, tmp_path, _overwrite((pages - 2) * PAGE + 8, b"\xff" * 64))
-    findings = verify(db)
+    findings = check_store(db)
     assert has_errors(findings)
     assert {f.check for f in findings} <= {"integrity_check", "open"}
     code, out = _cli(db, "-o", "json")
@@ -123,8 +123,8 @@ def test_verify_reports_integrity_check_findings(pristine: Path, tmp_path: Path)
 
 
 def test_clean_store_verifies(pristine: Path) -> None:
-    assert verify(pristine) == []
-    assert verify(pristine, quick=True) == []
+    assert check_store(pristine) == []
+    assert check_store(pristine, quick=True) == []
     code, out = _cli(pristine)
     assert code == 0 and out.strip().endswith(": ok"), out
 
@@ -194,7 +194,7 @@ def test_verify_reports_invariant_breaks(
     pristine: Path, tmp_path: Path, check: str, sql: list[str]
 ) -> None:
     db = _edited(pristine, tmp_path, *sql)
-    findings = verify(db)
+    findings = check_store(db)
     assert any(f.check == check and f.severity == "error" for f in findings), findings
     code, out = _cli(db)
     assert code == 1 and check in out, out
@@ -208,7 +208,7 @@ def test_verify_reports_position_gaps_and_duplicates(pristine: Path, tmp_path: P
         f"DELETE FROM allocation_devices WHERE allocation_id = {aid} AND numa_node = {node} "
         "AND position = 0",
     )
-    assert any(f.check == "positions" for f in verify(gap))
+    assert any(f.check == "positions" for f in check_store(gap))
     dup = _edited(
         pristine,
         tmp_path,
@@ -216,7 +216,7 @@ def test_verify_reports_position_gaps_and_duplicates(pristine: Path, tmp_path: P
         f"WHERE allocation_id = {aid} AND numa_node = {node} AND position = 0) "
         f"WHERE allocation_id = {aid} AND numa_node = {node} AND position = 1",
     )
-    findings = verify(dup)
+    findings = check_store(dup)
     assert [f.check for f in findings] == ["duplicate-devices"]
     assert findings[0].severity == "warning"
     assert _cli(dup)[0] == 0
@@ -229,7 +229,7 @@ def test_duplicate_devices_from_a_caller_are_a_warning(tmp_path: Path) -> None:
     db = tmp_path / "dup.db"
     with PodStore.open(db) as store:
         store.insert("p", "c", "r", {0: ["a", "a"]}, b"")
-    findings = verify(db)
+    findings = check_store(db)
     assert findings == [
         Finding(
             "warning",

@@ -23,7 +23,7 @@ from harness import workload
 from harness.figures import report
 
 from podstore import PodDevicesEntry, PodStore, StoreFullError
-from podstore.checks import verify
+from podstore.storage.selfcheck import check_store
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_disk_full_fails_cleanly_and_recovers(tiny_fs: Path) -> None:
         assert again.container_devices("after", "c", "example.com/gpu") == set(
             _big(20_000)[0] or ()
         )
-    assert verify(db) == []
+    assert check_store(db) == []
     report("diskfull", writes_accepted_while_filling=accepted, full_errors=failures + 4)
 
 

@@ -33,7 +33,7 @@ from podstore import (
     PodStore,
     PodStoreError,
 )
-from podstore.checks import check_connection, has_errors
+from podstore.storage.selfcheck import check_connection, has_errors
 
 FUZZ = settings(
     max_examples=int(os.environ.get("PODSTORE_FUZZ_EXAMPLES", "150")),

@@ -5,7 +5,7 @@ transaction blocks (some rolled back on purpose), kubelet restores of up to 90 e
 RegisteredDevices replacements — and reports "began i" before and "acknowledged i" after each
 call. The test SIGKILLs it after a random delay (some inside PodStore.open, even inside the
 first migration), reopens the store and checks: integrity_check is ok and the store's
-invariants hold (podstore.checks); the contents equal the model of every acknowledged
+invariants hold (podstore.storage.selfcheck); the contents equal the model of every acknowledged
 operation, plus the one in flight either entirely or not at all; then the next writer carries
 on from there, and a final write proves the store still works.
 
@@ -33,7 +33,7 @@ from harness.figures import report
 from harness.paths import script
 
 from podstore import PodStore
-from podstore.checks import check_connection
+from podstore.storage.selfcheck import check_connection
 
 KILLS = int(os.environ.get("PODSTORE_KILLS", "300"))
 SEED = int(os.environ.get("PODSTORE_KILL_SEED", "20261202"))

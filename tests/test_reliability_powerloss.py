@@ -38,7 +38,7 @@ from harness.figures import report
 from harness.recorder import Event, recording
 
 from podstore import PodStore, PodStoreError, StoreCorruptError
-from podstore.checks import check_connection, has_errors
+from podstore.storage.selfcheck import check_connection, has_errors
 
 TRIALS = int(os.environ.get("PODSTORE_POWERLOSS_TRIALS", "400"))
 DB = "store.db"

@@ -17,11 +17,10 @@ from podstore.checkpoint.decode import Checkpoint
 from podstore.checkpoint.encode import dumps_checkpoint
 from podstore.checkpoint.files import (
     DEFAULT_MAX_BYTES,
-    CheckpointNotFoundError,
     read_checkpoint,
     write_checkpoint_file,
 )
-from podstore.errors import InvalidInputError
+from podstore.errors import CheckpointNotFoundError, InvalidInputError
 from podstore.types import PodDevicesEntry
 
 __all__ = [

@@ -338,20 +338,22 @@ def _registered_field(doc: _Document, v: object) -> None:
         raise _mismatch(v, "map[string][]string")
 
 
+def _under(field: str, decode_field: Callable[..., None], *args: object) -> None:
+    """Decode one field; a failure inside it names the field in its path."""
+    try:
+        decode_field(*args)
+    except DecodeError as e:
+        raise e.under(field) from None
+
+
 def _data_field(doc: _Document, v: object, v1: bool) -> None:
     if type(v) is tuple:
         for key, item in v:
             idx = _field(_DATA_FIELDS, key)
             if idx == 0:
-                try:
-                    _entries_field(doc, item, v1)
-                except DecodeError as e:
-                    raise e.under("PodDeviceEntries") from None
+                _under("PodDeviceEntries", _entries_field, doc, item, v1)
             elif idx == 1:
-                try:
-                    _registered_field(doc, item)
-                except DecodeError as e:
-                    raise e.under("RegisteredDevices") from None
+                _under("RegisteredDevices", _registered_field, doc, item)
     elif v is not None:
         raise _mismatch(v, "checkpoint.checkpointData" + ("V1" if v1 else ""))
 
@@ -368,10 +370,7 @@ def decode_document(tree: object, version: int) -> _Document:
         for key, v in tree:
             idx = _field(fields, key)
             if idx == 0:
-                try:
-                    _data_field(doc, v, v1)
-                except DecodeError as e:
-                    raise e.under("Data") from None
+                _under("Data", _data_field, doc, v, v1)
             elif idx == 1:
                 if type(v) is gojson.Int:
                     n = gojson.parse_uint(v, 64)

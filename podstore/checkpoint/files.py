@@ -8,15 +8,16 @@ import stat
 
 from podstore.checkpoint import decode
 from podstore.checkpoint.decode import Checkpoint
-from podstore.errors import CheckpointError, CheckpointFormatError, InvalidInputError
+from podstore.errors import (
+    CheckpointError,
+    CheckpointFormatError,
+    CheckpointNotFoundError,
+    InvalidInputError,
+)
 from podstore.fsutil import fsync_directory
 
 #: Files larger than this are refused before they are read (256 MiB).
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-
-
-class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """The checkpoint file does not exist (kubelet starts empty in that case, without error)."""
 
 
 def read_checkpoint(

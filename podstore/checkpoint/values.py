@@ -14,17 +14,15 @@ nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from podstore.checkpoint.gojson import fix_string
 from podstore.errors import InvalidInputError
+from podstore.rules import validate
 from podstore.types import PodDevicesEntry
 
 Entries = list[PodDevicesEntry] | None
 Registered = dict[str, list[str] | None] | None
-
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 
 
 def normalize(entries: object, registered_devices: object) -> tuple[Entries, Registered]:
@@ -34,7 +32,9 @@ def normalize(entries: object, registered_devices: object) -> tuple[Entries, Reg
     name, a NUMA id that is not an ``int`` within int64, an ``alloc_resp`` that is not
     bytes-like, or a container that is not a sequence / mapping.
     """
-    return _entries(entries), _registered(registered_devices)
+    return _entries(entries), validate.registered(
+        registered_devices, "registered_devices", storable=False
+    )
 
 
 def _entries(entries: object) -> Entries:
@@ -58,10 +58,10 @@ def _entries(entries: object) -> Entries:
 
 def _entry(e: PodDevicesEntry, i: int) -> PodDevicesEntry:
     where = f"entries[{i}]"
-    uid = _string(e.pod_uid, f"{where}.pod_uid")
-    cont = _string(e.container_name, f"{where}.container_name")
-    res = _string(e.resource_name, f"{where}.resource_name")
-    devs = _numa_map(e.device_ids, f"{where}.device_ids")
+    uid = validate.go_string(e.pod_uid, f"{where}.pod_uid")
+    cont = validate.go_string(e.container_name, f"{where}.container_name")
+    res = validate.go_string(e.resource_name, f"{where}.resource_name")
+    devs = validate.numa_map(e.device_ids, f"{where}.device_ids", storable=False)
     resp = e.alloc_resp
     if resp is not None and type(resp) is not bytes:
         if not isinstance(resp, bytes | bytearray | memoryview):
@@ -78,69 +78,6 @@ def _entry(e: PodDevicesEntry, i: int) -> PodDevicesEntry:
     ):
         return e
     return PodDevicesEntry(uid, cont, res, devs, resp)
-
-
-def _string(value: object, where: str) -> str:
-    if type(value) is str:
-        return value
-    if isinstance(value, str):
-        return str(value)
-    raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
-
-
-def _ids(value: object, where: str) -> list[str] | None:
-    if value is None:
-        return None
-    if type(value) is list:
-        for s in value:
-            if type(s) is not str:
-                break
-        else:
-            return value
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise InvalidInputError(
-            f"{where} must be a list of str or None, not {type(value).__name__}"
-        )
-    return [_string(s, f"{where}[{j}]") for j, s in enumerate(value)]
-
-
-def _numa_map(value: object, where: str) -> dict[int, list[str] | None] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(
-            f"{where} must be a mapping of NUMA id to device IDs, not {type(value).__name__}"
-        )
-    out: dict[int, list[str] | None] = value if type(value) is dict else dict(value)
-    for numa, ids in list(out.items()):
-        if type(numa) is not int or not _INT64_MIN <= numa <= _INT64_MAX:
-            raise InvalidInputError(f"{where} has NUMA id {numa!r}: it must be an int within int64")
-        checked = _ids(ids, f"{where}[{numa}]")
-        if checked is not ids:
-            if out is value:
-                out = dict(out)
-            out[numa] = checked
-    return out
-
-
-def _registered(value: object) -> Registered:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(
-            f"registered_devices must be a mapping of resource to device IDs or None, "
-            f"not {type(value).__name__}"
-        )
-    out: dict[str, list[str] | None] = value if type(value) is dict else dict(value)
-    for res, ids in list(out.items()):
-        if type(res) is not str:
-            raise InvalidInputError(f"registered_devices key {res!r} must be a str")
-        checked = _ids(ids, f"registered_devices[{res!r}]")
-        if checked is not ids:
-            if out is value:
-                out = dict(out)
-            out[res] = checked
-    return out
 
 
 def sanitize(entries: Entries, registered_devices: Registered) -> tuple[Entries, Registered]:

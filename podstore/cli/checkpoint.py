@@ -9,12 +9,11 @@ from typing import Any
 import click
 
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
 from podstore.errors import CheckpointCorruptError, CheckpointError
 
 
-@cli.command("import")
+@click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--merge", is_flag=True, help="Insert the file's entries over the existing ones.")
 @click.option("--strict", is_flag=True, help="Refuse the file if any entry would be skipped.")
@@ -56,7 +55,7 @@ def import_(ctx: Context, file: Path, merge: bool, strict: bool, max_bytes: int 
         )
 
 
-@cli.command("export")
+@click.command("export")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--boot-id", default=None, help="Add a top-level BootID (unmerged kubelet PR).")
 @click.pass_obj
@@ -76,7 +75,7 @@ def export(ctx: Context, file: Path, boot_id: str | None) -> None:
     click.echo(f"exported {count} entries to {file}")
 
 
-@cli.command("verify-checkpoint")
+@click.command("verify-checkpoint")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @output_option
 def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:

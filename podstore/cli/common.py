@@ -9,8 +9,11 @@ from typing import Any, NoReturn
 import click
 from click.shell_completion import CompletionItem
 
-from podstore import history
+from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
+from podstore.rules.times import parse_time as parse_time_argument
+from podstore.storage.sql import audit
+from podstore.store import PodStore
 
 
 def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -19,7 +22,7 @@ def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     if value is None:
         return None
     try:
-        return history.parse_time(value, "time")
+        return parse_time_argument(value, "time")
     except InvalidInputError as exc:
         raise click.BadParameter(str(exc).removeprefix("time: ")) from None
 
@@ -31,9 +34,6 @@ def not_found(message: str) -> NoReturn:
 
 
 def _completion_store(ctx: click.Context) -> Any:
-    from podstore.cli.main import DEFAULT_DB
-    from podstore.store import PodStore
-
     db = ctx.find_root().params.get("db") or os.environ.get("PODSTORE_DB") or DEFAULT_DB
     return PodStore.open(db, readonly=True)
 
@@ -55,10 +55,7 @@ def complete_containers(ctx: click.Context, _param: click.Parameter, incomplete:
         return []
     try:
         with _completion_store(ctx) as store:
-            result = store.query(
-                "SELECT DISTINCT container FROM v_allocations WHERE pod_uid = ? ORDER BY 1",
-                (pod,),
-            )
+            result = store.query(audit.CONTAINERS_OF_POD, (pod,))
     except (PodStoreError, OSError):
         return []
     return [CompletionItem(r[0]) for r in result.rows if str(r[0]).startswith(incomplete)]

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 from podstore.store import PodStore
 
+#: The store when neither --db nor $PODSTORE_DB names one.
+DEFAULT_DB = "podstore.db"
+
 
 @dataclass
 class Context:

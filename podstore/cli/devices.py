@@ -8,39 +8,15 @@ import click
 
 from podstore.cli.common import parse_time
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
+from podstore.storage.sql import audit
 
-# Every held device once per holder (with its NUMA ids and whether it is registered), then
-# every registered device nobody holds.
-DEVICES = """
-    SELECT o.resource, o.device_id,
-           (SELECT group_concat(DISTINCT v.numa_node) FROM v_allocations v
-            WHERE v.resource = o.resource AND v.device_id = o.device_id
-              AND v.pod_uid = o.pod_uid AND v.container = o.container),
-           EXISTS (SELECT 1 FROM registered_devices r
-                   WHERE r.resource = o.resource AND r.device_id = o.device_id),
-           o.pod_uid, o.container
-    FROM v_device_owners o
-    WHERE :resource IS NULL OR o.resource = :resource
-    UNION ALL
-    SELECT DISTINCT r.resource, r.device_id, NULL, 1, NULL, NULL
-    FROM registered_devices r
-    WHERE (:resource IS NULL OR r.resource = :resource)
-      AND NOT EXISTS (SELECT 1 FROM v_device_owners o
-                      WHERE o.resource = r.resource AND o.device_id = r.device_id)
-    ORDER BY 1, 2, 5, 6
-"""
 DEVICES_COLUMNS = ["resource", "device_id", "numa_nodes", "registered", "pod_uid", "container"]
 
-OWNERS_NOW = """
-    SELECT pod_uid, container, resource FROM v_device_owners WHERE device_id = :device
-    ORDER BY 1, 2, 3
-"""
 OWNERS_COLUMNS = ["pod_uid", "container", "resource"]
 
 
-@cli.command()
+@click.command()
 @click.option("--resource", "-r", metavar="R", default=None, help="Only devices of resource R.")
 @output_option
 @click.pass_obj
@@ -53,7 +29,7 @@ def devices(ctx: Context, resource: str | None, output: str) -> None:
     store = ctx.store(readonly=True)
     rows: list[dict[str, Any]] = []
     for res, device_id, nodes, registered, pod_uid, container in store.query(
-        DEVICES, {"resource": resource}
+        audit.DEVICES, {"resource": resource}
     ).rows:
         rows.append(
             {
@@ -68,7 +44,7 @@ def devices(ctx: Context, resource: str | None, output: str) -> None:
     emit(rows, DEVICES_COLUMNS, output)
 
 
-@cli.command()
+@click.command()
 @click.argument("device_id")
 @click.option(
     "--at",
@@ -87,7 +63,7 @@ def owners(ctx: Context, device_id: str, at: str | None, output: str) -> None:
     """
     store = ctx.store(readonly=True)
     if at is None:
-        found = [tuple(r) for r in store.query(OWNERS_NOW, {"device": device_id}).rows]
+        found = [tuple(r) for r in store.query(audit.OWNERS_NOW, {"device": device_id}).rows]
     else:
         found = [tuple(r) for r in store.owners_at(device_id, at)]
     emit([dict(zip(OWNERS_COLUMNS, r, strict=True)) for r in found], OWNERS_COLUMNS, output)

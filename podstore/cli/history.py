@@ -8,7 +8,6 @@ import click
 
 from podstore.cli.common import complete_pods, parse_time
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
 from podstore.types import AllocationEvent
 
@@ -43,7 +42,7 @@ def _row(ev: AllocationEvent, flat: bool) -> dict[str, Any]:
     }
 
 
-@cli.command("history")
+@click.command("history")
 @click.option(
     "--pod",
     "pod",

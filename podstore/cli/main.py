@@ -11,10 +11,19 @@ from collections.abc import Sequence
 
 import click
 
-from podstore.cli.context import Context
+from podstore.cli import (
+    checkpoint,
+    devices,
+    history,
+    migrate,
+    pods,
+    run_options,
+    sql,
+    status,
+    verify,
+)
+from podstore.cli.context import DEFAULT_DB, Context
 from podstore.errors import PodStoreError
-
-DEFAULT_DB = "podstore.db"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,13 +52,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(1)
 
 
-# Commands register themselves on `cli` when their modules are imported.
-from podstore.cli import checkpoint as _checkpoint  # noqa: E402,F401
-from podstore.cli import devices as _devices  # noqa: E402,F401
-from podstore.cli import history as _history  # noqa: E402,F401
-from podstore.cli import migrate as _migrate  # noqa: E402,F401
-from podstore.cli import pods as _pods  # noqa: E402,F401
-from podstore.cli import run_options as _run_options  # noqa: E402,F401
-from podstore.cli import sql as _sql  # noqa: E402,F401
-from podstore.cli import status as _status  # noqa: E402,F401
-from podstore.cli import verify as _verify  # noqa: E402,F401
+# Each command module defines its commands and knows nothing of this group; the group is
+# assembled here.
+for _command in (
+    status.status,
+    checkpoint.import_,
+    checkpoint.export,
+    checkpoint.verify_checkpoint,
+    pods.pods,
+    pods.get,
+    devices.devices,
+    devices.owners,
+    run_options.run_options,
+    history.history_,
+    sql.sql,
+    verify.verify_command,
+    migrate.migrate,
+):
+    cli.add_command(_command)

@@ -7,14 +7,11 @@ from typing import Any
 import click
 
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
-from podstore.engine import (
+from podstore.sqlite.connection import ConnectOptions, connect, database_path
+from podstore.sqlite.migrate import (
     BASE,
-    ConnectOptions,
-    connect,
     current_revision,
-    database_path,
     head_revision,
     run_downgrade,
     run_upgrade,
@@ -22,7 +19,7 @@ from podstore.engine import (
 )
 
 
-@cli.group()
+@click.group()
 def migrate() -> None:
     """Show or change the store's schema revision (Alembic)."""
 

@@ -8,63 +8,22 @@ import click
 
 from podstore.cli.common import complete_pods, not_found
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
+from podstore.storage.sql import audit
 
-PODS = """
-    SELECT p.uid,
-           (SELECT count(*) FROM containers c WHERE c.pod_id = p.id),
-           (SELECT count(*) FROM containers c JOIN allocations a ON a.container_id = c.id
-            WHERE c.pod_id = p.id),
-           (SELECT count(*) FROM (
-                SELECT DISTINCT a.resource, d.device_id
-                FROM containers c
-                JOIN allocations a ON a.container_id = c.id
-                JOIN allocation_devices d ON d.allocation_id = a.id
-                WHERE c.pod_id = p.id))
-    FROM pods p
-    ORDER BY p.uid
-"""
-POD_RESOURCES = """
-    SELECT DISTINCT p.uid, a.resource
-    FROM pods p
-    JOIN containers c ON c.pod_id = p.id
-    JOIN allocations a ON a.container_id = c.id
-    ORDER BY p.uid, a.resource
-"""
 PODS_COLUMNS = ["pod_uid", "containers", "entries", "devices", "resources"]
 
-# One pod's entries by NUMA node: device rows, NUMA keys holding an empty (or null) list, and a
-# NULL row for an entry with no NUMA keys at all.
-POD_ENTRIES = """
-    SELECT c.name, a.resource, d.numa_node, d.position, d.device_id
-    FROM pods p
-    JOIN containers c ON c.pod_id = p.id
-    JOIN allocations a ON a.container_id = c.id
-    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
-    WHERE p.uid = :pod
-      AND (d.device_id IS NOT NULL
-           OR NOT EXISTS (SELECT 1 FROM empty_numa_lists e WHERE e.allocation_id = a.id))
-    UNION ALL
-    SELECT c.name, a.resource, e.numa_node, -1, NULL
-    FROM pods p
-    JOIN containers c ON c.pod_id = p.id
-    JOIN allocations a ON a.container_id = c.id
-    JOIN empty_numa_lists e ON e.allocation_id = a.id
-    WHERE p.uid = :pod
-    ORDER BY 1, 2, 3, 4
-"""
 GET_COLUMNS = ["container", "resource", "numa_node", "device_ids"]
 
 
-@cli.command()
+@click.command()
 @output_option
 @click.pass_obj
 def pods(ctx: Context, output: str) -> None:
     """List the pods: containers, entries, distinct devices and resources of each."""
     store = ctx.store(readonly=True)
     resources: dict[str, list[str]] = {}
-    for uid, resource in store.query(POD_RESOURCES).rows:
+    for uid, resource in store.query(audit.POD_RESOURCES).rows:
         resources.setdefault(uid, []).append(resource)
     rows = [
         {
@@ -74,12 +33,12 @@ def pods(ctx: Context, output: str) -> None:
             "devices": devices,
             "resources": resources.get(uid, []),
         }
-        for uid, containers, entries, devices in store.query(PODS).rows
+        for uid, containers, entries, devices in store.query(audit.PODS).rows
     ]
     emit(rows, PODS_COLUMNS, output)
 
 
-@cli.command()
+@click.command()
 @click.argument("pod_uid", shell_complete=complete_pods)
 @output_option
 @click.pass_obj
@@ -91,20 +50,15 @@ def get(ctx: Context, pod_uid: str, output: str) -> None:
     """
     store = ctx.store(readonly=True)
     rows: list[dict[str, Any]] = []
-    for container, resource, node, _pos, device_id in store.query(
-        POD_ENTRIES, {"pod": pod_uid}
-    ).rows:
-        last = rows[-1] if rows else None
-        if last is None or (last["container"], last["resource"], last["numa_node"]) != (
-            container,
-            resource,
-            node,
-        ):
-            last = {"container": container, "resource": resource, "numa_node": node}
-            last["device_ids"] = []
-            rows.append(last)
-        if device_id is not None:
-            last["device_ids"].append(device_id)
+    listed = sorted(store.pod_entries(pod_uid), key=lambda e: (e.container_name, e.resource_name))
+    for entry in listed:
+        where = {"container": entry.container_name, "resource": entry.resource_name}
+        if not entry.device_ids:
+            # No NUMA keys at all (or a null map): one row without a node.
+            rows.append({**where, "numa_node": None, "device_ids": []})
+            continue
+        for node, ids in sorted(entry.device_ids.items()):
+            rows.append({**where, "numa_node": node, "device_ids": list(ids or ())})
     if not rows:
         not_found(f"pod {pod_uid!r} not found")
     emit(rows, GET_COLUMNS, output)

@@ -8,13 +8,12 @@ import click
 
 from podstore.cli.common import complete_containers, complete_pods, not_found
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
 
 COLUMNS = ["kind", "name", "value", "permissions", "read_only"]
 
 
-@cli.command("run-options")
+@click.command("run-options")
 @click.argument("pod_uid", shell_complete=complete_pods)
 @click.argument("container", shell_complete=complete_containers)
 @click.option(

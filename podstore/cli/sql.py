@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
 
 
@@ -40,7 +39,7 @@ def _value(value: Any) -> Any:
     return value
 
 
-@cli.command()
+@click.command()
 @click.argument("query")
 @click.option(
     "-p",

@@ -7,11 +7,10 @@ import json
 import click
 
 from podstore.cli.context import Context
-from podstore.cli.main import cli
-from podstore.engine import head_revision
+from podstore.sqlite.migrate import head_revision
 
 
-@cli.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_obj
 def status(ctx: Context, as_json: bool) -> None:

@@ -6,15 +6,14 @@ import sys
 
 import click
 
-from podstore.checks import has_errors, verify
 from podstore.cli.context import Context
-from podstore.cli.main import cli
 from podstore.cli.output import emit, output_option
+from podstore.storage.selfcheck import check_store, has_errors
 
 COLUMNS = ("severity", "check", "message")
 
 
-@cli.command("verify")
+@click.command("verify")
 @click.option(
     "--quick",
     is_flag=True,
@@ -30,7 +29,7 @@ def verify_command(ctx: Context, quick: bool, strict: bool, output: str) -> None
     left without entries, device positions that are not 0..n-1, and a schema not at the
     newest revision as errors; a device listed twice in one NUMA list as a warning.
     """
-    findings = verify(ctx.db, quick=quick)
+    findings = check_store(ctx.db, quick=quick)
     if findings or output != "table":
         emit([f.as_dict() for f in findings], COLUMNS, output)
     if output == "table":

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import workload
 from podstore import PodStore
-from podstore.engine import head_revision
+from podstore.sqlite.migrate import head_revision
 
 
 def say(line: str) -> None:

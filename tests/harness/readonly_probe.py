@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     import encodings.idna  # noqa: F401
 
     from podstore import PodDevicesEntry, PodStore, PodStoreError, ReadOnlyStoreError
-    from podstore.engine import classify_revision, head_revision
+    from podstore.sqlite.migrate import classify_revision, head_revision
 
     classify_revision(head_revision())
     if "--as-nobody" in argv:

@@ -1,9 +1,7 @@
-"""The SQL. Every statement podstore runs on its hot paths, with ``?``/``:name`` parameters only.
+"""The SQL of entries and registered devices: the podDevices writes and reads.
 
-Statements are plain parameterised strings executed on the driver connection: parsed once by
-SQLite's statement cache and never built by formatting user values into text. The tables they
-touch are defined in ``schema.py``; a test checks that every table and column named here exists
-there.
+Plain parameterised strings executed on the driver connection, parsed once by SQLite's
+statement cache. The tables are defined in ``storage/schema.py``.
 """
 
 from __future__ import annotations
@@ -158,46 +156,60 @@ CONTAINER_TOPOLOGY = """
     GROUP BY a.id, d.device_id
 """
 
-OWNER_OF_DEVICE = """
+# The earliest inserted entry listing a device (of any resource, or of one).
+_OWNER_OF = """
     SELECT p.uid, c.name
     FROM allocation_devices d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
-    WHERE d.device_id = ?
+    WHERE d.device_id = ? {}
     ORDER BY a.id
     LIMIT 1
 """
+OWNER_OF_DEVICE = _OWNER_OF.format("")
+OWNER_OF_RESOURCE_DEVICE = _OWNER_OF.format("AND a.resource = ?")
 
-OWNER_OF_RESOURCE_DEVICE = """
-    SELECT p.uid, c.name
-    FROM allocation_devices d
-    JOIN allocations a ON a.id = d.allocation_id
-    JOIN containers c ON c.id = a.container_id
-    JOIN pods p ON p.id = c.pod_id
-    WHERE d.device_id = ? AND a.resource = ?
-    ORDER BY a.id
-    LIMIT 1
-"""
+# ---- reading whole entries (storage/entries.read_entries) -----------------------------------
+#
+# Three scans in allocation order, merged by the reader: the entries, their device rows and
+# their empty-list markers. Each variant keeps to the primary-key order of its table, so
+# nothing is sorted in a temporary b-tree, however large the store.
 
-# ---- checkpoint export -----------------------------------------------------------------------
-
-# Entries kubelet would write: those with a response, in global position order.
-CHECKPOINT_ENTRIES = """
+_ENTRY_COLUMNS = """
     SELECT a.id, p.uid, c.name, a.resource, a.device_ids_null, a.alloc_resp,
            a.alloc_resp_json_null
     FROM allocations a
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
-    WHERE a.alloc_resp IS NOT NULL
-    ORDER BY a.id
 """
-CHECKPOINT_DEVICES = """
+ENTRIES = _ENTRY_COLUMNS + " ORDER BY a.id"
+# Entries kubelet would write: those with a response.
+ENTRIES_WITH_RESPONSE = _ENTRY_COLUMNS + " WHERE a.alloc_resp IS NOT NULL ORDER BY a.id"
+ENTRIES_OF_POD = _ENTRY_COLUMNS + " WHERE p.uid = :pod ORDER BY a.id"
+
+_ALLOCATIONS_OF_POD = """
+    SELECT a.id FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    JOIN allocations a ON a.container_id = c.id
+    WHERE p.uid = :pod
+"""
+DEVICE_ROWS = """
     SELECT allocation_id, numa_node, device_id FROM allocation_devices
     ORDER BY allocation_id, numa_node, position
 """
-CHECKPOINT_EMPTY_LISTS = """
+DEVICE_ROWS_OF_POD = f"""
+    SELECT allocation_id, numa_node, device_id FROM allocation_devices
+    WHERE allocation_id IN ({_ALLOCATIONS_OF_POD})
+    ORDER BY allocation_id, numa_node, position
+"""
+EMPTY_LISTS = """
     SELECT allocation_id, numa_node, is_null FROM empty_numa_lists
+    ORDER BY allocation_id, numa_node
+"""
+EMPTY_LISTS_OF_POD = f"""
+    SELECT allocation_id, numa_node, is_null FROM empty_numa_lists
+    WHERE allocation_id IN ({_ALLOCATIONS_OF_POD})
     ORDER BY allocation_id, numa_node
 """
 

@@ -1,5 +1,8 @@
 """The SQL views: podstore's public SQL contract (docs/sql.md), and the run-option merge.
 
+Kind names ('env', 'device', 'mount', 'annotation', 'cdi') and their merge order are
+``rules/run_options.KINDS``.
+
 Alembic's MetaData holds tables only, so the views (and the trigger that keeps the event log
 append-only) are created by the migrations with ``op.execute``. The revision that introduced
 them (0002) keeps a frozen copy of this text, so that editing this module never changes what
@@ -13,10 +16,6 @@ front so that it reads only that container's rows.
 """
 
 from __future__ import annotations
-
-#: kind names as the views show them, in the order a response's sections are merged
-#: (env, device, mount, annotation, CDI device — as run_options.merge walks them).
-KINDS = ("env", "device", "mount", "annotation", "cdi")
 
 
 def _options(where: str) -> str:
@@ -68,25 +67,24 @@ def _ranked(where: str) -> str:
     return "WITH" + _options(where) + "," + _RANKED
 
 
-V_ALLOCATIONS = """
-CREATE VIEW v_allocations AS
-SELECT p.uid AS pod_uid, c.name AS container, a.resource AS resource,
-       d.numa_node AS numa_node, d.device_id AS device_id
-FROM allocation_devices d
+# Every device row with the names of its entry.
+_HELD = """FROM allocation_devices d
 JOIN allocations a ON a.id = d.allocation_id
 JOIN containers c ON c.id = a.container_id
 JOIN pods p ON p.id = c.pod_id
 """
 
-V_DEVICE_OWNERS = """
+V_ALLOCATIONS = f"""
+CREATE VIEW v_allocations AS
+SELECT p.uid AS pod_uid, c.name AS container, a.resource AS resource,
+       d.numa_node AS numa_node, d.device_id AS device_id
+{_HELD}"""
+
+V_DEVICE_OWNERS = f"""
 CREATE VIEW v_device_owners AS
 SELECT DISTINCT a.resource AS resource, d.device_id AS device_id,
        p.uid AS pod_uid, c.name AS container
-FROM allocation_devices d
-JOIN allocations a ON a.id = d.allocation_id
-JOIN containers c ON c.id = a.container_id
-JOIN pods p ON p.id = c.pod_id
-"""
+{_HELD}"""
 
 # Containers of one pod may share a device (kubelet reuses init containers' devices), so only
 # a device held from more than one pod is a double allocation.

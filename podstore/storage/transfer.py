@@ -11,8 +11,6 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from podstore import codec, history, writes
-from podstore import queries as q
 from podstore.checkpoint import (
     DEFAULT_MAX_BYTES,
     Checkpoint,
@@ -21,6 +19,10 @@ from podstore.checkpoint import (
     write_checkpoint_file,
 )
 from podstore.errors import CheckpointFormatError, InvalidInputError
+from podstore.rules import alloc_resp
+from podstore.storage import entries
+from podstore.storage.entries import Row
+from podstore.storage.sql import entries as sql
 from podstore.types import ImportReport, PodDevicesEntry, SkippedEntry
 
 #: progress(done, total) is called while entries are prepared; total is the entry count.
@@ -33,7 +35,7 @@ class PreparedImport:
 
     path: str
     checkpoint: Checkpoint
-    rows: list[writes.Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     skipped: list[SkippedEntry] = field(default_factory=list)
 
 
@@ -43,6 +45,24 @@ def _path(path: str | os.PathLike[str], argument: str) -> str:
     if not isinstance(path, str) or not path:
         raise InvalidInputError(f"{argument}: expected a file path, got {path!r}")
     return path
+
+
+def to_row(entry: PodDevicesEntry) -> Row | str:
+    """The row a checkpoint entry restores as, or why kubelet skips it (an AllocResp that does
+    not decode). A null AllocResp restores as an empty response, flagged so that export writes
+    null again."""
+    raw = b"" if entry.alloc_resp is None else entry.alloc_resp
+    parsed = alloc_resp.parse(raw)
+    if isinstance(parsed, str):
+        return parsed
+    return Row(
+        entry.pod_uid,
+        entry.container_name,
+        entry.resource_name,
+        entry.device_ids,
+        parsed,
+        entry.alloc_resp is None,
+    )
 
 
 def prepare_import(
@@ -65,29 +85,19 @@ def prepare_import(
     prepared = PreparedImport(name, cp)
     total = len(cp.entries)
     for i, entry in enumerate(cp.entries):
-        raw = b"" if entry.alloc_resp is None else entry.alloc_resp
-        reason = codec.decode_error(raw)
-        if reason is not None:
+        row = to_row(entry)
+        if isinstance(row, str):
             prepared.skipped.append(
                 SkippedEntry(
                     i,
                     entry.pod_uid,
                     entry.container_name,
                     entry.resource_name,
-                    f"AllocResp is not a ContainerAllocateResponse: {reason}",
+                    f"AllocResp is not a ContainerAllocateResponse: {row}",
                 )
             )
         else:
-            prepared.rows.append(
-                writes.Row(
-                    entry.pod_uid,
-                    entry.container_name,
-                    entry.resource_name,
-                    entry.device_ids,
-                    raw,
-                    entry.alloc_resp is None,
-                )
-            )
+            prepared.rows.append(row)
         if progress is not None and (i % 1000 == 999 or i + 1 == total):
             progress(i + 1, total)
     if strict and prepared.skipped:
@@ -104,19 +114,19 @@ def load(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> 
     """Write a prepared import inside the caller's transaction."""
     cp = prepared.checkpoint
     if merge:
-        writes.replace_registered(conn, cp.registered_devices, whole=False)
+        entries.replace_registered(conn, cp.registered_devices, whole=False)
     else:
         # Entries the file does not hold get a 'delete' history event; the rest are rewritten
         # below, each with an 'import' event.
-        writes.delete_all(
+        entries.delete_all(
             conn, keep={(r.pod_uid, r.container_name, r.resource_name) for r in prepared.rows}
         )
         # Kubelet writes null for no entries; keep [] only where the file itself had an empty
         # list, so that importing and exporting that file gives it back unchanged.
         explicit_empty = not cp.entries_null and not cp.entries
-        conn.execute(q.SET_META, ("entries_json", "[]" if explicit_empty else "null"))
-        writes.replace_registered(conn, cp.registered_devices, whole=True)
-    imported = writes.write_many(conn, prepared.rows)
+        entries.set_meta(conn, "entries_json", "[]" if explicit_empty else "null")
+        entries.replace_registered(conn, cp.registered_devices, whole=True)
+    imported = entries.write_many(conn, prepared.rows)
     return ImportReport(
         path=prepared.path,
         version=cp.version,
@@ -145,15 +155,23 @@ def counted(
 
 
 def export_bytes(
-    conn: sqlite3.Connection, entries: Iterable[PodDevicesEntry], boot_id: str | None
+    conn: sqlite3.Connection, boot_id: str | None, progress: Progress | None
 ) -> tuple[bytes, int]:
-    """The checkpoint file for the store's state (read in the caller's snapshot)."""
-    listed = list(entries)
-    row = conn.execute(q.GET_META, ("entries_json",)).fetchone()
-    empty_form: list[PodDevicesEntry] | None = [] if row is not None and row[0] == "[]" else None
-    registered = history.current_registered(conn)
-    null_row = conn.execute(q.GET_META, ("registered_json_null",)).fetchone()
-    registered_out = None if not registered and null_row and null_row[0] == "1" else registered
+    """The checkpoint file for the store's state, read in the caller's snapshot, and the
+    number of entries it lists."""
+    listed: Iterable[PodDevicesEntry] = (
+        e.checkpoint_entry() for e in entries.read_entries(conn, with_response=True)
+    )
+    if progress is not None:
+        total = int(conn.execute(sql.COUNTS).fetchone()[2])
+        listed = counted(listed, total, progress)
+    listed = list(listed)
+    empty_form: list[PodDevicesEntry] | None = (
+        [] if entries.meta(conn, "entries_json") == "[]" else None
+    )
+    registered = entries.current_registered(conn)
+    null_registered = entries.meta(conn, "registered_json_null") == "1"
+    registered_out = None if not registered and null_registered else registered
     data = dumps_checkpoint(listed or empty_form, registered_out, boot_id or None)
     return data, len(listed)
 

@@ -73,16 +73,19 @@ allocations = Table(
     UniqueConstraint("container_id", "resource"),
 )
 
+
+def _allocation_id() -> Column[int]:
+    """The column that ties a child row to its allocation (deleted with it)."""
+    return Column(
+        "allocation_id", Integer, ForeignKey("allocations.id", ondelete="CASCADE"), nullable=False
+    )
+
+
 # One row per (NUMA node, list position): DevicesPerNUMA flattened, list order kept.
 allocation_devices = Table(
     "allocation_devices",
     metadata,
-    Column(
-        "allocation_id",
-        Integer,
-        ForeignKey("allocations.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    _allocation_id(),
     Column("numa_node", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
     Column("device_id", Text, nullable=False),
@@ -95,12 +98,7 @@ allocation_devices = Table(
 empty_numa_lists = Table(
     "empty_numa_lists",
     metadata,
-    Column(
-        "allocation_id",
-        Integer,
-        ForeignKey("allocations.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    _allocation_id(),
     Column("numa_node", BigInteger, nullable=False),
     Column("is_null", Boolean, nullable=False),
     PrimaryKeyConstraint("allocation_id", "numa_node"),
@@ -153,12 +151,7 @@ def _response_table(name: str, *columns: Column[object]) -> Table:
     return Table(
         name,
         metadata,
-        Column(
-            "allocation_id",
-            Integer,
-            ForeignKey("allocations.id", ondelete="CASCADE"),
-            nullable=False,
-        ),
+        _allocation_id(),
         Column("position", Integer, nullable=False),
         *columns,
         PrimaryKeyConstraint("allocation_id", "position"),

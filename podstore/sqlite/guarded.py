@@ -24,8 +24,9 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podstore.engine import ConnectOptions, connect, translated_errors
 from podstore.errors import InvalidInputError, ReadOnlyStoreError
+from podstore.sqlite.connection import ConnectOptions, connect
+from podstore.sqlite.translate import translated_errors
 from podstore.types import QueryResult
 
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})

@@ -1,8 +1,11 @@
-"""The self-check: SQLite's own integrity checks plus the store's invariants.
+"""The self-check (``podstore verify``): SQLite's own integrity checks plus the store's
+invariants.
 
-:func:`verify` opens a store file read-only and returns a list of :class:`Finding`; it never
-writes and never repairs. :func:`check_connection` runs the same checks on an open sqlite3
-connection (the crash harnesses use it after every simulated crash).
+Not to be confused with the open-time ``quick_check`` (``PodStore.open(verify=...)``,
+``sqlite/integrity.py``) or with a checkpoint's checksum (``podstore verify-checkpoint``,
+``checkpoint/``). :func:`check_store` opens a store file read-only and returns a list of
+:class:`Finding`; it never writes and never repairs. :func:`check_connection` runs the same
+checks on an open sqlite3 connection (the crash harnesses use it after every simulated crash).
 
 Severity ``error`` means the file is damaged or holds a state no podstore call produces
 (a half-applied write, or an edit from outside); ``warning`` means something legal but worth
@@ -18,15 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from podstore import codec
-from podstore.engine import (
-    ConnectOptions,
-    connect,
-    database_path,
-    head_revision,
-    translate,
-)
 from podstore.errors import InvalidInputError, PodStoreError
+from podstore.rules import alloc_resp
+from podstore.sqlite.connection import ConnectOptions, connect, database_path
+from podstore.sqlite.migrate import head_revision
+from podstore.sqlite.translate import translate
+from podstore.storage.sql import checks as sql
 
 Severity = Literal["error", "warning"]
 
@@ -54,7 +54,7 @@ def has_errors(findings: Iterable[Finding]) -> bool:
     return any(f.severity == "error" for f in findings)
 
 
-def verify(path: str | os.PathLike[str], *, quick: bool = False) -> list[Finding]:
+def check_store(path: str | os.PathLike[str], *, quick: bool = False) -> list[Finding]:
     """Check the store at ``path`` (a path or sqlite URL), read-only; [] means all is well.
 
     ``quick=True`` runs ``PRAGMA quick_check`` (b-tree structure only) instead of the full
@@ -213,8 +213,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "orphan-containers",
         "error",
         ("containers", "pods"),
-        "SELECT c.id, c.pod_id, c.name FROM containers c "
-        "WHERE NOT EXISTS (SELECT 1 FROM pods p WHERE p.id = c.pod_id) ORDER BY c.id",
+        sql.ORPHAN_CONTAINERS,
         "containers whose pod does not exist",
         lambda r: f"container {r[2]!r} (id {r[0]}, pod id {r[1]})",
     ),
@@ -222,10 +221,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "orphan-allocations",
         "error",
         ("allocations", "containers", "pods"),
-        "SELECT a.id, a.container_id, a.resource FROM allocations a "
-        "LEFT JOIN containers c ON c.id = a.container_id "
-        "WHERE c.id IS NULL OR NOT EXISTS (SELECT 1 FROM pods p WHERE p.id = c.pod_id) "
-        "ORDER BY a.id",
+        sql.ORPHAN_ALLOCATIONS,
         "allocations whose container or pod does not exist",
         lambda r: f"allocation {r[0]} ({r[2]!r}, container id {r[1]})",
     ),
@@ -233,9 +229,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "orphan-device-rows",
         "error",
         ("allocation_devices", "allocations"),
-        "SELECT d.allocation_id, d.numa_node, d.position, d.device_id FROM allocation_devices d "
-        "WHERE NOT EXISTS (SELECT 1 FROM allocations a WHERE a.id = d.allocation_id) "
-        "ORDER BY 1, 2, 3",
+        sql.ORPHAN_DEVICE_ROWS,
         "device rows whose allocation does not exist",
         lambda r: f"{r[3]!r} (allocation {r[0]}, NUMA {r[1]})",
     ),
@@ -243,9 +237,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "orphan-empty-lists",
         "error",
         ("empty_numa_lists", "allocations"),
-        "SELECT e.allocation_id, e.numa_node FROM empty_numa_lists e "
-        "WHERE NOT EXISTS (SELECT 1 FROM allocations a WHERE a.id = e.allocation_id) "
-        "ORDER BY 1, 2",
+        sql.ORPHAN_EMPTY_LISTS,
         "empty NUMA list markers whose allocation does not exist",
         lambda r: f"allocation {r[0]} NUMA {r[1]}",
     ),
@@ -253,9 +245,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "orphan-registered-devices",
         "error",
         ("registered_devices", "registered_resources"),
-        "SELECT d.resource, d.position, d.device_id FROM registered_devices d "
-        "WHERE NOT EXISTS (SELECT 1 FROM registered_resources r WHERE r.resource = d.resource) "
-        "ORDER BY 1, 2",
+        sql.ORPHAN_REGISTERED_DEVICES,
         "registered devices whose resource is not registered",
         lambda r: f"{r[2]!r} of {r[0]!r}",
     ),
@@ -263,8 +253,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "empty-pods",
         "error",
         ("pods", "containers"),
-        "SELECT p.id, p.uid FROM pods p "
-        "WHERE NOT EXISTS (SELECT 1 FROM containers c WHERE c.pod_id = p.id) ORDER BY p.id",
+        sql.EMPTY_PODS,
         "pods without any container (no podstore call leaves one)",
         lambda r: repr(r[1]),
     ),
@@ -272,9 +261,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "empty-containers",
         "error",
         ("containers", "allocations", "pods"),
-        "SELECT p.uid, c.name FROM containers c JOIN pods p ON p.id = c.pod_id "
-        "WHERE NOT EXISTS (SELECT 1 FROM allocations a WHERE a.container_id = c.id) "
-        "ORDER BY c.id",
+        sql.EMPTY_CONTAINERS,
         "containers without any resource entry (no podstore call leaves one)",
         lambda r: f"{r[0]}/{r[1]}",
     ),
@@ -282,13 +269,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "positions",
         "error",
         ("allocation_devices", "allocations", "containers", "pods"),
-        "SELECT p.uid, c.name, a.resource, d.numa_node, count(*), min(d.position), "
-        "max(d.position) "
-        "FROM allocation_devices d JOIN allocations a ON a.id = d.allocation_id "
-        "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id "
-        "GROUP BY d.allocation_id, d.numa_node "
-        "HAVING min(d.position) <> 0 OR max(d.position) <> count(*) - 1 "
-        "ORDER BY d.allocation_id, d.numa_node",
+        sql.POSITIONS,
         "NUMA device lists whose positions are not 0..n-1",
         lambda r: f"{_entry(r)} NUMA {r[3]} ({r[4]} rows, positions {r[5]}..{r[6]})",
     ),
@@ -296,9 +277,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "registered-positions",
         "error",
         ("registered_devices",),
-        "SELECT resource, count(*), min(position), max(position) FROM registered_devices "
-        "GROUP BY resource HAVING min(position) <> 0 OR max(position) <> count(*) - 1 "
-        "ORDER BY resource",
+        sql.REGISTERED_POSITIONS,
         "registered device lists whose positions are not 0..n-1",
         lambda r: f"{r[0]!r} ({r[1]} rows, positions {r[2]}..{r[3]})",
     ),
@@ -306,12 +285,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "empty-list-with-devices",
         "error",
         ("empty_numa_lists", "allocation_devices", "allocations", "containers", "pods"),
-        "SELECT p.uid, c.name, a.resource, e.numa_node FROM empty_numa_lists e "
-        "JOIN allocations a ON a.id = e.allocation_id "
-        "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id "
-        "WHERE EXISTS (SELECT 1 FROM allocation_devices d "
-        "              WHERE d.allocation_id = e.allocation_id AND d.numa_node = e.numa_node) "
-        "ORDER BY e.allocation_id, e.numa_node",
+        sql.EMPTY_LIST_WITH_DEVICES,
         "NUMA lists marked empty that also hold devices",
         lambda r: f"{_entry(r)} NUMA {r[3]}",
     ),
@@ -319,12 +293,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "null-map-with-devices",
         "error",
         ("allocations", "allocation_devices", "empty_numa_lists", "containers", "pods"),
-        "SELECT p.uid, c.name, a.resource FROM allocations a "
-        "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id "
-        "WHERE a.device_ids_null "
-        "AND (EXISTS (SELECT 1 FROM allocation_devices d WHERE d.allocation_id = a.id) "
-        "     OR EXISTS (SELECT 1 FROM empty_numa_lists e WHERE e.allocation_id = a.id)) "
-        "ORDER BY a.id",
+        sql.NULL_MAP_WITH_DEVICES,
         "entries whose device map is null yet lists NUMA nodes",
         _entry,
     ),
@@ -332,10 +301,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "null-response-flag",
         "error",
         ("allocations", "containers", "pods"),
-        "SELECT p.uid, c.name, a.resource FROM allocations a "
-        "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id "
-        "WHERE a.alloc_resp_json_null AND (a.alloc_resp IS NULL OR length(a.alloc_resp) <> 0) "
-        "ORDER BY a.id",
+        sql.NULL_RESPONSE_FLAG,
         "entries flagged as a null AllocResp that hold something other than an empty response",
         _entry,
     ),
@@ -343,11 +309,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "duplicate-devices",
         "warning",
         ("allocation_devices", "allocations", "containers", "pods"),
-        "SELECT p.uid, c.name, a.resource, d.numa_node, d.device_id, count(*) "
-        "FROM allocation_devices d JOIN allocations a ON a.id = d.allocation_id "
-        "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id "
-        "GROUP BY d.allocation_id, d.numa_node, d.device_id HAVING count(*) > 1 "
-        "ORDER BY d.allocation_id, d.numa_node, d.device_id",
+        sql.DUPLICATE_DEVICES,
         # Kubelet builds each list from a set, so a duplicate can only have come in with a
         # checkpoint file or a caller's list; podstore keeps lists as given (exports must
         # match byte for byte), so this is worth a look but not damage.
@@ -359,9 +321,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "store-meta",
         "warning",
         ("store_meta",),
-        "SELECT key, value FROM store_meta "
-        "WHERE (key = 'entries_json' AND value NOT IN ('null', '[]')) "
-        "OR (key = 'registered_json_null' AND value NOT IN ('0', '1')) ORDER BY key",
+        sql.STORE_META,
         "store_meta values podstore does not write",
         lambda r: f"{r[0]}={r[1]!r}",
     ),
@@ -373,15 +333,11 @@ def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     if not {"allocations", "containers", "pods"} <= tables:
         return []
     bad: list[tuple[str, str, str, str]] = []
-    for uid, name, resource, resp in conn.execute(
-        "SELECT p.uid, c.name, a.resource, a.alloc_resp FROM allocations a "
-        "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id "
-        "WHERE a.alloc_resp IS NOT NULL ORDER BY a.id"
-    ):
+    for uid, name, resource, resp in conn.execute(sql.STORED_RESPONSES):
         if not isinstance(resp, bytes):
             bad.append((uid, name, resource, f"stored as {type(resp).__name__}, not a BLOB"))
             continue
-        reason = codec.decode_error(resp)
+        reason = alloc_resp.decode_error(resp)
         if reason is not None:
             bad.append((uid, name, resource, reason))
     if not bad:

@@ -1,0 +1,92 @@
+"""The one codec of plugin responses (``ContainerAllocateResponse``), so that storage code never
+touches protobuf itself.
+
+A response is parsed (or serialised) once per write: :class:`Response` carries the bytes to
+store and the settings they decode to, in the order the decoded response rows keep them
+(``storage/responses.py`` writes those rows without a second parse). Plain tuples rather than
+the protobuf message: an import holds one per entry until it writes, and 100,000 live messages
+cost about 250 MB more than their tuples (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from podstore.deviceplugin import ContainerAllocateResponse
+from podstore.errors import InvalidInputError
+
+#: What ``insert`` accepts as ``alloc_resp``.
+AllocRespInput = ContainerAllocateResponse | bytes | bytearray | memoryview | None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A checked plugin response: ``raw`` is stored as is; the rest is what it decodes to, each
+    section in row order (env and annotation keys ascending — code point order, which is the
+    UTF-8 byte order SQLite's BINARY collation uses — list fields in list order)."""
+
+    raw: bytes
+    envs: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[tuple[str, str, bool], ...] = ()  # container path, host path, read-only
+    devices: tuple[tuple[str, str, str], ...] = ()  # container path, host path, permissions
+    annotations: tuple[tuple[str, str], ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+
+
+def _decoded(raw: bytes, msg: ContainerAllocateResponse) -> Response:
+    return Response(
+        raw,
+        tuple(sorted(msg.envs.items())) if msg.envs else (),
+        tuple((m.container_path, m.host_path, m.read_only) for m in msg.mounts),
+        tuple((d.container_path, d.host_path, d.permissions) for d in msg.devices),
+        tuple(sorted(msg.annotations.items())) if msg.annotations else (),
+        tuple(c.name for c in msg.cdi_devices),
+    )
+
+
+def decode(data: bytes) -> ContainerAllocateResponse:
+    """Parse stored bytes. Raises ``google.protobuf.message.DecodeError`` if they are not a
+    ContainerAllocateResponse (empty bytes are a valid, empty message, as in kubelet)."""
+    msg = ContainerAllocateResponse()
+    msg.ParseFromString(data)
+    return msg
+
+
+def parse(data: bytes) -> Response | str:
+    """The checked response of ``data``, or why it is not a ContainerAllocateResponse."""
+    try:
+        return _decoded(data, decode(data))
+    except (DecodeError, ValueError, TypeError, RuntimeError) as exc:
+        return str(exc) or type(exc).__name__
+
+
+def decode_error(data: bytes) -> str | None:
+    """Why ``data`` is not a ContainerAllocateResponse, or None when it decodes."""
+    parsed = parse(data)
+    return parsed if isinstance(parsed, str) else None
+
+
+def from_argument(value: AllocRespInput, argument: str = "alloc_resp") -> Response | None:
+    """The response to store for a message, raw bytes, or None (kubelet's nil response).
+
+    A message is serialised with sorted map keys (kubelet's map order is random, so any order
+    is faithful and sorted is reproducible). Raw bytes are kept exactly as given once they are
+    known to decode. Raises InvalidInputError naming ``argument`` otherwise.
+    """
+    if value is None:
+        return None
+    if isinstance(value, ContainerAllocateResponse):
+        return _decoded(value.SerializeToString(deterministic=True), value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        parsed = parse(bytes(value))
+        if isinstance(parsed, str):
+            raise InvalidInputError(
+                f"{argument}: bytes are not a ContainerAllocateResponse ({parsed})"
+            )
+        return parsed
+    raise InvalidInputError(
+        f"{argument}: expected a ContainerAllocateResponse, its serialized bytes, or None; "
+        f"got {type(value).__name__}"
+    )

@@ -1,0 +1,238 @@
+"""SQLite connections: options, pragmas, BEGIN IMMEDIATE.
+
+Every connection podstore makes goes through :func:`connect`, so the settings below hold for
+the store's own connections, for Alembic's, and for the command line's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import quote
+
+from podstore.errors import InvalidInputError, ReadOnlyStoreError, StoreBusyError, StoreCorruptError
+from podstore.sqlite.files import prepare_file
+from podstore.sqlite.translate import translate, translated_errors
+
+if TYPE_CHECKING:
+    # SQLAlchemy is only needed for migrations and URL parsing; importing it costs ~120 ms of
+    # every process start (docs/performance.md), so it is imported where it is used.
+    import sqlalchemy
+    from sqlalchemy.engine import Engine
+
+log = logging.getLogger("podstore")
+
+Durability = Literal["full", "normal"]
+
+DEFAULT_BUSY_TIMEOUT = 10.0
+# SQLite takes the busy timeout as an int of milliseconds.
+MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
+
+# Pragmas applied to every new connection, only where the current value differs.
+# journal_mode is persistent in the file and needs write access, so it is handled apart.
+_PRAGMAS: dict[str, int] = {
+    # ON DELETE CASCADE from pods down to device rows depends on this.
+    "foreign_keys": 1,
+    # Temp b-trees (sorts, DISTINCT) stay in memory: no stray files next to a 0600 database.
+    "temp_store": 2,
+}
+# synchronous: FULL fsyncs the WAL at every commit, so a returned call survives power loss;
+# NORMAL may lose the last commits (never corrupts) and is opt-in.
+_SYNCHRONOUS = {"full": 2, "normal": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """How to connect to one store file."""
+
+    path: str
+    readonly: bool = False
+    durability: Durability = "full"
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        # NaN passes a ``< 0`` check and infinity overflows int(): both would escape as
+        # ValueError/OverflowError from deep inside connect (tests/test_reliability_fuzz.py).
+        timeout = self.busy_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or not 0 <= timeout <= MAX_BUSY_TIMEOUT
+        ):
+            raise InvalidInputError(
+                f"busy_timeout: expected seconds from 0 to {MAX_BUSY_TIMEOUT}, got {timeout!r}"
+            )
+
+
+def database_path(path_or_url: str | os.PathLike[str]) -> str:
+    """Turn a file path or an ``sqlite:///`` SQLAlchemy URL into a file path.
+
+    Raises InvalidInputError for other databases and for in-memory SQLite, which could not
+    survive a crash and is not shared between podstore's per-thread connections.
+    """
+    if isinstance(path_or_url, os.PathLike):
+        path_or_url = os.fspath(path_or_url)
+    if not isinstance(path_or_url, str) or not path_or_url:
+        raise InvalidInputError(f"database: expected a path or an sqlite URL, got {path_or_url!r}")
+    if "://" in path_or_url:
+        try:
+            from sqlalchemy.engine import make_url
+            from sqlalchemy.exc import ArgumentError
+
+            url = make_url(path_or_url)
+        except ArgumentError as exc:
+            raise InvalidInputError(f"database: bad URL {path_or_url!r}: {exc}") from None
+        if url.get_backend_name() != "sqlite":
+            raise InvalidInputError(
+                f"database: podstore keeps its state in SQLite, not {url.get_backend_name()!r}"
+            )
+        path = url.database or ""
+    else:
+        path = path_or_url
+    if path in ("", ":memory:") or path.startswith("file::memory:"):
+        raise InvalidInputError("database: an in-memory SQLite database is not a durable store")
+    return path
+
+
+def database_url(path_or_url: str | os.PathLike[str]) -> str:
+    """The ``sqlite:///`` URL of a store given as a path or URL."""
+    return "sqlite:///" + database_path(path_or_url)
+
+
+def connect(options: ConnectOptions) -> sqlite3.Connection:
+    """Open one configured connection.
+
+    isolation_level=None stops pysqlite from issuing its own BEGINs; podstore issues every
+    BEGIN itself so that writers take the lock up front (BEGIN IMMEDIATE).
+    """
+    with translated_errors():
+        if options.readonly:
+            conn = _connect_readonly(options)
+        else:
+            prepare_file(options.path)
+            conn = sqlite3.connect(
+                options.path,
+                timeout=options.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        try:
+            _configure(conn, options)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
+    """A read-only connection, also where neither the file nor its directory is writable.
+
+    A WAL database needs its -shm file. If it exists (a writer has it open, or crashed),
+    SQLite reads through it even without write access. If it is missing and cannot be
+    created (read-only directory or mount), the file is opened ``immutable=1`` — but only
+    when there is no -wal with content: immutable ignores the WAL, and would silently show
+    an old state (https://sqlite.org/wal.html#readonly; tests/test_reliability_security.py).
+    """
+    path = os.path.abspath(options.path)
+    if not os.path.exists(path):
+        raise InvalidInputError(f"database: {options.path} does not exist (opened read-only)")
+    uri = "file:" + quote(path) + "?mode=ro"
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        name = str(getattr(exc, "sqlite_errorname", ""))
+        if not (name.startswith("SQLITE_READONLY") or name.startswith("SQLITE_CANTOPEN")):
+            raise
+        try:
+            wal_size = os.path.getsize(path + "-wal")
+        except FileNotFoundError:
+            wal_size = 0
+        if wal_size > 0:
+            raise ReadOnlyStoreError(
+                f"{options.path} has a write-ahead log (-wal) with changes not yet in the main "
+                "file, and its -shm file can neither be found nor created, so it cannot be "
+                "read without write access to its directory; open it writable once (which "
+                "checkpoints the log) or restore the -shm file"
+            ) from None
+    return sqlite3.connect(
+        uri + "&immutable=1",
+        uri=True,
+        timeout=options.busy_timeout,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+
+
+def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
+    wanted = dict(_PRAGMAS)
+    wanted["busy_timeout"] = int(options.busy_timeout * 1000)
+    if not options.readonly:
+        wanted["synchronous"] = _SYNCHRONOUS[options.durability]
+    for name, value in wanted.items():
+        current = conn.execute(f"PRAGMA {name}").fetchone()[0]
+        if current != value:
+            conn.execute(f"PRAGMA {name} = {int(value)}")
+    if not options.readonly:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            # WAL: readers never block the writer and a commit is one sequential append.
+            got = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+            if str(got).lower() != "wal":
+                raise StoreCorruptError(f"could not switch {options.path} to WAL (got {got})")
+
+
+def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once.
+
+    The busy handler normally waits inside the call, but SQLite returns SQLITE_BUSY without
+    waiting in some cases (e.g. while another connection recovers the WAL), so a bounded retry
+    loop sits on top; past the deadline the caller gets StoreBusyError.
+    """
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            mapped = translate(exc)
+            if not isinstance(mapped, StoreBusyError) or time.monotonic() >= deadline:
+                if mapped is None:
+                    raise
+                raise mapped from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) -> Engine:
+    """An SQLAlchemy engine over podstore's own connections (used by Alembic and admin code).
+
+    Transactions begun through it start with BEGIN IMMEDIATE, so a migration holds the write
+    lock from its first statement and DDL is rolled back as a whole on failure.
+    """
+    opts = options or ConnectOptions(path=database_path(url))
+    import sqlalchemy
+    from sqlalchemy import event
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(
+        "sqlite://", creator=functools.partial(connect, opts), poolclass=NullPool
+    )
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: sqlalchemy.Connection) -> None:
+        conn.exec_driver_sql("BEGIN" if opts.readonly else "BEGIN IMMEDIATE")
+
+    return engine

@@ -1,0 +1,107 @@
+"""The store file on disk: created 0600 in 0700 directories, fsynced into its parent, and a
+warning when others may write it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+import warnings
+
+from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreFullError
+from podstore.fsutil import fsync_directory
+
+
+def prepare_file(path: str) -> None:
+    """Create the database file 0600 (and missing parents 0700) before SQLite touches it.
+
+    A created file and directory are fsynced together with their parent, so a store created
+    and written survives power loss even where fsync of a file does not persist its name
+    (SQLite syncs the directory only for the journal and WAL it creates itself).
+    Raises ReadOnlyStoreError when the file or its directory cannot be written, StoreFullError
+    when the disk is full.
+    """
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    try:
+        _make_private_dirs(parent)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            _check_writable(path)
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_directory(parent)
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+
+
+def _make_private_dirs(directory: str) -> None:
+    """os.makedirs with every created level 0700 (makedirs gives intermediate levels the
+    default mode), each one fsynced into its parent."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent != directory:
+        _make_private_dirs(parent)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(directory, 0o700)  # the umask may have taken bits away, never added them
+    fsync_directory(parent)
+
+
+def _check_writable(path: str) -> None:
+    """A writable open needs the file and its directory (for -wal and -shm) writable."""
+    targets = [(path, "file")]
+    if not all(os.path.exists(path + suffix) for suffix in ("-wal", "-shm")):
+        targets.append((os.path.dirname(path), "directory"))
+    for target, what in targets:
+        if not os.access(target, os.W_OK):
+            raise ReadOnlyStoreError(
+                f"the database {what} {target} is not writable; open it with readonly=True"
+            )
+
+
+def _os_error(exc: OSError, path: str) -> PodStoreError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError(f"cannot create {path}: the disk is full ({exc.strerror})")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ReadOnlyStoreError(f"cannot create {path}: {exc.strerror}")
+    return PodStoreError(f"cannot create {path}: {exc.strerror or exc}")
+
+
+def warn_if_writable_by_others(path: str) -> None:
+    """Warn (UserWarning, attributed to the caller outside podstore) when group or other
+    users may write the database file or its WAL."""
+    for candidate in (path, path + "-wal"):
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IWOTH | stat.S_IWGRP):
+            warnings.warn(
+                f"{candidate} is writable by other users (mode {stat.S_IMODE(mode):o}); anyone "
+                "with that access can rewrite the node's device allocations",
+                stacklevel=_caller_stacklevel(),
+            )
+            return
+
+
+def _caller_stacklevel() -> int:
+    """The warnings stacklevel of the first frame outside the podstore package."""
+    # This module is podstore/sqlite/files.py: the package is two levels up.
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        package_dir + os.sep
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level

@@ -1,0 +1,172 @@
+"""Migrate-on-open and the schema revision, with Alembic loaded only when a migration runs.
+
+The Alembic scripts ship inside the package as ``podstore.migrations`` (the top-level
+``migrations/`` folder). Opening a store already at :data:`HEAD_REVISION` never imports
+Alembic.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from podstore.errors import SchemaError
+from podstore.sqlite.connection import (
+    ConnectOptions,
+    connect,
+    create_sqlalchemy_engine,
+    database_url,
+)
+from podstore.sqlite.files import warn_if_writable_by_others
+from podstore.sqlite.integrity import quick_check
+from podstore.sqlite.translate import translated_errors
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+
+def migrations_dir() -> str:
+    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder)."""
+    spec = importlib.util.find_spec("podstore.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise SchemaError("podstore.migrations is not installed; reinstall podstore")
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+@functools.cache
+def script_directory() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(migrations_dir())
+
+
+def head_revision() -> str:
+    """The newest schema revision this podstore knows."""
+    head = script_directory().get_current_head()
+    assert isinstance(head, str)
+    return head
+
+
+def alembic_config(connection: sqlalchemy.Connection | None = None) -> Any:
+    """An Alembic Config built in code (no ini, so no logging reconfiguration)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", migrations_dir())
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+#: current_revision() of a database whose schema was downgraded to base.
+BASE = "base"
+
+
+def current_revision(conn: sqlite3.Connection) -> str | None:
+    """The stored revision; None for an empty database, BASE when the schema was downgraded
+    to nothing (the version table is left, empty).
+
+    Raises SchemaError when the file holds tables but no Alembic version (not podstore's).
+    """
+    with translated_errors():
+        names = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        if not names:
+            return None
+        if "alembic_version" not in names:
+            raise SchemaError(
+                "not a podstore database: it has tables but no podstore schema version"
+            )
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    return BASE if row is None else str(row[0])
+
+
+#: The newest revision under migrations/versions. A store already at this revision opens
+#: without loading Alembic, whose import and script scan cost ~140 ms per process start
+#: (docs/performance.md, "open-to-first-answer"). Bump it with every new migration; a test
+#: pins it to Alembic's head: assert HEAD_REVISION == head_revision().
+HEAD_REVISION = "0002"
+
+
+def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", "too-new"]:
+    if rev is None:
+        return "new-file"
+    if rev == HEAD_REVISION:
+        return "current"
+    if rev == BASE:
+        # Downgraded on purpose: an old schema, so upgrade=False must refuse it.
+        return "old"
+    if rev == head_revision():
+        return "current"
+    try:
+        known = script_directory().get_revision(rev)
+    except Exception:
+        known = None
+    return "old" if known is not None else "too-new"
+
+
+def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: bool = True) -> None:
+    """Bring the file to the head revision (or check it is there), as PodStore.open promises.
+
+    The upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a failed
+    migration leaves the previous schema, and two processes opening a new file at once
+    migrate it exactly once.
+    """
+    warn_if_writable_by_others(os.path.abspath(options.path))
+    probe = connect(options)
+    try:
+        if check:
+            quick_check(probe)
+        state = classify_revision(current_revision(probe))
+    finally:
+        probe.close()
+    if state == "current":
+        return
+    if state == "too-new":
+        raise SchemaError(
+            "the database was written by a newer podstore (unknown schema revision); "
+            "upgrade podstore to read it"
+        )
+    if options.readonly:
+        raise SchemaError(
+            "the database schema is not at the current revision and a read-only open never "
+            "migrates; open it writable or run `podstore migrate upgrade`"
+        )
+    if state == "old" and not upgrade:
+        raise SchemaError(
+            "the database schema is older than this podstore and upgrade=False; run "
+            "`podstore migrate upgrade` or open with upgrade=True"
+        )
+    run_upgrade(options, "head")
+
+
+def run_upgrade(options: ConnectOptions, target: str) -> None:
+    _run_alembic(options, lambda cfg: _alembic_command("upgrade")(cfg, target))
+
+
+def run_downgrade(options: ConnectOptions, target: str) -> None:
+    _run_alembic(options, lambda cfg: _alembic_command("downgrade")(cfg, target))
+
+
+def _alembic_command(name: str) -> Callable[..., None]:
+    from alembic import command
+
+    fn: Callable[..., None] = getattr(command, name)
+    return fn
+
+
+def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None:
+    engine = create_sqlalchemy_engine(database_url(options.path), options)
+    try:
+        with translated_errors(), engine.begin() as connection:
+            action(alembic_config(connection))
+    finally:
+        engine.dispose()

@@ -1,0 +1,173 @@
+"""Per-thread connections, write transactions and savepoints, snapshots, and the background
+integrity check: everything ``PodStore`` needs to run statements safely from many threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from podstore.errors import PodStoreError, ReadOnlyStoreError
+from podstore.sqlite.connection import ConnectOptions, begin_immediate, connect
+from podstore.sqlite.integrity import quick_check
+from podstore.sqlite.translate import translated_errors
+
+log = logging.getLogger("podstore")
+
+
+class _ThreadState(threading.local):
+    """Each thread gets its own SQLite connection (sqlite3 objects must not be shared)."""
+
+    conn: sqlite3.Connection | None = None
+    pid: int = 0
+    depth: int = 0
+
+
+class Sessions:
+    """The connections of one open store, one per thread (and per process after fork)."""
+
+    def __init__(self, options: ConnectOptions) -> None:
+        self.options = options
+        self._local = _ThreadState()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._closed = False
+        self._checker: threading.Thread | None = None
+        self._checker_conn: sqlite3.Connection | None = None
+        self._damage: PodStoreError | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection, made on first use. Raises PodStoreError once closed, and
+        the damage the background check found once it found some."""
+        state = self._local
+        if self._closed:
+            raise PodStoreError("the store is closed")
+        if self._damage is not None:
+            raise self._damage
+        if state.conn is None or state.pid != os.getpid():
+            # After fork() the inherited connection belongs to the parent: closing it here
+            # could drop the parent's POSIX locks, so it is abandoned, not closed.
+            conn = connect(self.options)
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    raise PodStoreError("the store is closed")
+                self._connections.append(conn)
+            state.conn, state.pid, state.depth = conn, os.getpid(), 0
+        return state.conn
+
+    def close(self) -> None:
+        """Close every connection; a running background check is interrupted first."""
+        with self._lock:
+            self._closed = True
+            conns, self._connections = self._connections, []
+            if self._checker_conn is not None:
+                self._checker_conn.interrupt()  # a check cut short is not a finding
+        if self._checker is not None and self._checker is not threading.current_thread():
+            self._checker.join()
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:  # pragma: no cover - close errors have nothing to undo
+                log.debug("error closing a connection", exc_info=True)
+
+    # ---- transactions ----------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one."""
+        if self.options.readonly:
+            raise ReadOnlyStoreError("the store was opened read-only")
+        conn = self.conn()
+        state = self._local
+        with translated_errors():
+            if state.depth:
+                # A failing call inside a transaction() block must not leave half of itself
+                # behind if the caller catches the error and carries on.
+                name = f"podstore_{state.depth}"
+                conn.execute(f"SAVEPOINT {name}")
+                state.depth += 1
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute(f"ROLLBACK TO {name}")
+                    conn.execute(f"RELEASE {name}")
+                    raise
+                else:
+                    conn.execute(f"RELEASE {name}")
+                finally:
+                    state.depth -= 1
+                return
+            begin_immediate(conn, self.options.busy_timeout)
+            state.depth = 1
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                state.depth = 0
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A consistent read over several statements (or the open write transaction)."""
+        conn = self.conn()
+        with translated_errors():
+            if self._local.depth or conn.in_transaction:
+                yield conn
+                return
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    # ---- the background integrity check (open(verify="background")) ------------------------
+
+    def start_background_check(self) -> None:
+        """Run ``quick_check`` on a connection of its own, in a daemon thread."""
+        self._checker = threading.Thread(
+            target=self._background_check, name="podstore-quick-check", daemon=True
+        )
+        self._checker.start()
+
+    def _background_check(self) -> None:
+        try:
+            conn = connect(self.options)
+        except (PodStoreError, sqlite3.Error):
+            return  # the store's own connection opened; its calls will report the problem
+        with self._lock:
+            self._checker_conn = conn
+        try:
+            quick_check(conn)
+        except PodStoreError as exc:
+            log.error("%s: %s", self.options.path, exc)
+            self._damage = exc
+        except sqlite3.Error:
+            pass  # interrupted by close()
+        finally:
+            with self._lock:
+                self._checker_conn = None
+            conn.close()
+
+    def wait_checked(self, timeout: float | None) -> bool:
+        """True once the background check passed (at once when none runs), False on timeout;
+        raises what it found."""
+        if self._checker is not None:
+            self._checker.join(timeout)
+            if self._checker.is_alive():
+                return False
+        if self._damage is not None:
+            raise self._damage
+        return True

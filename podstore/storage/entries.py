@@ -1,0 +1,349 @@
+"""Allocation entries and registered devices: writing them (one at a time for ``insert``, in
+bulk for restore and import) and reading them back (the one entry reader).
+
+Every write runs inside a transaction the caller opened and appends its history events
+(``storage/events.py``) and decoded response rows (``storage/responses.py``) in it. The one-
+at-a-time and bulk paths give the same result for the same entries, which the state-machine
+test checks.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from podstore.deviceplugin import Device, NUMANode, TopologyInfo
+from podstore.rules.alloc_resp import Response
+from podstore.storage import events, responses
+from podstore.storage.sql import entries as sql
+from podstore.types import DevicesPerNUMA, PodDevicesEntry, ResourceDeviceInstances
+
+Key = events.Key
+
+
+@dataclass(slots=True)
+class Row:
+    """One entry ready to write: validated, with its response checked and decoded once."""
+
+    pod_uid: str
+    container_name: str
+    resource_name: str
+    devices: DevicesPerNUMA | None
+    response: Response | None
+    alloc_resp_json_null: bool = False
+
+    @property
+    def alloc_resp(self) -> bytes | None:
+        return None if self.response is None else self.response.raw
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+
+def _device_rows(
+    allocation_id: int, devices: DevicesPerNUMA | None
+) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
+    rows: list[tuple[int, int, int, str]] = []
+    empty: list[tuple[int, int, bool]] = []
+    if devices:
+        for node, ids in devices.items():
+            if not ids:
+                empty.append((allocation_id, node, ids is None))
+                continue
+            rows.extend((allocation_id, node, pos, dev) for pos, dev in enumerate(ids))
+    return rows, empty
+
+
+def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
+    """Create or replace one (pod, container, resource) entry, with its decoded response rows
+    and its history event (``op``, by default 'insert' or 'replace')."""
+    found = conn.execute(sql.POD_ID, (row.pod_uid,)).fetchone()
+    pod_id = found[0] if found else conn.execute(sql.INSERT_POD, (row.pod_uid,)).lastrowid
+    found = conn.execute(sql.CONTAINER_ID, (pod_id, row.container_name)).fetchone()
+    if found:
+        container_id = found[0]
+    else:
+        container_id = conn.execute(sql.INSERT_CONTAINER, (pod_id, row.container_name)).lastrowid
+    flags = (row.devices is None, row.alloc_resp, row.alloc_resp_json_null)
+    found = conn.execute(sql.ALLOCATION_ID, (container_id, row.resource_name)).fetchone()
+    if found:
+        allocation_id = int(found[0])
+        conn.execute(sql.UPDATE_ALLOCATION, (*flags, allocation_id))
+        conn.execute(sql.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
+        conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
+        responses.clear(conn, [(allocation_id,)])
+    else:
+        cur = conn.execute(sql.INSERT_ALLOCATION, (container_id, row.resource_name, *flags))
+        assert cur.lastrowid is not None
+        allocation_id = cur.lastrowid
+    devices, empty = _device_rows(allocation_id, row.devices)
+    if devices:
+        conn.executemany(sql.INSERT_DEVICE, devices)
+    if empty:
+        conn.executemany(sql.INSERT_EMPTY_LIST, empty)
+    responses.write(conn, allocation_id, row.response)
+    pending = events.Pending()
+    pending.entry(
+        op or ("replace" if found else "insert"),
+        (row.pod_uid, row.container_name, row.resource_name),
+        row.devices,
+    )
+    pending.write(conn)
+
+
+def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
+    """Write entries in order with a handful of executemany calls; returns the entry count.
+
+    Same meaning as calling write_one for each: a later duplicate replaces an earlier one and
+    keeps its position. Ids are assigned here (max + 1 onwards), so new rows need no
+    round trip each. Response rows and one ``op`` history event per entry go with them.
+    """
+    final: dict[Key, Row] = {}
+    for row in rows:
+        final[(row.pod_uid, row.container_name, row.resource_name)] = row
+    if not final:
+        return 0
+    pods: dict[str, int] = dict(conn.execute(sql.ALL_POD_IDS).fetchall())
+    containers: dict[tuple[int, str], int] = {
+        (p, n): i for p, n, i in conn.execute(sql.ALL_CONTAINER_IDS)
+    }
+    existing: dict[tuple[int, str], int] = {
+        (c, r): i for c, r, i in conn.execute(sql.ALL_ALLOCATION_IDS)
+    }
+    max_pod, max_container, max_allocation = conn.execute(sql.MAX_IDS).fetchone()
+    new_pods: list[tuple[int, str]] = []
+    new_containers: list[tuple[int, int, str]] = []
+    new_allocations: list[tuple[int, int, str, bool, bytes | None, bool]] = []
+    updates: list[tuple[bool, bytes | None, bool, int]] = []
+    cleared: list[tuple[int]] = []
+    device_rows: list[tuple[int, int, int, str]] = []
+    empty_rows: list[tuple[int, int, bool]] = []
+    response_rows = responses.ResponseRows()
+    pending = events.Pending()
+    for (uid, name, resource), row in final.items():
+        pod_id = pods.get(uid)
+        if pod_id is None:
+            max_pod += 1
+            pod_id = pods[uid] = max_pod
+            new_pods.append((pod_id, uid))
+        container_id = containers.get((pod_id, name))
+        if container_id is None:
+            max_container += 1
+            container_id = containers[(pod_id, name)] = max_container
+            new_containers.append((container_id, pod_id, name))
+        flags = (row.devices is None, row.alloc_resp, row.alloc_resp_json_null)
+        allocation_id = existing.get((container_id, resource))
+        if allocation_id is None:
+            max_allocation += 1
+            allocation_id = max_allocation
+            new_allocations.append((allocation_id, container_id, resource, *flags))
+        else:
+            updates.append((*flags, allocation_id))
+            cleared.append((allocation_id,))
+        devices, empty = _device_rows(allocation_id, row.devices)
+        device_rows.extend(devices)
+        empty_rows.extend(empty)
+        response_rows.add(allocation_id, row.response)
+        pending.entry(op, (uid, name, resource), row.devices)
+    conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
+    conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
+    conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
+    conn.executemany(sql.UPDATE_ALLOCATION, updates)
+    conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
+    conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
+    conn.executemany(sql.INSERT_DEVICE, device_rows)
+    conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
+    responses.clear(conn, cleared)
+    response_rows.write(conn)
+    pending.write(conn)
+    return len(final)
+
+
+def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
+    """Drop whole pods (cascading to their entries), with a 'delete' event per entry."""
+    uids = list(dict.fromkeys(pod_uids))
+    pending = events.Pending()
+    for uid in uids:
+        for entry in read_entries(conn, uid):
+            pending.entry("delete", entry.key, entry.device_ids)
+    pending.write(conn)
+    conn.executemany(sql.DELETE_POD, [(u,) for u in uids])
+
+
+def delete_all(conn: sqlite3.Connection, keep: Iterable[Key] = ()) -> None:
+    """Drop every pod (a non-merge import), with a 'delete' event for each entry whose key is
+    not in ``keep`` (the import rewrites those, and records them itself)."""
+    kept = set(keep)
+    pending = events.Pending()
+    for entry in read_entries(conn):
+        if entry.key not in kept:
+            pending.entry("delete", entry.key, entry.device_ids)
+    pending.write(conn)
+    conn.execute(sql.DELETE_ALL_PODS)
+
+
+def replace_registered(
+    conn: sqlite3.Connection,
+    registered: Mapping[str, list[str] | None] | None,
+    *,
+    whole: bool,
+) -> None:
+    """Write RegisteredDevices: the whole mapping (``whole``) or resource by resource, with a
+    history event per resource whose list changes."""
+    pending = events.Pending()
+    events.registered_changes(current_registered(conn), registered, whole=whole, pending=pending)
+    pending.write(conn)
+    if whole:
+        conn.execute(sql.CLEAR_REGISTERED)
+        conn.execute(sql.SET_META, ("registered_json_null", "1" if registered is None else "0"))
+    if not registered:
+        return
+    if not whole:
+        conn.executemany(sql.DELETE_REGISTERED_RESOURCE, [(r,) for r in registered])
+        conn.execute(sql.SET_META, ("registered_json_null", "0"))
+    conn.executemany(
+        sql.INSERT_REGISTERED_RESOURCE, [(r, ids is None) for r, ids in registered.items()]
+    )
+    conn.executemany(
+        sql.INSERT_REGISTERED_DEVICE,
+        [(r, pos, dev) for r, ids in registered.items() for pos, dev in enumerate(ids or ())],
+    )
+
+
+# ---- reading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One entry as stored: its key, NUMA map (null kept apart from empty) and response."""
+
+    allocation_id: int
+    pod_uid: str
+    container_name: str
+    resource_name: str
+    device_ids: DevicesPerNUMA | None
+    alloc_resp: bytes | None
+    alloc_resp_json_null: bool
+
+    @property
+    def key(self) -> Key:
+        return (self.pod_uid, self.container_name, self.resource_name)
+
+    def checkpoint_entry(self) -> PodDevicesEntry:
+        """The entry as a checkpoint holds it (a null AllocResp written back as null)."""
+        resp = None if self.alloc_resp_json_null else self.alloc_resp
+        return PodDevicesEntry(
+            self.pod_uid, self.container_name, self.resource_name, self.device_ids, resp
+        )
+
+
+def read_entries(
+    conn: sqlite3.Connection, pod_uid: str | None = None, *, with_response: bool = False
+) -> Iterator[StoredEntry]:
+    """Every entry (of one pod; only those with a response), in position order, streamed.
+
+    Three scans in allocation order — entries, device rows, empty-list markers — merged as
+    they go, so a whole store is read without holding it or sorting it.
+    """
+    if pod_uid is None:
+        params: dict[str, str] = {}
+        entry_sql = sql.ENTRIES_WITH_RESPONSE if with_response else sql.ENTRIES
+        devices = conn.cursor().execute(sql.DEVICE_ROWS)
+        empties = conn.cursor().execute(sql.EMPTY_LISTS)
+    else:
+        # with_response filters in Python here: one pod has a handful of entries.
+        params = {"pod": pod_uid}
+        entry_sql = sql.ENTRIES_OF_POD
+        devices = conn.cursor().execute(sql.DEVICE_ROWS_OF_POD, params)
+        empties = conn.cursor().execute(sql.EMPTY_LISTS_OF_POD, params)
+    next_device = devices.fetchone()
+    next_empty = empties.fetchone()
+    for aid, uid, name, resource, ids_null, resp, resp_null in conn.cursor().execute(
+        entry_sql, params
+    ):
+        per_numa: DevicesPerNUMA = {}
+        # Rows of entries that are not listed (no response) are passed over on the way.
+        while next_device is not None and next_device[0] <= aid:
+            if next_device[0] == aid:
+                lst = per_numa.setdefault(int(next_device[1]), [])
+                assert lst is not None
+                lst.append(next_device[2])
+            next_device = devices.fetchone()
+        while next_empty is not None and next_empty[0] <= aid:
+            if next_empty[0] == aid:
+                per_numa[int(next_empty[1])] = None if next_empty[2] else []
+            next_empty = empties.fetchone()
+        if with_response and resp is None:
+            continue
+        yield StoredEntry(
+            int(aid),
+            uid,
+            name,
+            resource,
+            None if ids_null else dict(sorted(per_numa.items())),
+            None if resp is None else bytes(resp),
+            bool(resp_null),
+        )
+
+
+def current_entries(
+    conn: sqlite3.Connection, pod_uid: str | None = None
+) -> dict[Key, DevicesPerNUMA | None]:
+    """(pod, container, resource) → NUMA map of every entry (of one pod), in position order."""
+    return {e.key: e.device_ids for e in read_entries(conn, pod_uid)}
+
+
+def current_registered(conn: sqlite3.Connection) -> dict[str, list[str] | None]:
+    """resource → registered device list (None where the checkpoint had null)."""
+    out: dict[str, list[str] | None] = {}
+    for resource, is_null, device_id in conn.execute(sql.REGISTERED):
+        if is_null:
+            out[resource] = None
+            continue
+        lst = out.setdefault(resource, [])
+        if device_id is not None and lst is not None:
+            lst.append(device_id)
+    return out
+
+
+def meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """A ``store_meta`` value, or None when unset."""
+    row = conn.execute(sql.GET_META, (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(sql.SET_META, (key, value))
+
+
+# ---- shaping query rows ------------------------------------------------------------------------
+
+
+def shape_topology(rows: Sequence[Any]) -> ResourceDeviceInstances | None:
+    """ResourceDeviceInstances from CONTAINER_TOPOLOGY rows (no rows: unknown container)."""
+    if not rows:
+        return None
+    out = ResourceDeviceInstances()
+    for resource, device_id, nodes, has_keys in rows:
+        if resource is None or not has_keys:
+            continue
+        instances = out.setdefault(resource, {})
+        if device_id is None:
+            continue
+        device = Device()
+        if nodes is not None:
+            ids = sorted({int(n) for n in str(nodes).split(",")})
+            device.topology.CopyFrom(TopologyInfo(nodes=[NUMANode(ID=n) for n in ids]))
+        instances[device_id] = device
+    return out
+
+
+def hex_text(value: str) -> str:
+    """As SQLite's hex() renders a TEXT value (see sql/entries._MINE)."""
+    return value.encode("utf-8").hex().upper()
+
+
+def unhex_text(value: str) -> str:
+    return bytes.fromhex(value).decode("utf-8")
