@@ -64,6 +64,7 @@ class PodStore:
         if _token is not _OPEN_TOKEN:
             raise PodStoreError("create a PodStore with PodStore.open(path), not PodStore(...)")
         self._sessions = sessions
+        self._store_id: str | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -130,6 +131,19 @@ class PodStore:
     @property
     def readonly(self) -> bool:
         return self._sessions.options.readonly
+
+    @property
+    def store_id(self) -> str:
+        """The store's identity: a UUID made when the store was created, kept for life (the
+        fleet database keys every node's events by it)."""
+        if self._store_id is None:
+            conn = self._sessions.conn()
+            with translated_errors():
+                value = entry_store.meta(conn, "store_id")
+            if value is None:  # pragma: no cover - every store at head has one
+                raise PodStoreError("the store has no store_id; run `podstore migrate upgrade`")
+            self._store_id = value
+        return self._store_id
 
     def close(self) -> None:
         """Close every connection this store opened. Further calls raise PodStoreError."""

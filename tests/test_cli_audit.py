@@ -141,6 +141,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0003", "down_revision": "0002",
+             "message": "Store identity: every store gets a store_id (a random UUID), kept for "
+             "life."},
             {"revision": "0002", "down_revision": "0001",
              "message": "Audit: decoded response rows, the allocation history, and the SQL "
              "views."},

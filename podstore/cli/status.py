@@ -19,6 +19,7 @@ def status(ctx: Context, as_json: bool) -> None:
     stats = store.stats()
     info = {
         "database": store.path,
+        "store_id": store.store_id,
         "schema_revision": head_revision(),
         "pods": stats.pods,
         "containers": stats.containers,

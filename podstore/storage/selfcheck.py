@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -374,5 +375,20 @@ def _foreign_keys(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     ]
 
 
+def _store_id(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+    """The store's identity is one UUID (the fleet database keys events by it)."""
+    if "store_meta" not in tables:
+        return []
+    count, value = conn.execute(sql.STORE_ID).fetchone()
+    if count == 0:
+        return [Finding("error", "store-id", "the store has no store_id (revision 0003 adds it)")]
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return [Finding("error", "store-id", f"store_id {value!r} is not a UUID")]
+    return []
+
+
 _INVARIANTS.append(("responses", _responses))
+_INVARIANTS.append(("store-id", _store_id))
 _INVARIANTS.append(("foreign-keys", _foreign_keys))

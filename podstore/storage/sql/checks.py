@@ -114,3 +114,9 @@ STORED_RESPONSES = f"""
     WHERE a.alloc_resp IS NOT NULL
     ORDER BY a.id
 """
+# A store at head has exactly one store_id, a UUID (revision 0003 writes it).
+STORE_ID = """
+    SELECT count(*), max(value)
+    FROM store_meta
+    WHERE key = 'store_id'
+"""
