@@ -31,7 +31,7 @@ from podstore.sqlite.migrate import ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.sqlite.translate import translated_errors
 from podstore.storage import entries as entry_store
-from podstore.storage import events, responses, transfer
+from podstore.storage import events, responses, sync, transfer
 from podstore.storage.entries import hex_text, unhex_text
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
@@ -44,6 +44,7 @@ from podstore.types import (
     QueryResult,
     ResourceDeviceInstances,
     StoreStats,
+    SyncReport,
 )
 
 log = logging.getLogger("podstore")
@@ -442,6 +443,26 @@ class PodStore:
         )
         with self._sessions.write() as conn:
             return transfer.load(conn, prepared, merge=bool(merge))
+
+    def sync_checkpoint(
+        self, path: str | os.PathLike[str], *, max_bytes: int | None = None
+    ) -> SyncReport:
+        """Bring the store to a ``kubelet_internal_checkpoint`` file's content, writing only
+        what differs, in one transaction (what ``podstore watch`` does on every rewrite).
+
+        The file is read and verified exactly as :meth:`import_checkpoint` reads it, before
+        the write lock. Then each entry the file adds, changes (device map or decoded
+        response) or drops is written with one ``insert``, ``replace`` or ``delete`` history
+        event, and each registered resource that changed with a ``registered`` or
+        ``unregistered`` event; an unchanged entry keeps its position and gets no event, and
+        order alone (of entries, of IDs in a list) is never a change. Entries whose AllocResp
+        does not decode are skipped, as kubelet skips them. Raises what import raises
+        (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
+        store is unchanged then.
+        """
+        prepared = transfer.prepare_import(path, max_bytes=max_bytes)
+        with self._sessions.write() as conn:
+            return sync.apply(conn, prepared)
 
     def export_checkpoint(
         self,
