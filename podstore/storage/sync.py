@@ -169,9 +169,10 @@ def _sync_registered(
             pending.registered("unregistered", resource, gone[resource])
         pending.write(conn)
         conn.executemany(sql.DELETE_REGISTERED, [(r,) for r in gone])
-    if changed:
-        # Each of these differs from its stored list, so the writer records each once.
-        entries.replace_registered(conn, {r: wanted[r] for r in changed}, whole=False)
+    for resource in changed:
+        # Each differs from its stored list, so the writer records it once; one call per
+        # resource keeps the events in name order.
+        entries.replace_registered(conn, {resource: wanted[resource]}, whole=False)
     return len(changed), len(gone)
 
 
