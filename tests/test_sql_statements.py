@@ -13,9 +13,9 @@ import pytest
 
 import podstore
 from podstore import PodStore
-from podstore.storage.sql import audit, checks, entries, events, responses, sync, views
+from podstore.storage.sql import audit, checks, entries, events, metrics, responses, sync, views
 
-MODULES = (entries, events, responses, views, audit, checks, sync)
+MODULES = (entries, events, responses, views, audit, checks, sync, metrics)
 PACKAGE = Path(podstore.__file__).parent
 
 

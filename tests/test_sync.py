@@ -45,8 +45,9 @@ def resp(**envs: str) -> bytes:
 
 BASE = State(
     [
-        PodDevicesEntry("pod-a", "main", "example.com/gpu", {0: ["g0", "g1"], 1: ["g2"]},
-                        resp(A="1", B="2")),
+        PodDevicesEntry(
+            "pod-a", "main", "example.com/gpu", {0: ["g0", "g1"], 1: ["g2"]}, resp(A="1", B="2")
+        ),
         PodDevicesEntry("pod-a", "side", "example.com/nic", {-1: ["n0"]}, resp(N="0")),
         PodDevicesEntry("pod-b", "main", "example.com/gpu", {1: ["g3"]}, resp(A="3")),
     ],
@@ -58,8 +59,12 @@ def dump(db: Path) -> dict[str, list[Any]]:
     """Every row of every table (events included), to prove a call changed nothing."""
     conn = sqlite3.connect(db)
     try:
-        names = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"
+            )
+        ]
         return {n: conn.execute(f'SELECT * FROM "{n}" ORDER BY 1').fetchall() for n in names}
     finally:
         conn.close()
@@ -101,7 +106,10 @@ def test_first_sync_inserts_every_entry_in_file_order(store: PodStore, cp: Path)
     assert report.entries == 3 and report.version == 2
     assert events_after(store, 0) == expected_events(None, BASE)
     assert [(e.pod_uid, e.container_name) for e in store.to_checkpoint_data()] == [
-        ("pod-a", "main"), ("pod-a", "side"), ("pod-b", "main")]
+        ("pod-a", "main"),
+        ("pod-a", "side"),
+        ("pod-b", "main"),
+    ]
     # The file round-trips byte for byte, as after an import.
     out = cp.parent / "out"
     store.export_checkpoint(out)
@@ -134,8 +142,11 @@ def _with(state: State, i: int, **changes: Any) -> State:
     entries = list(state.entries or [])
     e = entries[i]
     fields = {
-        "pod_uid": e.pod_uid, "container_name": e.container_name,
-        "resource_name": e.resource_name, "device_ids": e.device_ids, "alloc_resp": e.alloc_resp,
+        "pod_uid": e.pod_uid,
+        "container_name": e.container_name,
+        "resource_name": e.resource_name,
+        "device_ids": e.device_ids,
+        "alloc_resp": e.alloc_resp,
     }
     fields.update(changes)
     entries[i] = PodDevicesEntry(**fields)
@@ -150,19 +161,37 @@ GPU = "example.com/gpu"
 NIC = "example.com/nic"
 # (name, the new state, the expected event ops)
 CHANGES: list[tuple[str, Callable[[State], State], list[str]]] = [
-    ("new entry of a known pod",
-     lambda s: State([*(s.entries or []), PodDevicesEntry("pod-b", "side", NIC, {0: ["n1"]},
-                                                          resp())], s.registered),
-     ["insert"]),
-    ("new pod", lambda s: State([*(s.entries or []), PodDevicesEntry("pod-c", "m", GPU,
-                                                                    {0: ["g9"]}, resp())],
-                                s.registered), ["insert"]),
-    ("entry dropped", lambda s: State((s.entries or [])[:1] + (s.entries or [])[2:],
-                                      s.registered), ["delete"]),
-    ("last entry of a pod dropped", lambda s: State((s.entries or [])[:2], s.registered),
-     ["delete"]),
-    ("device moved to another NUMA node", lambda s: _with(s, 2, device_ids={0: ["g3"]}),
-     ["replace"]),
+    (
+        "new entry of a known pod",
+        lambda s: State(
+            [*(s.entries or []), PodDevicesEntry("pod-b", "side", NIC, {0: ["n1"]}, resp())],
+            s.registered,
+        ),
+        ["insert"],
+    ),
+    (
+        "new pod",
+        lambda s: State(
+            [*(s.entries or []), PodDevicesEntry("pod-c", "m", GPU, {0: ["g9"]}, resp())],
+            s.registered,
+        ),
+        ["insert"],
+    ),
+    (
+        "entry dropped",
+        lambda s: State((s.entries or [])[:1] + (s.entries or [])[2:], s.registered),
+        ["delete"],
+    ),
+    (
+        "last entry of a pod dropped",
+        lambda s: State((s.entries or [])[:2], s.registered),
+        ["delete"],
+    ),
+    (
+        "device moved to another NUMA node",
+        lambda s: _with(s, 2, device_ids={0: ["g3"]}),
+        ["replace"],
+    ),
     ("device added", lambda s: _with(s, 2, device_ids={1: ["g3", "g4"]}), ["replace"]),
     ("device listed twice", lambda s: _with(s, 2, device_ids={1: ["g3", "g3"]}), ["replace"]),
     ("null device map", lambda s: _with(s, 2, device_ids=None), ["replace"]),
@@ -171,25 +200,61 @@ CHANGES: list[tuple[str, Callable[[State], State], list[str]]] = [
     ("NUMA list null", lambda s: _with(s, 2, device_ids={1: ["g3"], 0: None}), ["replace"]),
     ("env value changed", lambda s: _with(s, 2, alloc_resp=resp(A="4")), ["replace"]),
     ("env added", lambda s: _with(s, 2, alloc_resp=resp(A="3", B="1")), ["replace"]),
-    ("mount added", lambda s: _with(s, 2, alloc_resp=response_bytes(ContainerAllocateResponse(
-        envs={"A": "3"}, mounts=[{"container_path": "/m", "host_path": "/h"}]))), ["replace"]),
+    (
+        "mount added",
+        lambda s: _with(
+            s,
+            2,
+            alloc_resp=response_bytes(
+                ContainerAllocateResponse(
+                    envs={"A": "3"}, mounts=[{"container_path": "/m", "host_path": "/h"}]
+                )
+            ),
+        ),
+        ["replace"],
+    ),
     ("AllocResp null", lambda s: _with(s, 1, alloc_resp=None), ["replace"]),
-    ("same response, other map order",
-     lambda s: _with(s, 0, alloc_resp=response_bytes(
-         ContainerAllocateResponse(envs={"A": "1", "B": "2"}), random.Random(3))), []),
-    ("resource registered", lambda s: _registered(s, {**(s.registered or {}), "x.io/r": ["r0"]}),
-     ["registered"]),
-    ("resource unregistered", lambda s: _registered(s, {GPU: (s.registered or {})[GPU]}),
-     ["unregistered"]),
-    ("registered device added", lambda s: _registered(s, {**(s.registered or {}),
-                                                          NIC: ["n0", "n1", "n2"]}),
-     ["registered"]),
-    ("registered list null", lambda s: _registered(s, {**(s.registered or {}), NIC: None}),
-     ["registered"]),
-    ("registered list empty", lambda s: _registered(s, {**(s.registered or {}), NIC: []}),
-     ["registered"]),
-    ("registered list reordered", lambda s: _registered(s, {**(s.registered or {}),
-                                                            NIC: ["n1", "n0"]}), []),
+    (
+        "same response, other map order",
+        lambda s: _with(
+            s,
+            0,
+            alloc_resp=response_bytes(
+                ContainerAllocateResponse(envs={"A": "1", "B": "2"}), random.Random(3)
+            ),
+        ),
+        [],
+    ),
+    (
+        "resource registered",
+        lambda s: _registered(s, {**(s.registered or {}), "x.io/r": ["r0"]}),
+        ["registered"],
+    ),
+    (
+        "resource unregistered",
+        lambda s: _registered(s, {GPU: (s.registered or {})[GPU]}),
+        ["unregistered"],
+    ),
+    (
+        "registered device added",
+        lambda s: _registered(s, {**(s.registered or {}), NIC: ["n0", "n1", "n2"]}),
+        ["registered"],
+    ),
+    (
+        "registered list null",
+        lambda s: _registered(s, {**(s.registered or {}), NIC: None}),
+        ["registered"],
+    ),
+    (
+        "registered list empty",
+        lambda s: _registered(s, {**(s.registered or {}), NIC: []}),
+        ["registered"],
+    ),
+    (
+        "registered list reordered",
+        lambda s: _registered(s, {**(s.registered or {}), NIC: ["n1", "n0"]}),
+        [],
+    ),
     ("RegisteredDevices null", lambda s: _registered(s, None), ["unregistered", "unregistered"]),
     ("everything dropped", lambda s: State(None, s.registered), ["delete"] * 3),
 ]
@@ -211,18 +276,26 @@ def test_each_change_writes_exactly_its_events(
 
 def test_unchanged_entries_keep_their_positions(store: PodStore, cp: Path) -> None:
     new = _with(BASE, 0, device_ids={0: ["g0"]})  # replace the first entry
-    new = State([PodDevicesEntry("pod-z", "m", GPU, {0: ["g7"]}, resp()), *(new.entries or [])],
-                new.registered)
+    new = State(
+        [PodDevicesEntry("pod-z", "m", GPU, {0: ["g7"]}, resp()), *(new.entries or [])],
+        new.registered,
+    )
     report, _ = sync_pair(store, cp, BASE, new)
     assert (report.replaced, report.inserted) == (1, 1)
     # The replaced entry kept its place; the new one, first in the file, went to the end.
     assert [(e.pod_uid, e.container_name) for e in store.to_checkpoint_data()] == [
-        ("pod-a", "main"), ("pod-a", "side"), ("pod-b", "main"), ("pod-z", "m")]
+        ("pod-a", "main"),
+        ("pod-a", "side"),
+        ("pod-b", "main"),
+        ("pod-z", "m"),
+    ]
 
 
 def test_a_pod_that_loses_and_gains_entries_is_kept(store: PodStore, cp: Path) -> None:
-    new = State([*(BASE.entries or [])[:2], PodDevicesEntry("pod-b", "other", NIC, {0: ["n1"]},
-                                                            resp())], BASE.registered)
+    new = State(
+        [*(BASE.entries or [])[:2], PodDevicesEntry("pod-b", "other", NIC, {0: ["n1"]}, resp())],
+        BASE.registered,
+    )
     report, events = sync_pair(store, cp, BASE, new)
     assert [e[0] for e in events] == ["delete", "insert"]
     assert store.has_pod("pod-b") and errors(store) == []
@@ -246,8 +319,10 @@ def test_duplicate_keys_fold_as_kubelet_restores_them(store: PodStore, cp: Path)
     State([first, other, last], {}).write(cp)
     store.sync_checkpoint(cp)
     got = store.to_checkpoint_data()
-    assert [(e.pod_uid, e.device_ids) for e in got] == [("pod-d", {0: ["b"]}),
-                                                         ("pod-e", {0: ["c"]})]
+    assert [(e.pod_uid, e.device_ids) for e in got] == [
+        ("pod-d", {0: ["b"]}),
+        ("pod-e", {0: ["c"]}),
+    ]
     State([other, last], {}).write(cp)
     assert store.sync_checkpoint(cp).result == "unchanged"
 
@@ -271,8 +346,13 @@ def test_entries_the_agent_inserted_without_a_response_are_replaced(
     seq = last_seq(store)
     report = store.sync_checkpoint(cp)
     assert (report.inserted, report.replaced) == (2, 1)
-    assert [e[0] for e in events_after(store, seq)] == ["registered", "registered", "replace",
-                                                        "insert", "insert"]
+    assert [e[0] for e in events_after(store, seq)] == [
+        "registered",
+        "registered",
+        "replace",
+        "insert",
+        "insert",
+    ]
 
 
 BAD_FILES: dict[str, Callable[[bytes], bytes | None]] = {
@@ -346,8 +426,7 @@ def test_random_pairs_write_exactly_the_reference_events(
             for e in store.to_checkpoint_data()
         }
         assert state.registered == {
-            r: (None if ids is None else list(ids))
-            for r, ids in _stored_registered(store).items()
+            r: (None if ids is None else list(ids)) for r, ids in _stored_registered(store).items()
         }
         assert store.sync_checkpoint(cp).result == "unchanged"
         assert errors(store) == []

@@ -82,8 +82,13 @@ def random_response(rng: random.Random) -> ContainerAllocateResponse:
     for i in range(rng.randint(0, 3)):
         msg.envs[f"ENV_{i}"] = rng.choice(["a", "b", "0,1", ""])
     for i in range(rng.choice([0, 0, 1, 2])):
-        msg.devices.append(DeviceSpec(container_path=f"/dev/x{i}", host_path=f"/dev/x{i}",
-                                      permissions=rng.choice(["rw", "r"])))
+        msg.devices.append(
+            DeviceSpec(
+                container_path=f"/dev/x{i}",
+                host_path=f"/dev/x{i}",
+                permissions=rng.choice(["rw", "r"]),
+            )
+        )
     if rng.random() < 0.2:
         msg.mounts.append(Mount(container_path="/m", host_path="/h", read_only=rng.random() < 0.5))
     if rng.random() < 0.2:
@@ -190,7 +195,9 @@ def mutate(rng: random.Random, state: State, changes: int = 3) -> State:
 def canonical_devices(devs: Mapping[int, Sequence[str] | None] | None) -> Any:
     if devs is None:
         return None
-    return tuple(sorted((n, None if ids is None else tuple(sorted(ids))) for n, ids in devs.items()))
+    return tuple(
+        sorted((n, None if ids is None else tuple(sorted(ids))) for n, ids in devs.items())
+    )
 
 
 def canonical_response(raw: bytes | None, json_null: bool) -> Any:

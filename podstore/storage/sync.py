@@ -231,4 +231,3 @@ def _apply(conn: sqlite3.Connection, prepared: PreparedImport) -> SyncReport:
         shape_changed=shape_changed,
         skipped=tuple(prepared.skipped),
     )
-
