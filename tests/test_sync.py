@@ -20,6 +20,7 @@ from watch_support import (
     expected_events,
     file_state,
     mutate,
+    normal,
     random_state,
     reordered,
     response_bytes,
@@ -76,7 +77,7 @@ def errors(store: PodStore) -> list[str]:
 
 
 def events_after(store: PodStore, seq: int) -> list[Any]:
-    return [canonical_event(e) for e in store.history() if e.seq > seq]
+    return normal([canonical_event(e) for e in store.history() if e.seq > seq])
 
 
 def last_seq(store: PodStore) -> int:
@@ -296,7 +297,7 @@ def test_a_pod_that_loses_and_gains_entries_is_kept(store: PodStore, cp: Path) -
         [*(BASE.entries or [])[:2], PodDevicesEntry("pod-b", "other", NIC, {0: ["n1"]}, resp())],
         BASE.registered,
     )
-    report, events = sync_pair(store, cp, BASE, new)
+    _report, events = sync_pair(store, cp, BASE, new)
     assert [e[0] for e in events] == ["delete", "insert"]
     assert store.has_pod("pod-b") and errors(store) == []
 

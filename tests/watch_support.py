@@ -228,12 +228,12 @@ Event = tuple[str, str | None, str | None, str, Any]
 
 def expected_events(old: State | None, new: State) -> list[Event]:
     """The events a sync from ``old`` (None: an empty store) to ``new`` writes, in order,
-    device maps canonical: deletes (old order), registered changes (by resource),
-    replaces and inserts (new order)."""
+    device maps canonical: deletes (sorted by key; compare through :func:`normal`),
+    registered changes (by resource), replaces and inserts (new order)."""
     before = old.folded() if old is not None else {}
     after = new.folded()
     out: list[Event] = []
-    for key, e in before.items():
+    for key, e in sorted(before.items()):
         if key not in after:
             out.append(("delete", *key, canonical_devices(e.device_ids)))
     old_reg = canonical_registered(old.registered if old is not None else {})
@@ -250,6 +250,19 @@ def expected_events(old: State | None, new: State) -> list[Event]:
         if key not in before:
             out.append(("insert", *key, canonical_devices(e.device_ids)))
     return out
+
+
+def normal(events: Sequence[Event]) -> list[Event]:
+    """Events with the deletes of one sync sorted by key: a sync writes them in the store's
+    position order, which a file does not tell (everything else is in a fixed order)."""
+    out = list(events)
+    deletes = sorted(e for e in out if e[0] == "delete")
+    rest = [e for e in out if e[0] != "delete"]
+    return (
+        deletes + rest
+        if deletes and out[: len(deletes)] == [e for e in out if e[0] == "delete"]
+        else out
+    )
 
 
 def canonical_event(ev: Any) -> Event:
@@ -289,3 +302,29 @@ def checkpoint_path(tmp_path: Path) -> Path:
     directory = tmp_path / "device-plugins"
     directory.mkdir(exist_ok=True)
     return directory / "kubelet_internal_checkpoint"
+
+
+# ---- running the command -----------------------------------------------------------------------
+
+
+def podstore_command() -> list[str]:
+    """argv that runs the installed ``podstore`` with this interpreter's environment."""
+    import sys
+
+    installed = Path(sys.executable).parent / "podstore"
+    if installed.exists():
+        return [str(installed)]
+    return [sys.executable, "-c", "from podstore.cli import main; main()"]
+
+
+def wait_for(predicate: Any, timeout: float, step: float = 0.005) -> float:
+    """Seconds until ``predicate()`` was true; raises AssertionError after ``timeout``."""
+    import time
+
+    start = time.monotonic()
+    while True:
+        if predicate():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"not within {timeout} s")
+        time.sleep(step)

@@ -121,9 +121,11 @@ def watch(
 ) -> None:
     """Keep the store equal to kubelet's CHECKPOINT file, writing only what changed.
 
-    CHECKPOINT defaults to /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint and is
-    only ever read. Syncs at start, then within a second of every rewrite; a missing or bad
-    file leaves the store as it was.
+    Syncs at start, then within a second of every rewrite; a missing or bad file leaves the
+    store as it was. CHECKPOINT is only ever read; it defaults to
+
+    \b
+    /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
     """
     _setup_logging()
     if not once:
