@@ -12,31 +12,32 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 log = logging.getLogger("podstore")
 
 
 def mask_url(url: str) -> str:
-    """``url`` with any password (in the authority or a ``password=`` query) as ``***``."""
+    """``url`` with any password (in the authority or a ``password=`` query) as ``***``; the
+    rest is left exactly as written."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
+    out = url
+    if "@" in parts.netloc:
+        userinfo, _, host = parts.netloc.rpartition("@")
         if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
+            masked = userinfo.split(":", 1)[0] + ":***@" + host
+            out = out.replace(parts.netloc, masked, 1)
+    if parts.query:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
         if any(k.lower() == "password" for k, _ in pairs):
             query = urlencode(
                 [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*/"
             )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+            out = out.replace("?" + parts.query, "?" + query, 1)
+    return out
 
 
 def scrub(text: str, url: str) -> str:
