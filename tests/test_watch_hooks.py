@@ -174,14 +174,16 @@ def test_a_stuck_hook_never_blocks_or_skips_local_syncs(tmp_path: Path) -> None:
                 for _ in range(10):  # the hook is stuck in its first call all along
                     state = mutate(rng, state)
                     state.write(cp)
-                    wait_for(lambda s=file_state(state): store_state(reader) == s, 5)
+                    want = file_state(state)
+                    wait_for(lambda w=want: store_state(reader) == w, 5)
                 assert hangs["calls"] == 1
                 release.set()
                 wait_for(lambda: runner.failures >= 3, 5)
                 for _ in range(5):  # and while it backs off
                     state = mutate(rng, state)
                     state.write(cp)
-                    wait_for(lambda s=file_state(state): store_state(reader) == s, 5)
+                    want = file_state(state)
+                    wait_for(lambda w=want: store_state(reader) == w, 5)
         finally:
             follower.stop()
             thread.join(10)
