@@ -460,7 +460,7 @@ class PodStore:
         (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
         store is unchanged then.
         """
-        prepared = transfer.prepare_import(path, max_bytes=max_bytes)
+        prepared = sync.prepare(path, max_bytes=max_bytes)
         with self._sessions.write() as conn:
             return sync.apply(conn, prepared)
 

@@ -328,6 +328,19 @@ def test_duplicate_keys_fold_as_kubelet_restores_them(store: PodStore, cp: Path)
     assert store.sync_checkpoint(cp).result == "unchanged"
 
 
+def test_a_later_duplicate_that_does_not_decode_leaves_the_earlier_one(
+    store: PodStore, cp: Path
+) -> None:
+    first = PodDevicesEntry("pod-d", "m", GPU, {0: ["a"]}, resp(A="1"))
+    broken = PodDevicesEntry("pod-d", "m", GPU, {0: ["b"]}, b"\xff\xff")
+    State([first, broken], {}).write(cp)
+    report = store.sync_checkpoint(cp)
+    assert [s.index for s in report.skipped] == [1]
+    assert [(e.device_ids, e.alloc_resp) for e in store.to_checkpoint_data()] == [
+        ({0: ["a"]}, resp(A="1"))
+    ]
+
+
 def test_an_entry_kubelet_would_skip_counts_as_absent(store: PodStore, cp: Path) -> None:
     BASE.write(cp)
     store.sync_checkpoint(cp)

@@ -21,14 +21,16 @@ positions in file order.
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Iterable
+from dataclasses import dataclass
 
-from podstore.storage import entries, events, responses
+from podstore.checkpoint import Checkpoint
+from podstore.checkpoint.bulk import collector_paused
+from podstore.storage import entries, events, responses, transfer
 from podstore.storage.entries import Key, Row
 from podstore.storage.sql import sync as sql
-from podstore.storage.transfer import PreparedImport
-from podstore.types import DevicesPerNUMA, SyncReport
+from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry, SyncReport
 
 #: Above this many rows a write goes through the bulk writer (as ``from_checkpoint_data``).
 _BULK = 64
@@ -36,13 +38,81 @@ _BULK = 64
 _POD_READS = 64
 
 
-def apply(conn: sqlite3.Connection, prepared: PreparedImport) -> SyncReport:
+@dataclass(slots=True)
+class PreparedSync:
+    """A verified checkpoint, read before the write lock; responses are decoded later, and
+    only those the store does not already hold byte for byte."""
+
+    path: str
+    checkpoint: Checkpoint
+
+
+def prepare(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> PreparedSync:
+    """Read and verify ``path`` exactly as an import does (``transfer.read_verified``)."""
+    return PreparedSync(*transfer.read_verified(path, max_bytes))
+
+
+class _File:
+    """The file's entries as kubelet restores them, decoded on demand.
+
+    Keys that occur more than once are decoded at once, because an entry whose AllocResp
+    does not decode is skipped *before* duplicates fold (the last decodable one wins, at the
+    first decodable one's position); every other entry is decoded only when the sync needs
+    its response: when it is new, or its bytes differ from the stored ones. Bytes equal to
+    the stored ones decoded when they were stored.
+    """
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.skipped: list[SkippedEntry] = []
+        seen: dict[Key, list[int]] = {}
+        for i, e in enumerate(checkpoint.entries):
+            seen.setdefault((e.pod_uid, e.container_name, e.resource_name), []).append(i)
+        # (position in the file, the entry that counts, its row if decoded already)
+        kept: list[tuple[int, PodDevicesEntry, Row | None]] = []
+        for indices in seen.values():
+            if len(indices) == 1:
+                kept.append((indices[0], checkpoint.entries[indices[0]], None))
+                continue
+            decoded = [
+                (i, row)
+                for i in indices
+                if (row := self._decode(i, checkpoint.entries[i])) is not None
+            ]
+            if decoded:
+                kept.append((decoded[0][0], checkpoint.entries[decoded[-1][0]], decoded[-1][1]))
+        kept.sort(key=lambda k: k[0])
+        #: (file index, entry) per ord: ords follow file order.
+        self.entries = [(index, entry) for index, entry, _row in kept]
+        #: ord → decoded row
+        self.rows = {o: row for o, (_i, _e, row) in enumerate(kept) if row is not None}
+
+    def _decode(self, index: int, entry: PodDevicesEntry) -> Row | None:
+        row = transfer.to_row(entry)
+        if isinstance(row, str):
+            self.skipped.append(transfer.skipped_entry(index, entry, row))
+            return None
+        return row
+
+    def row(self, ord_: int) -> Row | None:
+        """The decoded row of an entry, or None when kubelet would skip it."""
+        row = self.rows.get(ord_)
+        if row is None:
+            row = self._decode(*self.entries[ord_])
+            if row is not None:
+                self.rows[ord_] = row
+        return row
+
+
+def apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
     """Bring the store to ``prepared``'s content inside the caller's transaction."""
     for statement in sql.SETUP:
         conn.execute(statement)
     _clear(conn)
     try:
-        return _apply(conn, prepared)
+        # Tens of thousands of short-lived tuples per sync: the cyclic collector would rescan
+        # the whole checkpoint for them (as when reading it).
+        with collector_paused():
+            return _apply(conn, prepared)
     finally:
         _clear(conn)
 
@@ -52,47 +122,55 @@ def _clear(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _fold(rows: Iterable[Row]) -> list[Row]:
-    """The file's rows with duplicate keys folded as kubelet's restore folds them: the last
-    one wins, at the first one's position."""
-    final: dict[Key, Row] = {}
-    for row in rows:
-        final[(row.pod_uid, row.container_name, row.resource_name)] = row
-    return list(final.values())
-
-
-def _load_entries(conn: sqlite3.Connection, rows: list[Row]) -> None:
+def _load_entries(conn: sqlite3.Connection, file: _File) -> None:
     entry_rows = []
-    device_rows: list[tuple[int, int, str]] = []
+    device_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
-    for ord_, row in enumerate(rows):
-        assert row.response is not None  # a file entry always restores with a response
+    for ord_, (_index, e) in enumerate(file.entries):
+        devices = 0
+        for node, ids in (e.device_ids or {}).items():
+            if ids:
+                device_rows.extend((ord_, node, pos, dev) for pos, dev in enumerate(ids))
+                devices += len(ids)
+            else:
+                empty_rows.append((ord_, node, ids is None))
+        raw = b"" if e.alloc_resp is None else e.alloc_resp
         entry_rows.append(
             (
                 ord_,
-                row.pod_uid,
-                row.container_name,
-                row.resource_name,
-                row.devices is None,
-                row.response.raw,
-                row.alloc_resp_json_null,
+                e.pod_uid,
+                e.container_name,
+                e.resource_name,
+                e.device_ids is None,
+                raw,
+                e.alloc_resp is None,
+                devices,
             )
         )
-        for node, ids in (row.devices or {}).items():
-            if ids:
-                device_rows.extend((ord_, node, dev) for dev in ids)
-            else:
-                empty_rows.append((ord_, node, ids is None))
     conn.executemany(sql.LOAD_ENTRY, entry_rows)
     conn.executemany(sql.LOAD_DEVICE, device_rows)
     conn.executemany(sql.LOAD_EMPTY_LIST, empty_rows)
 
 
-def _load_candidate_responses(conn: sqlite3.Connection, rows: list[Row]) -> None:
+def _decode_needed(conn: sqlite3.Connection, file: _File, ords: list[int]) -> list[int]:
+    """Decode the responses of ``ords``; those that do not decode leave the sync (and so
+    become deletes where the store holds them). Returns the ords that decoded."""
+    kept = []
+    for ord_ in ords:
+        if file.row(ord_) is None:
+            for statement in sql.DROP_ENTRY:
+                conn.execute(statement, (ord_,))
+        else:
+            kept.append(ord_)
+    return kept
+
+
+def _load_candidate_responses(conn: sqlite3.Connection, file: _File, ords: list[int]) -> None:
     """Decoded rows of the paired entries whose response bytes differ from the stored ones."""
     decoded = responses.ResponseRows()
-    for (ord_,) in conn.execute(sql.CANDIDATE_ORDS).fetchall():
-        decoded.add(ord_, rows[ord_].response)
+    for ord_ in ords:
+        row = file.rows[ord_]
+        decoded.add(ord_, row.response)
     for statement, values in (
         (sql.LOAD_ENV, decoded.envs),
         (sql.LOAD_MOUNT, decoded.mounts),
@@ -176,10 +254,9 @@ def _sync_registered(
     return len(changed), len(gone)
 
 
-def _sync_shape(conn: sqlite3.Connection, prepared: PreparedImport) -> bool:
+def _sync_shape(conn: sqlite3.Connection, cp: Checkpoint) -> bool:
     """Store the file's null-vs-empty form of its two top-level fields, as an import does;
     whether either changed."""
-    cp = prepared.checkpoint
     explicit_empty = not cp.entries_null and not cp.entries
     want = {
         "entries_json": "[]" if explicit_empty else "null",
@@ -195,23 +272,32 @@ def _sync_shape(conn: sqlite3.Connection, prepared: PreparedImport) -> bool:
     return changed
 
 
-def _apply(conn: sqlite3.Connection, prepared: PreparedImport) -> SyncReport:
-    rows = _fold(prepared.rows)
-    _load_entries(conn, rows)
+def _apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
+    file = _File(prepared.checkpoint)
+    _load_entries(conn, file)
     conn.execute(sql.PAIR)
-    conn.execute(sql.DOOM)
-    new = [rows[o] for (o,) in conn.execute(sql.NEW).fetchall()]
-    changed = {int(o) for (o,) in conn.execute(sql.CHANGED_DEVICES).fetchall()}
     conn.execute(sql.CANDIDATES)
-    _load_candidate_responses(conn, rows)
+    new = [int(o) for (o,) in conn.execute(sql.NEW).fetchall()]
+    candidates = [int(o) for (o,) in conn.execute(sql.CANDIDATE_ORDS).fetchall()]
+    new = _decode_needed(conn, file, new)
+    candidates = _decode_needed(conn, file, candidates)
+    conn.execute(sql.DOOM)
+    changed = {int(o) for (o,) in conn.execute(sql.CHANGED_DEVICES).fetchall()}
+    _load_candidate_responses(conn, file, candidates)
     changed.update(int(o) for (o,) in conn.execute(sql.CHANGED_RESPONSES).fetchall())
-    replaced = [rows[o] for o in sorted(changed)]
+    # A changed entry whose bytes equal the stored ones decodes (they did when stored).
+    replaced: list[Row] = []
+    for ord_ in sorted(changed):
+        row = file.row(ord_)
+        assert row is not None
+        replaced.append(row)
+    inserted: list[Row] = [file.rows[o] for o in new]
 
     deleted = _delete(conn)
     registered, unregistered = _sync_registered(conn, prepared.checkpoint.registered_devices)
-    shape_changed = _sync_shape(conn, prepared)
+    shape_changed = _sync_shape(conn, prepared.checkpoint)
     _write(conn, replaced, "replace")
-    _write(conn, new, "insert")
+    _write(conn, inserted, "insert")
     if deleted:
         # After the inserts, so that a pod which loses one entry and gains another keeps its row.
         conn.execute(sql.DELETE_EMPTIED_CONTAINERS)
@@ -223,11 +309,11 @@ def _apply(conn: sqlite3.Connection, prepared: PreparedImport) -> SyncReport:
         checksum=cp.checksum,
         boot_id=cp.boot_id,
         entries=len(cp.entries),
-        inserted=len(new),
+        inserted=len(inserted),
         replaced=len(replaced),
         deleted=deleted,
         registered=registered,
         unregistered=unregistered,
         shape_changed=shape_changed,
-        skipped=tuple(prepared.skipped),
+        skipped=tuple(sorted(file.skipped, key=lambda s: s.index)),
     )

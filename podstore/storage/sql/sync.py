@@ -22,13 +22,16 @@ SETUP = (
         resource TEXT NOT NULL,
         device_ids_null INTEGER NOT NULL,
         alloc_resp BLOB NOT NULL,
-        alloc_resp_json_null INTEGER NOT NULL
+        alloc_resp_json_null INTEGER NOT NULL,
+        devices INTEGER NOT NULL
     )
     """,
     """
     CREATE TEMP TABLE IF NOT EXISTS sync_devices (
-        ord INTEGER NOT NULL, numa_node INTEGER NOT NULL, device_id TEXT NOT NULL
-    )
+        ord INTEGER NOT NULL, numa_node INTEGER NOT NULL, position INTEGER NOT NULL,
+        device_id TEXT NOT NULL,
+        PRIMARY KEY (ord, numa_node, position)
+    ) WITHOUT ROWID
     """,
     """
     CREATE TEMP TABLE IF NOT EXISTS sync_empty_lists (
@@ -113,10 +116,12 @@ CLEAR = (
 
 LOAD_ENTRY = """
     INSERT INTO temp.sync_entries (ord, pod_uid, container, resource, device_ids_null,
-                                   alloc_resp, alloc_resp_json_null)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
+                                   alloc_resp, alloc_resp_json_null, devices)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
-LOAD_DEVICE = "INSERT INTO temp.sync_devices (ord, numa_node, device_id) VALUES (?, ?, ?)"
+LOAD_DEVICE = """
+    INSERT INTO temp.sync_devices (ord, numa_node, position, device_id) VALUES (?, ?, ?, ?)
+"""
 LOAD_EMPTY_LIST = """
     INSERT INTO temp.sync_empty_lists (ord, numa_node, is_null) VALUES (?, ?, ?)
 """
@@ -175,27 +180,40 @@ DOOMED = """
     ORDER BY x.allocation_id
 """
 
-# Paired entries whose device map differs: a flag (null map, no response, null AllocResp), the
-# multiset of (NUMA node, device) or the empty-list markers, compared both ways.
-_FILE_DEVICES = """
-    SELECT s.ord, d.numa_node, d.device_id, count(*)
-    FROM temp.sync_devices d JOIN temp.sync_pairs s ON s.ord = d.ord
-    GROUP BY s.ord, d.numa_node, d.device_id
-"""
-_STORE_DEVICES = """
-    SELECT s.ord, d.numa_node, d.device_id, count(*)
-    FROM temp.sync_pairs s JOIN allocation_devices d ON d.allocation_id = s.allocation_id
-    GROUP BY s.ord, d.numa_node, d.device_id
-"""
-_FILE_EMPTY = """
-    SELECT s.ord, e.numa_node, e.is_null
-    FROM temp.sync_empty_lists e JOIN temp.sync_pairs s ON s.ord = e.ord
-"""
-_STORE_EMPTY = """
-    SELECT s.ord, e.numa_node, e.is_null
-    FROM temp.sync_pairs s JOIN empty_numa_lists e ON e.allocation_id = s.allocation_id
-"""
-CHANGED_DEVICES = f"""
+# Paired entries whose device map differs. Cheap checks first, for every pair: a flag (null
+# map, no response, null AllocResp), the number of device rows, the empty-list markers (both
+# ways), and whether every file device sits at the same (NUMA node, position) in the store —
+# kubelet keeps each list's order from one write to the next, so that settles nearly all.
+# Only the pairs whose lists are in another order are compared as multisets (both ways).
+CHANGED_DEVICES = """
+    WITH moved (ord, allocation_id) AS (
+        SELECT DISTINCT s.ord, s.allocation_id
+        FROM temp.sync_devices f
+        JOIN temp.sync_pairs s ON s.ord = f.ord
+        WHERE NOT EXISTS (
+            SELECT 1 FROM allocation_devices d
+            WHERE d.allocation_id = s.allocation_id AND d.numa_node = f.numa_node
+              AND d.position = f.position AND d.device_id = f.device_id
+        )
+    ),
+    file_side (ord, numa_node, device_id, n) AS (
+        SELECT f.ord, f.numa_node, f.device_id, count(*)
+        FROM moved m JOIN temp.sync_devices f ON f.ord = m.ord
+        GROUP BY f.ord, f.numa_node, f.device_id
+    ),
+    store_side (ord, numa_node, device_id, n) AS (
+        SELECT m.ord, d.numa_node, d.device_id, count(*)
+        FROM moved m JOIN allocation_devices d ON d.allocation_id = m.allocation_id
+        GROUP BY m.ord, d.numa_node, d.device_id
+    ),
+    file_empty (ord, numa_node, is_null) AS (
+        SELECT s.ord, e.numa_node, e.is_null
+        FROM temp.sync_empty_lists e JOIN temp.sync_pairs s ON s.ord = e.ord
+    ),
+    store_empty (ord, numa_node, is_null) AS (
+        SELECT s.ord, e.numa_node, e.is_null
+        FROM temp.sync_pairs s JOIN empty_numa_lists e ON e.allocation_id = s.allocation_id
+    )
     SELECT s.ord
     FROM temp.sync_pairs s
     JOIN temp.sync_entries t ON t.ord = s.ord
@@ -203,10 +221,12 @@ CHANGED_DEVICES = f"""
     WHERE t.device_ids_null <> a.device_ids_null
        OR t.alloc_resp_json_null <> a.alloc_resp_json_null
        OR a.alloc_resp IS NULL
-    UNION SELECT ord FROM ({_FILE_DEVICES} EXCEPT {_STORE_DEVICES})
-    UNION SELECT ord FROM ({_STORE_DEVICES} EXCEPT {_FILE_DEVICES})
-    UNION SELECT ord FROM ({_FILE_EMPTY} EXCEPT {_STORE_EMPTY})
-    UNION SELECT ord FROM ({_STORE_EMPTY} EXCEPT {_FILE_EMPTY})
+       OR t.devices <> (SELECT count(*) FROM allocation_devices d
+                        WHERE d.allocation_id = s.allocation_id)
+    UNION SELECT ord FROM (SELECT * FROM file_side EXCEPT SELECT * FROM store_side)
+    UNION SELECT ord FROM (SELECT * FROM store_side EXCEPT SELECT * FROM file_side)
+    UNION SELECT ord FROM (SELECT * FROM file_empty EXCEPT SELECT * FROM store_empty)
+    UNION SELECT ord FROM (SELECT * FROM store_empty EXCEPT SELECT * FROM file_empty)
 """
 
 # Paired entries with a stored response whose bytes differ: the decoded comparison decides.
@@ -219,6 +239,16 @@ CANDIDATES = """
     WHERE a.alloc_resp IS NOT NULL AND a.alloc_resp <> t.alloc_resp
 """
 CANDIDATE_ORDS = "SELECT ord FROM temp.sync_candidates ORDER BY ord"
+
+# A file entry whose AllocResp does not decode is skipped (as kubelet skips it): it leaves the
+# temporary tables, so the store's entry, if any, becomes a delete.
+DROP_ENTRY = (
+    "DELETE FROM temp.sync_entries WHERE ord = ?",
+    "DELETE FROM temp.sync_devices WHERE ord = ?",
+    "DELETE FROM temp.sync_empty_lists WHERE ord = ?",
+    "DELETE FROM temp.sync_pairs WHERE ord = ?",
+    "DELETE FROM temp.sync_candidates WHERE ord = ?",
+)
 
 
 def _response_difference(file_table: str, store_table: str, columns: str) -> str:
