@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 import time
@@ -14,10 +15,12 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from watch_support import State, checkpoint_path, podstore_command, wait_for
+from watch_support import State, checkpoint_path, podstore_command, random_state, wait_for
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore
 from podstore.checkpoint import write_checkpoint_file
+from podstore.metrics.collector import registry_for
+from podstore.metrics.exposition import render
 
 GPU, NIC, FPGA = "example.com/gpu", "example.com/nic", "vendor.io/fpga"
 
@@ -210,6 +213,33 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
 def _count(url: str, result: str) -> float:
     families = parse(urllib.request.urlopen(url, timeout=10).read().decode())
     return values(families["podstore_checkpoint_syncs"], "_total")[(result,)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_held_and_double_counts_equal_the_views(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    cp = checkpoint_path(tmp_path)
+    random_state(rng, 30).write(cp)
+    with PodStore.open(tmp_path / "s.db") as store:
+        store.sync_checkpoint(cp)
+        store.insert("agent", "c", GPU, {0: ["exa-1", "exa-2"]}, None)  # no response: held too
+        families = parse(render(registry_for(store)).decode())
+        views = {
+            name: dict(
+                store.query(
+                    f"SELECT resource, count(DISTINCT device_id) FROM {view} GROUP BY resource"
+                ).rows
+            )
+            for name, view in (
+                ("podstore_allocated_devices", "v_device_owners"),
+                ("podstore_double_allocated_devices", "v_double_allocations"),
+            )
+        }
+        conflicts = store.query("SELECT count(*) FROM v_run_option_conflicts").rows[0][0]
+    for name, counts in views.items():
+        got = {k[0]: v for k, v in values(families[name]).items() if v}
+        assert got == counts, name
+    assert values(families["podstore_run_option_conflicts"]) == {(): conflicts}
 
 
 def test_the_contract_table_names_exactly_these_metrics() -> None:
