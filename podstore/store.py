@@ -15,6 +15,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from podstore.checkpoint.incremental import EntryCache
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules import validate
 from podstore.rules.alloc_resp import AllocRespInput
@@ -66,6 +67,8 @@ class PodStore:
             raise PodStoreError("create a PodStore with PodStore.open(path), not PodStore(...)")
         self._sessions = sessions
         self._store_id: str | None = None
+        # sync_checkpoint: per checkpoint path, the entries its last read decoded.
+        self._sync_caches: dict[str, EntryCache] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -456,11 +459,19 @@ class PodStore:
         event, and each registered resource that changed with a ``registered`` or
         ``unregistered`` event; an unchanged entry keeps its position and gets no event, and
         order alone (of entries, of IDs in a list) is never a change. Entries whose AllocResp
-        does not decode are skipped, as kubelet skips them. Raises what import raises
+        does not decode are skipped, as kubelet skips them. Entries this store already read
+        from an earlier version of the same file are not decoded again (the checksum is
+        always computed over the whole file). Raises what import raises
         (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
         store is unchanged then.
         """
-        prepared = sync.prepare(path, max_bytes=max_bytes)
+        key = os.path.abspath(os.fspath(path)) if isinstance(path, str | os.PathLike) else ""
+        cache = self._sync_caches.get(key)
+        if cache is None:
+            if len(self._sync_caches) >= 4:  # a follower reads one file; bound the rest
+                self._sync_caches.clear()
+            cache = self._sync_caches[key] = EntryCache()
+        prepared = sync.prepare(path, max_bytes=max_bytes, cache=cache)
         with self._sessions.write() as conn:
             return sync.apply(conn, prepared)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from podstore.checkpoint import Checkpoint
 from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.incremental import EntryCache
 from podstore.storage import entries, events, responses, transfer
 from podstore.storage.entries import Key, Row
 from podstore.storage.sql import sync as sql
@@ -47,9 +48,15 @@ class PreparedSync:
     checkpoint: Checkpoint
 
 
-def prepare(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> PreparedSync:
-    """Read and verify ``path`` exactly as an import does (``transfer.read_verified``)."""
-    return PreparedSync(*transfer.read_verified(path, max_bytes))
+def prepare(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    cache: EntryCache | None = None,
+) -> PreparedSync:
+    """Read and verify ``path`` exactly as an import does (``transfer.read_verified``; with
+    ``cache``, the entries the last read of the file decoded are reused)."""
+    return PreparedSync(*transfer.read_verified(path, max_bytes, cache))
 
 
 class _File:

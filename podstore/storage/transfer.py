@@ -18,6 +18,7 @@ from podstore.checkpoint import (
     read_checkpoint,
     write_checkpoint_file,
 )
+from podstore.checkpoint.incremental import EntryCache, read_cached
 from podstore.errors import CheckpointFormatError, InvalidInputError
 from podstore.rules import alloc_resp
 from podstore.storage import entries
@@ -66,10 +67,14 @@ def to_row(entry: PodDevicesEntry) -> Row | str:
 
 
 def read_verified(
-    path: str | os.PathLike[str], max_bytes: int | None = None
+    path: str | os.PathLike[str],
+    max_bytes: int | None = None,
+    cache: EntryCache | None = None,
 ) -> tuple[str, Checkpoint]:
     """The path as a string and the file read and verified as import reads it (v2, then v1;
-    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file.
+    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file. With
+    ``cache``, entries already read from an earlier version of the file are not decoded again
+    (same result: ``checkpoint/incremental.py``).
 
     Raises InvalidInputError for bad arguments and what ``read_checkpoint`` raises.
     """
@@ -77,6 +82,8 @@ def read_verified(
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
         raise InvalidInputError(f"max_bytes: expected a positive int, got {max_bytes!r}")
+    if cache is not None:
+        return name, read_cached(name, cache, max_bytes=limit)
     return name, read_checkpoint(name, max_bytes=limit)
 
 
