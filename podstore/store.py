@@ -15,7 +15,6 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from podstore.checkpoint.incremental import EntryCache
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules import validate
 from podstore.rules.alloc_resp import AllocRespInput
@@ -67,8 +66,8 @@ class PodStore:
             raise PodStoreError("create a PodStore with PodStore.open(path), not PodStore(...)")
         self._sessions = sessions
         self._store_id: str | None = None
-        # sync_checkpoint: per checkpoint path, the entries its last read decoded.
-        self._sync_caches: dict[str, EntryCache] = {}
+        # sync_checkpoint: per checkpoint path, what its last sync read and loaded.
+        self._sync_states: dict[str, sync.SyncState] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -466,14 +465,15 @@ class PodStore:
         store is unchanged then.
         """
         key = os.path.abspath(os.fspath(path)) if isinstance(path, str | os.PathLike) else ""
-        cache = self._sync_caches.get(key)
-        if cache is None:
-            if len(self._sync_caches) >= 4:  # a follower reads one file; bound the rest
-                self._sync_caches.clear()
-            cache = self._sync_caches[key] = EntryCache()
-        prepared = sync.prepare(path, max_bytes=max_bytes, cache=cache)
-        with self._sessions.write() as conn:
-            return sync.apply(conn, prepared)
+        state = self._sync_states.get(key)
+        if state is None:
+            if len(self._sync_states) >= 4:  # a follower reads one file; bound the rest
+                self._sync_states.clear()
+            state = self._sync_states[key] = sync.SyncState()
+        with state.lock:
+            prepared = sync.prepare(path, max_bytes=max_bytes, state=state)
+            with self._sessions.write() as conn:
+                return sync.apply(conn, prepared, state)
 
     def export_checkpoint(
         self,

@@ -449,3 +449,75 @@ def test_random_pairs_write_exactly_the_reference_events(
 def _stored_registered(store: PodStore) -> dict[str, list[str] | None]:
     nulls = dict(store.query("SELECT resource, is_null FROM registered_resources").rows)
     return {r: None if nulls[r] else ids for r, ids in store.registered_devices().items()}
+
+
+# ---- repeated syncs of one file (the state kept between them) ---------------------------------
+
+
+def test_a_repeated_sync_still_diffs_against_the_store(store: PodStore, cp: Path) -> None:
+    """Between two syncs of the same file another writer changes the store: the next sync
+    puts the file's content back, though the file (and what the sync keeps of it) is the
+    same."""
+    BASE.write(cp)
+    store.sync_checkpoint(cp)
+    store.insert("pod-b", "main", GPU, {1: ["other"]}, resp(A="9"))
+    store.delete(["pod-a"])
+    store.insert("agent", "c", GPU, {0: ["x"]}, None)
+    seq = last_seq(store)
+    report = store.sync_checkpoint(cp)
+    assert (report.replaced, report.inserted, report.deleted) == (1, 2, 1)
+    assert [e[0] for e in events_after(store, seq)] == ["delete", "replace", "insert", "insert"]
+    assert store_state(store) == file_state(BASE)
+
+
+def test_a_rolled_back_sync_leaves_nothing_behind_for_the_next(store: PodStore, cp: Path) -> None:
+    rng = random.Random(3)
+    state = random_state(rng, 10)
+    state.write(cp)
+    store.sync_checkpoint(cp)
+    newer = mutate(rng, state, 5)
+    newer.write(cp)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.sync_checkpoint(cp)
+        raise RuntimeError("the caller's block fails after the sync")
+    assert store_state(store) == file_state(state)
+    report = store.sync_checkpoint(cp)
+    assert report.events == len(expected_events(state, newer))
+    assert store_state(store) == file_state(newer)
+
+
+def test_syncs_from_two_threads_take_turns(db_path: Path, cp: Path) -> None:
+    import threading
+
+    rng = random.Random(4)
+    states = [random_state(rng, 20)]
+    for _ in range(6):
+        states.append(mutate(rng, states[-1], 4))
+    with PodStore.open(db_path) as store:
+        for state in states:
+            state.write(cp)
+            results: list[Any] = []
+            threads = [
+                threading.Thread(target=lambda out=results: out.append(store.sync_checkpoint(cp)))
+                for _ in range(2)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(results) == 2
+            assert sorted(r.result for r in results)[-1] == "unchanged"
+            assert store_state(store) == file_state(state)
+        assert errors(store) == []
+
+
+def test_an_undecodable_entry_is_skipped_on_every_sync(store: PodStore, cp: Path) -> None:
+    bad = _with(BASE, 1, alloc_resp=b"\xff\xff")
+    for _ in range(3):
+        bad.write(cp)
+        report = store.sync_checkpoint(cp)
+        assert [s.pod_uid for s in report.skipped] == ["pod-a"]
+        assert store.container_devices("pod-a", "side", NIC) is None
+    BASE.write(cp)
+    assert store.sync_checkpoint(cp).inserted == 1
+    assert store_state(store) == file_state(BASE)

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 from podstore.checkpoint import Checkpoint
 from podstore.checkpoint.bulk import collector_paused
@@ -48,19 +51,40 @@ class PreparedSync:
     checkpoint: Checkpoint
 
 
+@dataclass
+class SyncState:
+    """What repeated syncs of one file keep between calls: the entries the last read decoded
+    (``cache``), and which of them the connection's file tables hold, under which ``ord``.
+
+    The file tables (entries, device rows, empty-list markers) stay filled from one sync to
+    the next, and each sync adds and removes only the entries that came and went. A token row
+    in the same TEMP schema says whether they hold what ``loaded`` says: a sync rolled back
+    (which rolls back its changes to them), another connection or another file's sync, and
+    the token differs, so everything is loaded afresh.
+    """
+
+    cache: EntryCache = field(default_factory=EntryCache)
+    #: Held for a whole sync (prepare and apply): syncs of one file from two threads take turns.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    token: str = ""
+    loaded: dict[int, tuple[int, PodDevicesEntry]] = field(default_factory=dict)
+    next_ord: int = 0
+
+
 def prepare(
     path: str | os.PathLike[str],
     *,
     max_bytes: int | None = None,
-    cache: EntryCache | None = None,
+    state: SyncState | None = None,
 ) -> PreparedSync:
     """Read and verify ``path`` exactly as an import does (``transfer.read_verified``; with
-    ``cache``, the entries the last read of the file decoded are reused)."""
+    ``state``, the entries the last read of the file decoded are reused)."""
+    cache = None if state is None else state.cache
     return PreparedSync(*transfer.read_verified(path, max_bytes, cache))
 
 
 class _File:
-    """The file's entries as kubelet restores them, decoded on demand.
+    """The file's entries as kubelet restores them, decoded on demand, by ``ord``.
 
     Keys that occur more than once are decoded at once, because an entry whose AllocResp
     does not decode is skipped *before* duplicates fold (the last decodable one wins, at the
@@ -71,27 +95,35 @@ class _File:
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         self.skipped: list[SkippedEntry] = []
+        listed = checkpoint.entries
+        first: dict[Key, int] = {}
+        for i, e in enumerate(listed):
+            first.setdefault((e.pod_uid, e.container_name, e.resource_name), i)
+        #: (file index, the entry that counts, its row if decoded already), in file order
+        self.kept: list[tuple[int, PodDevicesEntry, Row | None]]
+        if len(first) == len(listed):
+            self.kept = [(i, e, None) for i, e in enumerate(listed)]
+        else:
+            self.kept = self._folded(listed)
+        self.entries: dict[int, tuple[int, PodDevicesEntry]] = {}  # ord → (file index, entry)
+        self.rows: dict[int, Row] = {}  # ord → decoded row
+
+    def _folded(
+        self, listed: list[PodDevicesEntry]
+    ) -> list[tuple[int, PodDevicesEntry, Row | None]]:
         seen: dict[Key, list[int]] = {}
-        for i, e in enumerate(checkpoint.entries):
+        for i, e in enumerate(listed):
             seen.setdefault((e.pod_uid, e.container_name, e.resource_name), []).append(i)
-        # (position in the file, the entry that counts, its row if decoded already)
         kept: list[tuple[int, PodDevicesEntry, Row | None]] = []
         for indices in seen.values():
             if len(indices) == 1:
-                kept.append((indices[0], checkpoint.entries[indices[0]], None))
+                kept.append((indices[0], listed[indices[0]], None))
                 continue
-            decoded = [
-                (i, row)
-                for i in indices
-                if (row := self._decode(i, checkpoint.entries[i])) is not None
-            ]
+            decoded = [(i, r) for i in indices if (r := self._decode(i, listed[i])) is not None]
             if decoded:
-                kept.append((decoded[0][0], checkpoint.entries[decoded[-1][0]], decoded[-1][1]))
+                kept.append((decoded[0][0], listed[decoded[-1][0]], decoded[-1][1]))
         kept.sort(key=lambda k: k[0])
-        #: (file index, entry) per ord: ords follow file order.
-        self.entries = [(index, entry) for index, entry, _row in kept]
-        #: ord → decoded row
-        self.rows = {o: row for o, (_i, _e, row) in enumerate(kept) if row is not None}
+        return kept
 
     def _decode(self, index: int, entry: PodDevicesEntry) -> Row | None:
         row = transfer.to_row(entry)
@@ -109,9 +141,16 @@ class _File:
                 self.rows[ord_] = row
         return row
 
+    def in_file_order(self, ords: Iterable[int]) -> list[int]:
+        return sorted(ords, key=lambda o: self.entries[o][0])
 
-def apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
+
+def apply(
+    conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState | None = None
+) -> SyncReport:
     """Bring the store to ``prepared``'s content inside the caller's transaction."""
+    if state is None:
+        state = SyncState()
     for statement in sql.SETUP:
         conn.execute(statement)
     _clear(conn)
@@ -119,7 +158,10 @@ def apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
         # Tens of thousands of short-lived tuples per sync: the cyclic collector would rescan
         # the whole checkpoint for them (as when reading it).
         with collector_paused():
-            return _apply(conn, prepared)
+            return _apply(conn, prepared, state)
+    except BaseException:
+        state.token = ""  # the rollback undoes this sync's changes to the file tables
+        raise
     finally:
         _clear(conn)
 
@@ -129,37 +171,72 @@ def _clear(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _load_entries(conn: sqlite3.Connection, file: _File) -> None:
+def _entry_rows(
+    ord_: int, e: PodDevicesEntry
+) -> tuple[tuple[Any, ...], list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
+    devices: list[tuple[int, int, int, str]] = []
+    empty: list[tuple[int, int, bool]] = []
+    for node, ids in (e.device_ids or {}).items():
+        if ids:
+            devices.extend((ord_, node, pos, dev) for pos, dev in enumerate(ids))
+        else:
+            empty.append((ord_, node, ids is None))
+    raw = b"" if e.alloc_resp is None else e.alloc_resp
+    entry = (
+        ord_,
+        e.pod_uid,
+        e.container_name,
+        e.resource_name,
+        e.device_ids is None,
+        raw,
+        e.alloc_resp is None,
+        len(devices),
+    )
+    return entry, devices, empty
+
+
+def _load_entries(conn: sqlite3.Connection, file: _File, state: SyncState) -> None:
+    """Make the file tables hold the file's entries: only those that came or went since the
+    last sync of this state, or all of them when the tables do not hold what it says."""
+    found = conn.execute(sql.TOKEN).fetchone()
+    if found is None or not state.token or found[0] != state.token:
+        for statement in sql.CLEAR_FILE:
+            conn.execute(statement)
+        state.loaded = {}
+    loaded = state.loaded
+    now: dict[int, tuple[int, PodDevicesEntry]] = {}
     entry_rows = []
     device_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
-    for ord_, (_index, e) in enumerate(file.entries):
-        devices = 0
-        for node, ids in (e.device_ids or {}).items():
-            if ids:
-                device_rows.extend((ord_, node, pos, dev) for pos, dev in enumerate(ids))
-                devices += len(ids)
-            else:
-                empty_rows.append((ord_, node, ids is None))
-        raw = b"" if e.alloc_resp is None else e.alloc_resp
-        entry_rows.append(
-            (
-                ord_,
-                e.pod_uid,
-                e.container_name,
-                e.resource_name,
-                e.device_ids is None,
-                raw,
-                e.alloc_resp is None,
-                devices,
-            )
-        )
+    for index, e, row in file.kept:
+        known = loaded.get(id(e))
+        if known is not None and known[1] is e:
+            ord_ = known[0]
+        else:
+            ord_ = state.next_ord
+            state.next_ord += 1
+            entry, devices, empty = _entry_rows(ord_, e)
+            entry_rows.append(entry)
+            device_rows.extend(devices)
+            empty_rows.extend(empty)
+        now[id(e)] = (ord_, e)
+        file.entries[ord_] = (index, e)
+        if row is not None:
+            file.rows[ord_] = row
+    gone = [(o,) for key, (o, _e) in loaded.items() if key not in now]
+    for statement in sql.DROP_FILE_ENTRY:
+        conn.executemany(statement, gone)
     conn.executemany(sql.LOAD_ENTRY, entry_rows)
     conn.executemany(sql.LOAD_DEVICE, device_rows)
     conn.executemany(sql.LOAD_EMPTY_LIST, empty_rows)
+    state.loaded = now
+    state.token = os.urandom(8).hex()
+    conn.execute(sql.SET_TOKEN, (state.token,))
 
 
-def _decode_needed(conn: sqlite3.Connection, file: _File, ords: list[int]) -> list[int]:
+def _decode_needed(
+    conn: sqlite3.Connection, file: _File, state: SyncState, ords: list[int]
+) -> list[int]:
     """Decode the responses of ``ords``; those that do not decode leave the sync (and so
     become deletes where the store holds them). Returns the ords that decoded."""
     kept = []
@@ -167,6 +244,7 @@ def _decode_needed(conn: sqlite3.Connection, file: _File, ords: list[int]) -> li
         if file.row(ord_) is None:
             for statement in sql.DROP_ENTRY:
                 conn.execute(statement, (ord_,))
+            state.loaded.pop(id(file.entries[ord_][1]), None)
         else:
             kept.append(ord_)
     return kept
@@ -279,22 +357,22 @@ def _sync_shape(conn: sqlite3.Connection, cp: Checkpoint) -> bool:
     return changed
 
 
-def _apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
+def _apply(conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState) -> SyncReport:
     file = _File(prepared.checkpoint)
-    _load_entries(conn, file)
+    _load_entries(conn, file, state)
     conn.execute(sql.PAIR)
     conn.execute(sql.CANDIDATES)
-    new = [int(o) for (o,) in conn.execute(sql.NEW).fetchall()]
+    new = file.in_file_order(int(o) for (o,) in conn.execute(sql.NEW).fetchall())
     candidates = [int(o) for (o,) in conn.execute(sql.CANDIDATE_ORDS).fetchall()]
-    new = _decode_needed(conn, file, new)
-    candidates = _decode_needed(conn, file, candidates)
+    new = _decode_needed(conn, file, state, new)
+    candidates = _decode_needed(conn, file, state, candidates)
     conn.execute(sql.DOOM)
     changed = {int(o) for (o,) in conn.execute(sql.CHANGED_DEVICES).fetchall()}
     _load_candidate_responses(conn, file, candidates)
     changed.update(int(o) for (o,) in conn.execute(sql.CHANGED_RESPONSES).fetchall())
     # A changed entry whose bytes equal the stored ones decodes (they did when stored).
     replaced: list[Row] = []
-    for ord_ in sorted(changed):
+    for ord_ in file.in_file_order(changed):
         row = file.row(ord_)
         assert row is not None
         replaced.append(row)
