@@ -6,8 +6,8 @@
   Side by side, interleaved: a **full re-import** of the same file
   (``PodStore.import_checkpoint``, in process, on a store one change behind) — what a node
   would run on each change without ``watch``. Target: ≥ 10× faster at 10,000 entries.
-- **Idle CPU**: the follower's user+system CPU (``/proc/PID/stat``) over an idle window,
-  scaled to one hour.
+- **Idle CPU**: the follower's CPU time (all its threads, ``/proc/PID/task/*/schedstat``) over
+  an idle window, scaled to one hour.
 
 One entry point, :func:`run`; :func:`console` and :func:`markdown` render its results.
 """
@@ -72,10 +72,16 @@ def _podstore() -> list[str]:
 
 
 def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    """CPU time of every thread of ``pid``, in ns precision (``schedstat``: time on a CPU);
+    the clock-tick counters of ``stat`` are too coarse for an idle process."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
 
 
 class _Follower:
@@ -139,9 +145,12 @@ def _size(n: int, reps: int, seed: int, workdir: str, log: Callable[[str], None]
             t0 = time.perf_counter()
             os.replace(tmp, cp)
             while _last_seq(probe) == before:
-                if time.perf_counter() - t0 > 60:
+                waited = time.perf_counter() - t0
+                if waited > 60:
                     raise RuntimeError("the follower did not sync within 60 s")
-                time.sleep(_POLL_S)
+                # Fine polling at first, then gentler: on two cores a tight loop would slow
+                # the follower it is timing.
+                time.sleep(_POLL_S if waited < 0.02 else 0.002)
             synced.append(_last_seq(probe) - before)
             return time.perf_counter() - t0
 
@@ -285,3 +294,19 @@ def markdown(saved: dict[str, Any]) -> str:
 def console(saved: dict[str, Any]) -> str:
     """The section for the terminal ('' when the run has none)."""
     return markdown(saved)
+
+
+if __name__ == "__main__":
+    # `python -m bench.watch [--quick]`: this section alone (python -m bench runs it after the
+    # others and puts it in latest.md).
+    import tempfile
+    from types import SimpleNamespace
+
+    started = time.perf_counter()
+
+    def _log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="podstore-bench-watch-") as tmp:
+        config = SimpleNamespace(quick="--quick" in sys.argv[1:], seed=20240601)
+        print(markdown({"watch": run(config, tmp, _log)}))
