@@ -255,3 +255,39 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_sync_duration_seconds",
     }
     assert named == collected
+
+
+def test_watch_textfile_follows_other_writers_and_rests_when_idle(
+    known: tuple[Path, Path, int], tmp_path: Path
+) -> None:
+    db, cp, _history = known
+    prom = tmp_path / "w.prom"
+    log = tmp_path / "watch.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [
+                *podstore_command(),
+                "--db",
+                str(db),
+                "watch",
+                str(cp),
+                "--interval",
+                "0.2",
+                "--textfile",
+                str(prom),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            wait_for(prom.exists, 20)
+            time.sleep(0.5)
+            written = prom.stat().st_mtime_ns
+            time.sleep(1.0)  # five polling ticks, nothing changed: nothing rewritten
+            assert prom.stat().st_mtime_ns == written
+            with PodStore.open(db) as store:  # the node agent adds an entry
+                store.insert("agent-pod", "c", GPU, {0: ["g9"]}, resp())
+            wait_for(lambda: values(parse(prom.read_text())["podstore_pods"]) == {(): 3}, 5)
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0

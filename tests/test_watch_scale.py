@@ -30,16 +30,27 @@ ENTRIES = 20_000
 #: Peak RSS a node can afford for one of these commands (MB = 10^6 bytes).
 PEAK_MB = 400
 
+# Peak RSS of this process: VmHWM (ru_maxrss would count the parent's peak from before exec).
+_HWM = """
+def hwm_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+"""
 # Runs the command line in a child that reports its own peak RSS when it exits.
-_MEASURED = """
-import atexit, resource, sys
-atexit.register(lambda: print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                              file=sys.stderr))
+_MEASURED = (
+    _HWM
+    + """
+import atexit, sys
+atexit.register(lambda: print("maxrss_kb", hwm_kb(), file=sys.stderr))
 from podstore.cli import main
 main(sys.argv[1:])
 """
-_API = """
-import resource, sys, time
+)
+_API = (
+    _HWM
+    + """
+import sys, time
 from podstore import PodStore
 store = PodStore.open(sys.argv[1])
 t = time.perf_counter()
@@ -49,8 +60,9 @@ else:
     from podstore.metrics.collector import registry_for
     from podstore.metrics.exposition import render
     render(registry_for(store))
-print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(time.perf_counter() - t, hwm_kb())
 """
+)
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -53,7 +54,8 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 def _shipper(store: PodStore, url: str, node: str) -> RetryingHook:
-    """The hook that ships the history after syncs, or exit 2 when podstore.fleet is absent."""
+    """The runner of the hook that ships the history after syncs (its ``call`` ships once,
+    in the caller's thread), or exit 2 when podstore.fleet is absent."""
     try:
         module = importlib.import_module("podstore.fleet.ship")
         ship: Callable[..., object] = module.ship
@@ -149,18 +151,22 @@ def watch(
         host, port = serve(*metrics_addr, registry)
         log.info("serving metrics on http://%s:%d/metrics", host, port)
     if textfile is not None:
-        write_textfile = _textfile_writer(textfile, registry)
-        follower.on_sync.append(lambda _outcome: write_textfile())
-        follower.on_tick.append(write_textfile)
-    if shipper is not None:
+        write_textfile = _textfile_writer(textfile, registry, store.path)
+        follower.on_sync.append(lambda _outcome: write_textfile(True))
+        follower.on_tick.append(lambda: write_textfile(False))
+    if shipper is not None and not once:
         shipper.start()
         follower.on_sync.append(lambda outcome: _ship_after(shipper, outcome))
 
     if once:
         outcome = follower.sync()
-        if shipper is not None:
-            shipper.notify()
-            shipper.stop(timeout=60)
+        if shipper is not None and outcome.ok:
+            # One sync, one ship, in this thread: a failure is this run's failure.
+            try:
+                shipper.call()
+            except Exception as exc:
+                log.error("%s failed: %s", shipper.name, scrub(str(exc), ship_to or ""))
+                sys.exit(1)
         sys.exit(0 if outcome.ok else 1)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -188,12 +194,29 @@ def _ship_after(shipper: RetryingHook, outcome: SyncOutcome) -> None:
         shipper.notify()
 
 
-def _textfile_writer(path: Path, registry: Any) -> Callable[[], None]:
+def _textfile_writer(path: Path, registry: Any, db: str) -> Callable[[bool], None]:
+    """Writes the textfile: after every sync, and at a polling tick when another writer
+    changed the store (its files' sizes or times moved), so an idle node reads nothing."""
     from podstore.metrics.exposition import write_textfile
 
     last_problem: list[str] = []
+    seen: list[object] = []
 
-    def write() -> None:
+    def store_files() -> object:
+        out: list[tuple[int, int, int] | None] = []
+        for name in (db, db + "-wal"):
+            try:
+                st = os.stat(name)
+            except OSError:
+                out.append(None)
+            else:
+                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
+    def write(always: bool) -> None:
+        now = store_files()
+        if not always and seen == [now]:
+            return
         try:
             write_textfile(path, registry)
         except PodStoreError as exc:
@@ -202,5 +225,6 @@ def _textfile_writer(path: Path, registry: Any) -> Callable[[], None]:
                 last_problem[:] = [str(exc)]
         else:
             last_problem.clear()
+            seen[:] = [now]
 
     return write

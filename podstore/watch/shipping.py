@@ -90,6 +90,10 @@ class RetryingHook:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
+    def call(self) -> object:
+        """Run the hook once in the caller's thread (``watch --once``); raises what it raises."""
+        return self._hook()
+
     def notify(self) -> None:
         """Ask for a call (returns at once)."""
         self._pending.set()
