@@ -1,9 +1,12 @@
 """Bringing the store to a checkpoint file's content by writing only what differs (a sync).
 
-The file is read and verified exactly as an import reads it (``transfer.prepare_import``),
-before the write lock. Inside the caller's transaction its rows go into temporary tables and
-SQL set differences against the store (``sql/sync.py``) name the entries to insert, replace
-and delete and the registered resources that changed; only those are written, through the
+The file is read and verified exactly as an import reads it (``transfer.read_verified``,
+which ``prepare_import`` uses too), before the write lock; entries the last read of the same
+file decoded are reused (``checkpoint/incremental.py``, same result). Inside the caller's
+transaction its rows go into temporary tables (kept between syncs of one file: only entries
+that came or went are loaded, see :class:`SyncState`) and SQL set differences against the
+store (``sql/sync.py``) name the entries to insert, replace and delete and the registered
+resources that changed; only those are written, through the
 same entry writers as every other change (``storage/entries.py``), so decoded response rows,
 history events and entry positions are exactly what an insert, a delete or an import makes.
 
