@@ -203,8 +203,17 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
             wait_for(lambda: _count(url, "applied") == 1, 5)
             families = parse(urllib.request.urlopen(url, timeout=10).read().decode())
             assert values(families["podstore_allocations"])[(NIC,)] == 1
-            prom = parse((tmp_path / "w.prom").read_text())
-            assert values(prom["podstore_checkpoint_syncs"], "_total")[("applied",)] == 1
+            # The textfile is rewritten right after the sync is counted.
+            wait_for(
+                lambda: (
+                    values(
+                        parse((tmp_path / "w.prom").read_text())["podstore_checkpoint_syncs"],
+                        "_total",
+                    )[("applied",)]
+                    == 1
+                ),
+                5,
+            )
         finally:
             proc.terminate()
             assert proc.wait(timeout=20) == 0
