@@ -89,15 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     # Imported here so that --help works without the project's dependencies.
     from bench import machine, report, runner, targets
+    from bench import watch as watch_section
 
     if args.render:
         with open(os.path.join(args.out, "latest.json"), encoding="utf-8") as f:
             saved: dict[str, Any] = json.load(f)
         saved.pop("targets", None)
         verdicts = targets.evaluate(saved)
-        print(report.console(saved, verdicts))
+        print(report.console(saved, verdicts) + watch_section.console(saved))
         report.write_json(os.path.join(args.out, "latest.json"), saved, verdicts)
-        report.write_text(os.path.join(args.out, "latest.md"), report.markdown(saved, verdicts))
+        md = report.markdown(saved, verdicts) + watch_section.markdown(saved)
+        report.write_text(os.path.join(args.out, "latest.md"), md)
         if args.plot:
             report.plot(saved, args.plot)
         return 0
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"sizes {', '.join(map(str, cfg.sizes))}; files in {workdir}")
     try:
         results: dict[str, Any] = runner.run(cfg, workdir, log)
+        results["watch"] = watch_section.run(cfg, workdir, log)
     finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -131,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_avg_at_end"] = list(os.getloadavg())
     results = {"meta": meta, **results}
     verdicts = targets.evaluate(results)
-    print(report.console(results, verdicts))
+    print(report.console(results, verdicts) + watch_section.console(results))
     report.write_json(os.path.join(args.out, "latest.json"), results, verdicts)
-    report.write_text(os.path.join(args.out, "latest.md"), report.markdown(results, verdicts))
+    md = report.markdown(results, verdicts) + watch_section.markdown(results)
+    report.write_text(os.path.join(args.out, "latest.md"), md)
     if args.plot:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         if not report.plot(results, args.plot):

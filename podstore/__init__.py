@@ -47,6 +47,7 @@ from podstore.types import (
     RuntimeMount,
     SkippedEntry,
     StoreStats,
+    SyncReport,
 )
 
 __version__ = "0.1.0"
@@ -87,6 +88,7 @@ __all__ = [
     "StoreCorruptError",
     "StoreFullError",
     "StoreStats",
+    "SyncReport",
     "TopologyInfo",
     "__version__",
     "check_store",

@@ -31,7 +31,7 @@ from podstore.sqlite.migrate import ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.sqlite.translate import translated_errors
 from podstore.storage import entries as entry_store
-from podstore.storage import events, responses, transfer
+from podstore.storage import events, responses, sync, transfer
 from podstore.storage.entries import hex_text, unhex_text
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
@@ -44,6 +44,7 @@ from podstore.types import (
     QueryResult,
     ResourceDeviceInstances,
     StoreStats,
+    SyncReport,
 )
 
 log = logging.getLogger("podstore")
@@ -65,6 +66,8 @@ class PodStore:
             raise PodStoreError("create a PodStore with PodStore.open(path), not PodStore(...)")
         self._sessions = sessions
         self._store_id: str | None = None
+        # sync_checkpoint: per checkpoint path, what its last sync read and loaded.
+        self._sync_states: dict[str, sync.SyncState] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -442,6 +445,35 @@ class PodStore:
         )
         with self._sessions.write() as conn:
             return transfer.load(conn, prepared, merge=bool(merge))
+
+    def sync_checkpoint(
+        self, path: str | os.PathLike[str], *, max_bytes: int | None = None
+    ) -> SyncReport:
+        """Bring the store to a ``kubelet_internal_checkpoint`` file's content, writing only
+        what differs, in one transaction (what ``podstore watch`` does on every rewrite).
+
+        The file is read and verified exactly as :meth:`import_checkpoint` reads it, before
+        the write lock. Then each entry the file adds, changes (device map or decoded
+        response) or drops is written with one ``insert``, ``replace`` or ``delete`` history
+        event, and each registered resource that changed with a ``registered`` or
+        ``unregistered`` event; an unchanged entry keeps its position and gets no event, and
+        order alone (of entries, of IDs in a list) is never a change. Entries whose AllocResp
+        does not decode are skipped, as kubelet skips them. Entries this store already read
+        from an earlier version of the same file are not decoded again (the checksum is
+        always computed over the whole file). Raises what import raises
+        (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
+        store is unchanged then.
+        """
+        key = os.path.abspath(os.fspath(path)) if isinstance(path, str | os.PathLike) else ""
+        state = self._sync_states.get(key)
+        if state is None:
+            if len(self._sync_states) >= 4:  # a follower reads one file; bound the rest
+                self._sync_states.clear()
+            state = self._sync_states[key] = sync.SyncState()
+        with state.lock:
+            prepared = sync.prepare(path, max_bytes=max_bytes, state=state)
+            with self._sessions.write() as conn:
+                return sync.apply(conn, prepared, state)
 
     def export_checkpoint(
         self,

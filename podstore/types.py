@@ -145,6 +145,46 @@ class ImportReport:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What ``PodStore.sync_checkpoint`` changed to bring the store to a checkpoint file.
+
+    ``inserted``, ``replaced``, ``deleted``, ``registered`` and ``unregistered`` count the
+    history events the sync wrote (one per entry or registered resource that differed);
+    ``shape_changed`` is true when only the file's null-vs-empty form of ``PodDeviceEntries``
+    or ``RegisteredDevices`` changed (kept for export, no event). ``entries`` counts the
+    file's entries, ``skipped`` those kubelet would skip (their AllocResp does not decode).
+    """
+
+    path: str
+    version: int
+    checksum: int
+    boot_id: str | None
+    entries: int
+    inserted: int
+    replaced: int
+    deleted: int
+    registered: int
+    unregistered: int
+    shape_changed: bool = False
+    skipped: tuple[SkippedEntry, ...] = ()
+
+    @property
+    def events(self) -> int:
+        """History events written."""
+        return self.inserted + self.replaced + self.deleted + self.registered + self.unregistered
+
+    @property
+    def changed(self) -> bool:
+        """Whether the sync wrote anything."""
+        return bool(self.events) or self.shape_changed
+
+    @property
+    def result(self) -> str:
+        """``"applied"`` when the store changed, ``"unchanged"`` when it already matched."""
+        return "applied" if self.changed else "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     """Row counts of a store (``podstore status``)."""
 

@@ -1,7 +1,8 @@
 """The package's layout holds: no import circle, and lower layers never import higher ones.
 
 Layers, bottom up (docs/design.md): errors/types/fsutil and deviceplugin; rules; checkpoint;
-sqlite; storage; store; cli. An import is read from the source (module level and inside
+sqlite; storage; store; the public face and the optional features over it (watch, metrics);
+cli. An import is read from the source (module level and inside
 functions alike), so a lazy import cannot hide a circle.
 """
 
@@ -26,6 +27,9 @@ LAYERS = {
     "podstore.storage": 4,
     "podstore.store": 5,
     "podstore": 6,  # the package's __init__: the public face
+    # Optional features over the facade (import podstore never loads them).
+    "podstore.watch": 6,
+    "podstore.metrics": 6,
     "podstore.cli": 7,
 }
 

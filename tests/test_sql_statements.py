@@ -13,10 +13,15 @@ import pytest
 
 import podstore
 from podstore import PodStore
-from podstore.storage.sql import audit, checks, entries, events, responses, views
+from podstore.storage.sql import audit, checks, entries, events, metrics, responses, sync, views
 
-MODULES = (entries, events, responses, views, audit, checks)
+MODULES = (entries, events, responses, views, audit, checks, sync, metrics)
 PACKAGE = Path(podstore.__file__).parent
+
+
+#: A module's ``SETUP`` statements create the TEMP tables its other statements use; they are
+#: run (not compiled) on the connection before every statement is compiled.
+SETUP: tuple[str, ...] = tuple(s for m in MODULES for s in getattr(m, "SETUP", ()))
 
 
 def _statements() -> dict[str, str]:
@@ -24,6 +29,8 @@ def _statements() -> dict[str, str]:
     for module in MODULES:
         topic = module.__name__.rsplit(".", 1)[1]
         for name, value in vars(module).items():
+            if name == "SETUP":
+                continue
             if name.isupper() and not name.startswith("_"):
                 if isinstance(value, str):
                     found[f"{topic}.{name}"] = value
@@ -54,6 +61,27 @@ def test_there_are_statements_to_check() -> None:
     assert {"PODS", "CONTAINER_DEVICES", "DEVICES", "ENTRIES_WITH_RESPONSE"} <= names
     assert {"OWNERS_AT", "PRUNE", "INSERT_EVENT", "RUN_OPTIONS_FOR_CONTAINER"} <= names
     assert {"ORPHAN_CONTAINERS", "INSERT_ENV", "OWNERS_NOW"} <= names
+    assert {"PAIR", "CHANGED_DEVICES", "CHANGED_RESPONSES", "CHANGED_REGISTERED"} <= names
+
+
+def test_setup_creates_temp_tables_only_and_can_run_again(migrated: Path) -> None:
+    """SETUP runs on every sync's connection: idempotent, and never touches the store file's
+    own schema."""
+    assert SETUP and all(re.match(r"\s*CREATE TEMP TABLE IF NOT EXISTS ", s) for s in SETUP)
+    conn = sqlite3.connect(migrated)
+    try:
+        before = conn.execute("SELECT name, sql FROM sqlite_schema ORDER BY name").fetchall()
+        for _ in range(2):
+            for statement in SETUP:
+                conn.execute(statement)
+        after = conn.execute("SELECT name, sql FROM sqlite_schema ORDER BY name").fetchall()
+        temp = {
+            r[0] for r in conn.execute("SELECT name FROM temp.sqlite_schema WHERE type = 'table'")
+        }
+    finally:
+        conn.close()
+    assert before == after
+    assert len(temp) == len(SETUP)
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -65,6 +93,8 @@ def test_statement_prepares_against_the_schema(migrated: Path, name: str) -> Non
     )
     conn = sqlite3.connect(migrated)
     try:
+        for statement in SETUP:
+            conn.execute(statement)
         if sql.lstrip().upper().startswith("CREATE"):
             # A CREATE cannot be EXPLAINed against a schema that already has the object;
             # compile it inside a transaction that is rolled back, under another name.

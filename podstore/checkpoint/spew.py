@@ -66,6 +66,41 @@ def _flat_ids(devs: Mapping[int, Sequence[str] | None] | None) -> str:
     return _ids(devs[0])
 
 
+def header(version: int = 2) -> bytes:
+    """The text before the entries' ``[``."""
+    suffix = "V1" if version == 1 else ""
+    return (
+        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
+        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
+    )
+
+
+def entry_text(e: PodDevicesEntry, version: int = 2) -> bytes:
+    """One element of the entries slice (v2 rules unless ``version`` is 1, before renaming)."""
+    if version == 1:
+        devs = f"([]string){_flat_ids(e.device_ids)}"
+    else:
+        devs = f"(checkpoint.DevicesPerNUMA){_numa_map(e.device_ids)}"
+    head = (
+        f"{{PodUID:(string){e.pod_uid} ContainerName:(string){e.container_name}"
+        f" ResourceName:(string){e.resource_name}"
+        f" DeviceIDs:{devs} AllocResp:([]uint8)".encode()
+    )
+    resp = e.alloc_resp
+    if resp is None:
+        return head + b"<nil>}"
+    return head + b"[" + bytes(_decimal(resp)) + b"]}"
+
+
+def registered_text(registered_devices: Mapping[str, Sequence[str] | None] | None) -> bytes:
+    """The text from `` RegisteredDevices:`` to the end."""
+    out = b" RegisteredDevices:(map[string][]string)"
+    if registered_devices is None:
+        return out + _NIL + b"}"
+    pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
+    return out + f"map[{' '.join(pairs)}]".encode() + b"}"
+
+
 def render(
     entries: Sequence[PodDevicesEntry] | None,
     registered_devices: Mapping[str, Sequence[str] | None] | None,
@@ -73,44 +108,23 @@ def render(
 ) -> bytes:
     """The exact bytes kubelet hashes for these values (v1 entries: ``device_ids`` ``{0: ids}``)."""
     v1 = version == 1
-    suffix = "V1" if v1 else ""
     # BytesIO grows one buffer and getvalue() hands it over without copying, so the rendering
     # (about four times the size of all AllocResp bytes) exists once, not as parts plus a join.
     out = io.BytesIO()
     write = out.write
-    write(
-        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
-        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
-    )
+    write(header(version))
     if entries is None:
         write(_NIL)
     else:
         write(b"[")
-        devs_type = "([]string)" if v1 else "(checkpoint.DevicesPerNUMA)"
-        devs_text = _flat_ids if v1 else _numa_map
-        sep = ""
+        sep = False
         for e in entries:
-            write(
-                f"{sep}{{PodUID:(string){e.pod_uid} ContainerName:(string){e.container_name}"
-                f" ResourceName:(string){e.resource_name}"
-                f" DeviceIDs:{devs_type}{devs_text(e.device_ids)} AllocResp:([]uint8)".encode()
-            )
-            resp = e.alloc_resp
-            if resp is None:
-                write(b"<nil>}")
-            else:
-                write(b"[")
-                write(_decimal(resp))
-                write(b"]}")
-            sep = " "
+            if sep:
+                write(b" ")
+            write(entry_text(e, version))
+            sep = True
         write(b"]")
-    write(b" RegisteredDevices:(map[string][]string)")
-    if registered_devices is None:
-        write(_NIL)
-    else:
-        pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
-        write(f"map[{' '.join(pairs)}]".encode())
-    write(b"}")
+    write(registered_text(registered_devices))
     text = out.getvalue()
     del out
     if v1:

@@ -15,12 +15,14 @@ from podstore.cli import (
     checkpoint,
     devices,
     history,
+    metrics,
     migrate,
     pods,
     run_options,
     sql,
     status,
     verify,
+    watch,
 )
 from podstore.cli.context import DEFAULT_DB, Context
 from podstore.errors import PodStoreError
@@ -68,5 +70,7 @@ for _command in (
     sql.sql,
     verify.verify_command,
     migrate.migrate,
+    watch.watch,
+    metrics.metrics,
 ):
     cli.add_command(_command)

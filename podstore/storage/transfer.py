@@ -18,6 +18,7 @@ from podstore.checkpoint import (
     read_checkpoint,
     write_checkpoint_file,
 )
+from podstore.checkpoint.incremental import EntryCache, read_cached
 from podstore.errors import CheckpointFormatError, InvalidInputError
 from podstore.rules import alloc_resp
 from podstore.storage import entries
@@ -65,6 +66,38 @@ def to_row(entry: PodDevicesEntry) -> Row | str:
     )
 
 
+def read_verified(
+    path: str | os.PathLike[str],
+    max_bytes: int | None = None,
+    cache: EntryCache | None = None,
+) -> tuple[str, Checkpoint]:
+    """The path as a string and the file read and verified as import reads it (v2, then v1;
+    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file. With
+    ``cache``, entries already read from an earlier version of the file are not decoded again
+    (same result: ``checkpoint/incremental.py``).
+
+    Raises InvalidInputError for bad arguments and what ``read_checkpoint`` raises.
+    """
+    name = _path(path, "path")
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise InvalidInputError(f"max_bytes: expected a positive int, got {max_bytes!r}")
+    if cache is not None:
+        return name, read_cached(name, cache, max_bytes=limit)
+    return name, read_checkpoint(name, max_bytes=limit)
+
+
+def skipped_entry(index: int, entry: PodDevicesEntry, reason: str) -> SkippedEntry:
+    """The report of a file entry kubelet would skip (``reason``: why it does not decode)."""
+    return SkippedEntry(
+        index,
+        entry.pod_uid,
+        entry.container_name,
+        entry.resource_name,
+        f"AllocResp is not a ContainerAllocateResponse: {reason}",
+    )
+
+
 def prepare_import(
     path: str | os.PathLike[str],
     *,
@@ -77,25 +110,13 @@ def prepare_import(
     Raises CheckpointFormatError / CheckpointCorruptError for a file kubelet would refuse,
     and CheckpointFormatError for a skipped entry when ``strict``.
     """
-    name = _path(path, "path")
-    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise InvalidInputError(f"max_bytes: expected a positive int, got {max_bytes!r}")
-    cp = read_checkpoint(name, max_bytes=limit)
+    name, cp = read_verified(path, max_bytes)
     prepared = PreparedImport(name, cp)
     total = len(cp.entries)
     for i, entry in enumerate(cp.entries):
         row = to_row(entry)
         if isinstance(row, str):
-            prepared.skipped.append(
-                SkippedEntry(
-                    i,
-                    entry.pod_uid,
-                    entry.container_name,
-                    entry.resource_name,
-                    f"AllocResp is not a ContainerAllocateResponse: {row}",
-                )
-            )
+            prepared.skipped.append(skipped_entry(i, entry, row))
         else:
             prepared.rows.append(row)
         if progress is not None and (i % 1000 == 999 or i + 1 == total):

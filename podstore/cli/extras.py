@@ -1,0 +1,20 @@
+"""Commands that need an optional dependency say so in one line (exit status 2) instead of a
+traceback: ``podstore[watch]`` brings watchdog and prometheus_client."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import click
+
+
+def require(module: str, what: str, extra: str = "watch") -> None:
+    """Exit 2 with an install hint unless ``module`` can be imported."""
+    if importlib.util.find_spec(module) is None:
+        click.echo(
+            f"podstore: error: {what} needs the {module} package: "
+            f"install podstore[{extra}] (pip install 'podstore[{extra}]')",
+            err=True,
+        )
+        sys.exit(2)

@@ -1,0 +1,407 @@
+"""Bringing the store to a checkpoint file's content by writing only what differs (a sync).
+
+The file is read and verified exactly as an import reads it (``transfer.read_verified``,
+which ``prepare_import`` uses too), before the write lock; entries the last read of the same
+file decoded are reused (``checkpoint/incremental.py``, same result). Inside the caller's
+transaction its rows go into temporary tables (kept between syncs of one file: only entries
+that came or went are loaded, see :class:`SyncState`) and SQL set differences against the
+store (``sql/sync.py``) name the entries to insert, replace and delete and the registered
+resources that changed; only those are written, through the
+same entry writers as every other change (``storage/entries.py``), so decoded response rows,
+history events and entry positions are exactly what an insert, a delete or an import makes.
+
+What counts as a change: an entry the file adds (``insert``) or drops (``delete``), an entry
+whose device map — as a multiset per NUMA node, null kept apart from empty — or whose decoded
+response differs, or that had no response or a null AllocResp where the file has another
+(``replace``); a registered resource added or changed as a multiset (``registered``) or gone
+(``unregistered``). Order alone is never a change, so an unchanged entry keeps its position
+and its stored bytes.
+
+Events are written in this order: deletes (store order), unregistered and registered
+resources (by name), replaces, then inserts (file order). New entries take the next
+positions in file order.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from podstore.checkpoint import Checkpoint
+from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.incremental import EntryCache
+from podstore.storage import entries, events, responses, transfer
+from podstore.storage.entries import Key, Row
+from podstore.storage.sql import sync as sql
+from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry, SyncReport
+
+#: Above this many rows a write goes through the bulk writer (as ``from_checkpoint_data``).
+_BULK = 64
+#: Deletes of more pods than this read the whole store once rather than pod by pod.
+_POD_READS = 64
+
+
+@dataclass(slots=True)
+class PreparedSync:
+    """A verified checkpoint, read before the write lock; responses are decoded later, and
+    only those the store does not already hold byte for byte."""
+
+    path: str
+    checkpoint: Checkpoint
+
+
+@dataclass
+class SyncState:
+    """What repeated syncs of one file keep between calls: the entries the last read decoded
+    (``cache``), and which of them the connection's file tables hold, under which ``ord``.
+
+    The file tables (entries, device rows, empty-list markers) stay filled from one sync to
+    the next, and each sync adds and removes only the entries that came and went. A token row
+    in the same TEMP schema says whether they hold what ``loaded`` says: a sync rolled back
+    (which rolls back its changes to them), another connection or another file's sync, and
+    the token differs, so everything is loaded afresh.
+    """
+
+    cache: EntryCache = field(default_factory=EntryCache)
+    #: Held for a whole sync (prepare and apply): syncs of one file from two threads take turns.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    token: str = ""
+    loaded: dict[int, tuple[int, PodDevicesEntry]] = field(default_factory=dict)
+    next_ord: int = 0
+
+
+def prepare(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    state: SyncState | None = None,
+) -> PreparedSync:
+    """Read and verify ``path`` exactly as an import does (``transfer.read_verified``; with
+    ``state``, the entries the last read of the file decoded are reused)."""
+    cache = None if state is None else state.cache
+    return PreparedSync(*transfer.read_verified(path, max_bytes, cache))
+
+
+class _File:
+    """The file's entries as kubelet restores them, decoded on demand, by ``ord``.
+
+    Keys that occur more than once are decoded at once, because an entry whose AllocResp
+    does not decode is skipped *before* duplicates fold (the last decodable one wins, at the
+    first decodable one's position); every other entry is decoded only when the sync needs
+    its response: when it is new, or its bytes differ from the stored ones. Bytes equal to
+    the stored ones decoded when they were stored.
+    """
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.skipped: list[SkippedEntry] = []
+        listed = checkpoint.entries
+        first: dict[Key, int] = {}
+        for i, e in enumerate(listed):
+            first.setdefault((e.pod_uid, e.container_name, e.resource_name), i)
+        #: (file index, the entry that counts, its row if decoded already), in file order
+        self.kept: list[tuple[int, PodDevicesEntry, Row | None]]
+        if len(first) == len(listed):
+            self.kept = [(i, e, None) for i, e in enumerate(listed)]
+        else:
+            self.kept = self._folded(listed)
+        self.entries: dict[int, tuple[int, PodDevicesEntry]] = {}  # ord → (file index, entry)
+        self.rows: dict[int, Row] = {}  # ord → decoded row
+
+    def _folded(
+        self, listed: list[PodDevicesEntry]
+    ) -> list[tuple[int, PodDevicesEntry, Row | None]]:
+        seen: dict[Key, list[int]] = {}
+        for i, e in enumerate(listed):
+            seen.setdefault((e.pod_uid, e.container_name, e.resource_name), []).append(i)
+        kept: list[tuple[int, PodDevicesEntry, Row | None]] = []
+        for indices in seen.values():
+            if len(indices) == 1:
+                kept.append((indices[0], listed[indices[0]], None))
+                continue
+            decoded = [(i, r) for i in indices if (r := self._decode(i, listed[i])) is not None]
+            if decoded:
+                kept.append((decoded[0][0], listed[decoded[-1][0]], decoded[-1][1]))
+        kept.sort(key=lambda k: k[0])
+        return kept
+
+    def _decode(self, index: int, entry: PodDevicesEntry) -> Row | None:
+        row = transfer.to_row(entry)
+        if isinstance(row, str):
+            self.skipped.append(transfer.skipped_entry(index, entry, row))
+            return None
+        return row
+
+    def row(self, ord_: int) -> Row | None:
+        """The decoded row of an entry, or None when kubelet would skip it."""
+        row = self.rows.get(ord_)
+        if row is None:
+            row = self._decode(*self.entries[ord_])
+            if row is not None:
+                self.rows[ord_] = row
+        return row
+
+    def in_file_order(self, ords: Iterable[int]) -> list[int]:
+        return sorted(ords, key=lambda o: self.entries[o][0])
+
+
+def apply(
+    conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState | None = None
+) -> SyncReport:
+    """Bring the store to ``prepared``'s content inside the caller's transaction."""
+    if state is None:
+        state = SyncState()
+    for statement in sql.SETUP:
+        conn.execute(statement)
+    _clear(conn)
+    try:
+        # Tens of thousands of short-lived tuples per sync: the cyclic collector would rescan
+        # the whole checkpoint for them (as when reading it).
+        with collector_paused():
+            return _apply(conn, prepared, state)
+    except BaseException:
+        state.token = ""  # the rollback undoes this sync's changes to the file tables
+        raise
+    finally:
+        _clear(conn)
+
+
+def _clear(conn: sqlite3.Connection) -> None:
+    for statement in sql.CLEAR:
+        conn.execute(statement)
+
+
+def _entry_rows(
+    ord_: int, e: PodDevicesEntry
+) -> tuple[tuple[Any, ...], list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
+    devices: list[tuple[int, int, int, str]] = []
+    empty: list[tuple[int, int, bool]] = []
+    for node, ids in (e.device_ids or {}).items():
+        if ids:
+            devices.extend((ord_, node, pos, dev) for pos, dev in enumerate(ids))
+        else:
+            empty.append((ord_, node, ids is None))
+    raw = b"" if e.alloc_resp is None else e.alloc_resp
+    entry = (
+        ord_,
+        e.pod_uid,
+        e.container_name,
+        e.resource_name,
+        e.device_ids is None,
+        raw,
+        e.alloc_resp is None,
+        len(devices),
+    )
+    return entry, devices, empty
+
+
+def _load_entries(conn: sqlite3.Connection, file: _File, state: SyncState) -> None:
+    """Make the file tables hold the file's entries: only those that came or went since the
+    last sync of this state, or all of them when the tables do not hold what it says."""
+    found = conn.execute(sql.TOKEN).fetchone()
+    if found is None or not state.token or found[0] != state.token:
+        for statement in sql.CLEAR_FILE:
+            conn.execute(statement)
+        state.loaded = {}
+    loaded = state.loaded
+    now: dict[int, tuple[int, PodDevicesEntry]] = {}
+    entry_rows = []
+    device_rows: list[tuple[int, int, int, str]] = []
+    empty_rows: list[tuple[int, int, bool]] = []
+    for index, e, row in file.kept:
+        known = loaded.get(id(e))
+        if known is not None and known[1] is e:
+            ord_ = known[0]
+        else:
+            ord_ = state.next_ord
+            state.next_ord += 1
+            entry, devices, empty = _entry_rows(ord_, e)
+            entry_rows.append(entry)
+            device_rows.extend(devices)
+            empty_rows.extend(empty)
+        now[id(e)] = (ord_, e)
+        file.entries[ord_] = (index, e)
+        if row is not None:
+            file.rows[ord_] = row
+    gone = [(o,) for key, (o, _e) in loaded.items() if key not in now]
+    for statement in sql.DROP_FILE_ENTRY:
+        conn.executemany(statement, gone)
+    conn.executemany(sql.LOAD_ENTRY, entry_rows)
+    conn.executemany(sql.LOAD_DEVICE, device_rows)
+    conn.executemany(sql.LOAD_EMPTY_LIST, empty_rows)
+    state.loaded = now
+    state.token = os.urandom(8).hex()
+    conn.execute(sql.SET_TOKEN, (state.token,))
+
+
+def _decode_needed(
+    conn: sqlite3.Connection, file: _File, state: SyncState, ords: list[int]
+) -> list[int]:
+    """Decode the responses of ``ords``; those that do not decode leave the sync (and so
+    become deletes where the store holds them). Returns the ords that decoded."""
+    kept = []
+    for ord_ in ords:
+        if file.row(ord_) is None:
+            for statement in sql.DROP_ENTRY:
+                conn.execute(statement, (ord_,))
+            state.loaded.pop(id(file.entries[ord_][1]), None)
+        else:
+            kept.append(ord_)
+    return kept
+
+
+def _load_candidate_responses(conn: sqlite3.Connection, file: _File, ords: list[int]) -> None:
+    """Decoded rows of the paired entries whose response bytes differ from the stored ones."""
+    decoded = responses.ResponseRows()
+    for ord_ in ords:
+        row = file.rows[ord_]
+        decoded.add(ord_, row.response)
+    for statement, values in (
+        (sql.LOAD_ENV, decoded.envs),
+        (sql.LOAD_MOUNT, decoded.mounts),
+        (sql.LOAD_RESPONSE_DEVICE, decoded.devices),
+        (sql.LOAD_ANNOTATION, decoded.annotations),
+        (sql.LOAD_CDI, decoded.cdi),
+    ):
+        if values:
+            conn.executemany(statement, values)
+
+
+def _write(conn: sqlite3.Connection, rows: list[Row], op: str) -> None:
+    if len(rows) > _BULK:
+        entries.write_many(conn, rows, op)
+    else:
+        for row in rows:
+            entries.write_one(conn, row, op)
+
+
+def _device_maps(
+    conn: sqlite3.Connection, doomed: list[tuple[int, str, str, str]]
+) -> dict[int, DevicesPerNUMA | None]:
+    """allocation id → NUMA map of the entries about to be deleted (for their events)."""
+    wanted = {d[0] for d in doomed}
+    pods = sorted({d[1] for d in doomed})
+    if len(pods) > _POD_READS:
+        found = entries.read_entries(conn)
+        return {e.allocation_id: e.device_ids for e in found if e.allocation_id in wanted}
+    return {
+        e.allocation_id: e.device_ids
+        for uid in pods
+        for e in entries.read_entries(conn, uid)
+        if e.allocation_id in wanted
+    }
+
+
+def _delete(conn: sqlite3.Connection) -> int:
+    doomed = [
+        (int(aid), uid, name, resource)
+        for aid, uid, name, resource in conn.execute(sql.DOOMED).fetchall()
+    ]
+    if not doomed:
+        return 0
+    maps = _device_maps(conn, doomed)
+    pending = events.Pending()
+    for aid, uid, name, resource in doomed:
+        pending.entry("delete", (uid, name, resource), maps[aid])
+    pending.write(conn)
+    conn.execute(sql.DELETE_DOOMED)
+    return len(doomed)
+
+
+def _sync_registered(
+    conn: sqlite3.Connection, registered: dict[str, list[str] | None] | None
+) -> tuple[int, int]:
+    """Write the registered resources that differ; (registered, unregistered) event counts."""
+    wanted = registered or {}
+    conn.executemany(sql.LOAD_REGISTERED, [(r, ids is None) for r, ids in wanted.items()])
+    conn.executemany(
+        sql.LOAD_REGISTERED_DEVICE, [(r, d) for r, ids in wanted.items() for d in ids or ()]
+    )
+    gone: dict[str, list[str] | None] = {}
+    for resource, is_null, device_id in conn.execute(sql.UNREGISTERED).fetchall():
+        if is_null:
+            gone[resource] = None
+        else:
+            lst = gone.setdefault(resource, [])
+            if device_id is not None and lst is not None:
+                lst.append(device_id)
+    changed = [r for (r,) in conn.execute(sql.CHANGED_REGISTERED).fetchall()]
+    if gone:
+        pending = events.Pending()
+        for resource in sorted(gone):
+            pending.registered("unregistered", resource, gone[resource])
+        pending.write(conn)
+        conn.executemany(sql.DELETE_REGISTERED, [(r,) for r in gone])
+    for resource in changed:
+        # Each differs from its stored list, so the writer records it once; one call per
+        # resource keeps the events in name order.
+        entries.replace_registered(conn, {resource: wanted[resource]}, whole=False)
+    return len(changed), len(gone)
+
+
+def _sync_shape(conn: sqlite3.Connection, cp: Checkpoint) -> bool:
+    """Store the file's null-vs-empty form of its two top-level fields, as an import does;
+    whether either changed."""
+    explicit_empty = not cp.entries_null and not cp.entries
+    want = {
+        "entries_json": "[]" if explicit_empty else "null",
+        "registered_json_null": "1" if cp.registered_devices is None else "0",
+    }
+    # An unset key reads as kubelet's usual form (what export assumes).
+    defaults = {"entries_json": "null", "registered_json_null": "0"}
+    changed = False
+    for key, value in want.items():
+        if (entries.meta(conn, key) or defaults[key]) != value:
+            entries.set_meta(conn, key, value)
+            changed = True
+    return changed
+
+
+def _apply(conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState) -> SyncReport:
+    file = _File(prepared.checkpoint)
+    _load_entries(conn, file, state)
+    conn.execute(sql.PAIR)
+    conn.execute(sql.CANDIDATES)
+    new = file.in_file_order(int(o) for (o,) in conn.execute(sql.NEW).fetchall())
+    candidates = [int(o) for (o,) in conn.execute(sql.CANDIDATE_ORDS).fetchall()]
+    new = _decode_needed(conn, file, state, new)
+    candidates = _decode_needed(conn, file, state, candidates)
+    conn.execute(sql.DOOM)
+    changed = {int(o) for (o,) in conn.execute(sql.CHANGED_DEVICES).fetchall()}
+    _load_candidate_responses(conn, file, candidates)
+    changed.update(int(o) for (o,) in conn.execute(sql.CHANGED_RESPONSES).fetchall())
+    # A changed entry whose bytes equal the stored ones decodes (they did when stored).
+    replaced: list[Row] = []
+    for ord_ in file.in_file_order(changed):
+        row = file.row(ord_)
+        assert row is not None
+        replaced.append(row)
+    inserted: list[Row] = [file.rows[o] for o in new]
+
+    deleted = _delete(conn)
+    registered, unregistered = _sync_registered(conn, prepared.checkpoint.registered_devices)
+    shape_changed = _sync_shape(conn, prepared.checkpoint)
+    _write(conn, replaced, "replace")
+    _write(conn, inserted, "insert")
+    if deleted:
+        # After the inserts, so that a pod which loses one entry and gains another keeps its row.
+        conn.execute(sql.DELETE_EMPTIED_CONTAINERS)
+        conn.execute(sql.DELETE_EMPTIED_PODS)
+    cp = prepared.checkpoint
+    return SyncReport(
+        path=prepared.path,
+        version=cp.version,
+        checksum=cp.checksum,
+        boot_id=cp.boot_id,
+        entries=len(cp.entries),
+        inserted=len(inserted),
+        replaced=len(replaced),
+        deleted=deleted,
+        registered=registered,
+        unregistered=unregistered,
+        shape_changed=shape_changed,
+        skipped=tuple(sorted(file.skipped, key=lambda s: s.index)),
+    )

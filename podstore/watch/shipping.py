@@ -1,0 +1,141 @@
+"""Running an after-sync hook (``watch --ship-to``: ship the history to the fleet database) in a
+thread of its own, so that a slow or unreachable server never blocks or skips a local sync.
+
+Every notification asks for one more call; notifications that arrive while a call runs or
+waits collapse into one (shipping sends everything the server lacks, so one call catches up).
+A failing call is retried with capped exponential backoff; its error is logged once per
+distinct problem, and URLs in it are masked (:func:`mask_url`), so no password is printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+log = logging.getLogger("podstore")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password (in the authority or a ``password=`` query) as ``***``; the
+    rest is left exactly as written."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    out = url
+    if "@" in parts.netloc:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        if ":" in userinfo:
+            masked = userinfo.split(":", 1)[0] + ":***@" + host
+            out = out.replace(parts.netloc, masked, 1)
+    if parts.query:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        if any(k.lower() == "password" for k, _ in pairs):
+            query = urlencode(
+                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*/"
+            )
+            out = out.replace("?" + parts.query, "?" + query, 1)
+    return out
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` with ``url`` masked, and its password removed wherever else it appears."""
+    masked = mask_url(url)
+    text = text.replace(url, masked)
+    try:
+        secret = urlsplit(url).password
+    except ValueError:
+        secret = None
+    if secret:
+        text = text.replace(secret, "***")
+    return text
+
+
+class RetryingHook:
+    """Calls ``hook()`` in a daemon thread each time it is notified, retrying failures.
+
+    ``describe`` turns an exception into the line to log (the shipper scrubs URLs there).
+    Delays: ``first_delay`` after the first failure, doubling up to ``max_delay``; a success
+    resets them. ``calls``, ``failures`` and ``successes`` count what happened.
+    """
+
+    def __init__(
+        self,
+        hook: Callable[[], object],
+        *,
+        name: str = "after-sync hook",
+        first_delay: float = 1.0,
+        max_delay: float = 300.0,
+        describe: Callable[[BaseException], str] = str,
+    ) -> None:
+        if first_delay <= 0 or max_delay < first_delay:
+            raise ValueError("expected 0 < first_delay <= max_delay")
+        self._hook = hook
+        self.name = name
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self._describe = describe
+        self._pending = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._problem: str | None = None
+        self.calls = 0
+        self.failures = 0
+        self.successes = 0
+        self.delays: list[float] = []  # each backoff waited, in order (for tests and logs)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def call(self) -> object:
+        """Run the hook once in the caller's thread (``watch --once``); raises what it raises."""
+        return self._hook()
+
+    def notify(self) -> None:
+        """Ask for a call (returns at once)."""
+        self._pending.set()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop after the call in progress; waits at most ``timeout`` for it (the thread is a
+        daemon, so a call stuck on the network does not hold the process)."""
+        self._stop.set()
+        self._pending.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        delay = self.first_delay
+        while True:
+            self._pending.wait()
+            if self._stop.is_set():
+                return
+            self._pending.clear()
+            self.calls += 1
+            try:
+                self._hook()
+            except Exception as exc:  # the hook is another package's code: never die of it
+                self.failures += 1
+                problem = self._describe(exc)
+                if problem != self._problem:
+                    log.error(
+                        "%s failed (retrying, backing off up to %.0f s): %s",
+                        self.name,
+                        self.max_delay,
+                        problem,
+                    )
+                    self._problem = problem
+                self._pending.set()  # the work is still to do
+                self.delays.append(delay)
+                # Only a stop cuts the wait short: new syncs do not make the server reachable.
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, self.max_delay)
+            else:
+                self.successes += 1
+                if self._problem is not None:
+                    log.info("%s works again", self.name)
+                    self._problem = None
+                delay = self.first_delay

@@ -1,0 +1,62 @@
+"""What the follower counts: syncs by result, the last good sync, sync durations.
+
+Plain counters behind a lock (the metrics endpoint reads them from its own thread); the
+metrics collector turns them into Prometheus families at scrape time, so this package needs
+no prometheus_client.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from dataclasses import dataclass, field
+
+#: Every value of the ``result`` label of ``podstore_checkpoint_syncs_total``.
+RESULTS = ("applied", "unchanged", "invalid", "missing", "error")
+
+#: Upper bounds (seconds) of the sync-duration histogram buckets; +Inf is implied.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSnapshot:
+    """A consistent copy of the counters."""
+
+    syncs: dict[str, int]
+    last_good_sync: float | None
+    bucket_counts: tuple[int, ...]  # per bucket of BUCKETS, then +Inf; not cumulative
+    duration_sum: float
+    duration_count: int
+
+
+@dataclass
+class SyncStats:
+    """Counters of one follower, safe to read from another thread."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _syncs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESULTS, 0))
+    _last_good: float | None = None
+    _buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+    _sum: float = 0.0
+
+    def record(self, result: str, seconds: float, *, at: float | None = None) -> None:
+        """Count one sync with its ``result`` (one of RESULTS) and how long it took."""
+        if result not in self._syncs:
+            raise ValueError(f"unknown sync result {result!r}")
+        with self._lock:
+            self._syncs[result] += 1
+            if result in ("applied", "unchanged"):
+                self._last_good = time.time() if at is None else at
+            self._buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
+            self._sum += seconds
+
+    def snapshot(self) -> StatsSnapshot:
+        with self._lock:
+            return StatsSnapshot(
+                dict(self._syncs),
+                self._last_good,
+                tuple(self._buckets),
+                self._sum,
+                sum(self._buckets),
+            )

@@ -1,0 +1,330 @@
+"""Checkpoint states for the sync and follower tests: random node states, kubelet-like rewrites
+of them, files written with the project's Go-exact encoder, and a reference of the events a
+sync from one state to the next must write.
+
+A state is ``(entries, registered)`` as ``dumps_checkpoint`` takes them. The reference compares
+entries as kubelet means them: device lists as multisets per NUMA node (null apart from
+empty), responses decoded, order never; it is written independently of the SQL it checks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podstore import ContainerAllocateResponse, DeviceSpec, PodDevicesEntry, PodStore
+from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
+from podstore.deviceplugin import CDIDevice, Mount
+from podstore.rules.alloc_resp import decode
+
+Registered = dict[str, list[str] | None] | None
+Key = tuple[str, str, str]
+
+RESOURCES = ("example.com/gpu", "example.com/nic", "vendor.io/fpga")
+
+
+@dataclass
+class State:
+    entries: list[PodDevicesEntry] | None
+    registered: Registered
+
+    def data(self, boot_id: str | None = None) -> bytes:
+        return dumps_checkpoint(self.entries, self.registered, boot_id)
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Replace the file by rename, as kubelet does (temp file, fsync, rename)."""
+        write_checkpoint_file(path, self.data())
+
+    def folded(self) -> dict[Key, PodDevicesEntry]:
+        """Entries by key as kubelet restores them: the last duplicate wins; entries whose
+        AllocResp does not decode are skipped."""
+        out: dict[Key, PodDevicesEntry] = {}
+        for e in self.entries or ():
+            try:
+                decode(e.alloc_resp or b"")
+            except Exception:
+                continue
+            out[(e.pod_uid, e.container_name, e.resource_name)] = e
+        return out
+
+
+# ---- generating states ------------------------------------------------------------------------
+
+
+def response_bytes(msg: ContainerAllocateResponse, rng: random.Random | None = None) -> bytes:
+    """The message's bytes; with ``rng``, its map entries in a random order, as kubelet's
+    marshalling writes them (concatenated protobuf messages merge into one)."""
+    if rng is None:
+        return msg.SerializeToString(deterministic=True)
+    envs = list(msg.envs.items())
+    annotations = list(msg.annotations.items())
+    rng.shuffle(envs)
+    rng.shuffle(annotations)
+    rest = ContainerAllocateResponse()
+    rest.CopyFrom(msg)
+    rest.envs.clear()
+    rest.annotations.clear()
+    parts = [ContainerAllocateResponse(envs={k: v}).SerializeToString() for k, v in envs]
+    parts.append(rest.SerializeToString())
+    parts += [
+        ContainerAllocateResponse(annotations={k: v}).SerializeToString() for k, v in annotations
+    ]
+    return b"".join(parts)
+
+
+def random_response(rng: random.Random) -> ContainerAllocateResponse:
+    msg = ContainerAllocateResponse()
+    for i in range(rng.randint(0, 3)):
+        msg.envs[f"ENV_{i}"] = rng.choice(["a", "b", "0,1", ""])
+    for i in range(rng.choice([0, 0, 1, 2])):
+        msg.devices.append(
+            DeviceSpec(
+                container_path=f"/dev/x{i}",
+                host_path=f"/dev/x{i}",
+                permissions=rng.choice(["rw", "r"]),
+            )
+        )
+    if rng.random() < 0.2:
+        msg.mounts.append(Mount(container_path="/m", host_path="/h", read_only=rng.random() < 0.5))
+    if rng.random() < 0.2:
+        msg.annotations["k"] = rng.choice(["v", "w"])
+        msg.annotations["j"] = "x"
+    if rng.random() < 0.1:
+        msg.cdi_devices.append(CDIDevice(name="vendor.com/class=dev0"))
+    return msg
+
+
+def random_devices(rng: random.Random, pool: Sequence[str]) -> dict[int, list[str] | None] | None:
+    roll = rng.random()
+    if roll < 0.03:
+        return None
+    if roll < 0.06:
+        return {}
+    out: dict[int, list[str] | None] = {}
+    for node in rng.sample([-1, 0, 1, 2], rng.randint(1, 2)):
+        r = rng.random()
+        if r < 0.05:
+            out[node] = None
+        elif r < 0.1:
+            out[node] = []
+        else:
+            out[node] = rng.sample(list(pool), rng.randint(1, 3))
+    return out
+
+
+def random_entry(rng: random.Random, pod: str, container: str, resource: str) -> PodDevicesEntry:
+    pool = [f"{resource.split('/')[0][:3]}-{i}" for i in range(12)]
+    resp: bytes | None = response_bytes(random_response(rng), rng)
+    if rng.random() < 0.03:
+        resp = None  # a null AllocResp restores as an empty response
+    return PodDevicesEntry(pod, container, resource, random_devices(rng, pool), resp)
+
+
+def random_registered(rng: random.Random) -> Registered:
+    if rng.random() < 0.05:
+        return None
+    out: dict[str, list[str] | None] = {}
+    for resource in rng.sample(RESOURCES, rng.randint(0, len(RESOURCES))):
+        out[resource] = None if rng.random() < 0.05 else [f"h{i}" for i in range(rng.randint(0, 4))]
+    return out
+
+
+def random_state(rng: random.Random, pods: int) -> State:
+    entries = []
+    for p in range(pods):
+        for c in rng.sample(["main", "side", "init"], rng.randint(1, 2)):
+            for r in rng.sample(RESOURCES, rng.randint(1, 2)):
+                entries.append(random_entry(rng, f"pod-{p}", c, r))
+    return State(entries, random_registered(rng))
+
+
+def reordered(rng: random.Random, state: State) -> State:
+    """The same state as kubelet may write it next time: entries, ID lists, registered lists
+    and response map entries in another order."""
+    entries = []
+    for e in state.entries or ():
+        devs = None
+        if e.device_ids is not None:
+            devs = {}
+            for node, ids in e.device_ids.items():
+                devs[node] = None if ids is None else rng.sample(ids, len(ids))
+        resp = e.alloc_resp
+        if resp is not None:
+            resp = response_bytes(decode(resp), rng)
+        entries.append(PodDevicesEntry(e.pod_uid, e.container_name, e.resource_name, devs, resp))
+    rng.shuffle(entries)
+    registered = None
+    if state.registered is not None:
+        registered = {
+            r: None if ids is None else rng.sample(ids, len(ids))
+            for r, ids in state.registered.items()
+        }
+    return State(entries if state.entries is not None else None, registered)
+
+
+def mutate(rng: random.Random, state: State, changes: int = 3) -> State:
+    """A kubelet-like next state: a few entries added, dropped or changed, maybe the registered
+    devices, and everything in a new order."""
+    entries = list(state.entries or [])
+    for _ in range(changes):
+        roll = rng.random()
+        if roll < 0.35 or not entries:
+            pod = f"pod-n{rng.getrandbits(24):x}"
+            entries.append(random_entry(rng, pod, "main", rng.choice(RESOURCES)))
+        elif roll < 0.6:
+            entries.pop(rng.randrange(len(entries)))
+        else:
+            i = rng.randrange(len(entries))
+            old = entries[i]
+            new = random_entry(rng, old.pod_uid, old.container_name, old.resource_name)
+            entries[i] = new
+    registered = state.registered
+    if rng.random() < 0.3:
+        registered = random_registered(rng)
+    return reordered(rng, State(entries, registered))
+
+
+# ---- the reference -------------------------------------------------------------------------------
+
+
+def canonical_devices(devs: Mapping[int, Sequence[str] | None] | None) -> Any:
+    if devs is None:
+        return None
+    return tuple(
+        sorted((n, None if ids is None else tuple(sorted(ids))) for n, ids in devs.items())
+    )
+
+
+def canonical_response(raw: bytes | None, json_null: bool) -> Any:
+    if raw is None:
+        return None
+    msg = decode(raw)
+    return (
+        tuple(sorted(msg.envs.items())),
+        tuple((m.container_path, m.host_path, m.read_only) for m in msg.mounts),
+        tuple((d.container_path, d.host_path, d.permissions) for d in msg.devices),
+        tuple(sorted(msg.annotations.items())),
+        tuple(c.name for c in msg.cdi_devices),
+        json_null,
+    )
+
+
+def canonical_entry(e: PodDevicesEntry) -> Any:
+    raw = b"" if e.alloc_resp is None else e.alloc_resp
+    return (canonical_devices(e.device_ids), canonical_response(raw, e.alloc_resp is None))
+
+
+def canonical_registered(reg: Registered) -> dict[str, Any]:
+    return {r: None if ids is None else tuple(sorted(ids)) for r, ids in (reg or {}).items()}
+
+
+Event = tuple[str, str | None, str | None, str, Any]
+
+
+def expected_events(old: State | None, new: State) -> list[Event]:
+    """The events a sync from ``old`` (None: an empty store) to ``new`` writes, in order,
+    device maps canonical: deletes (sorted by key; compare through :func:`normal`),
+    registered changes (by resource), replaces and inserts (new order)."""
+    before = old.folded() if old is not None else {}
+    after = new.folded()
+    out: list[Event] = []
+    for key, e in sorted(before.items()):
+        if key not in after:
+            out.append(("delete", *key, canonical_devices(e.device_ids)))
+    old_reg = canonical_registered(old.registered if old is not None else {})
+    new_reg = canonical_registered(new.registered)
+    for r in sorted(old_reg.keys() - new_reg.keys()):
+        out.append(("unregistered", None, None, r, old_reg[r]))
+    for r in sorted(new_reg):
+        if r not in old_reg or old_reg[r] != new_reg[r]:
+            out.append(("registered", None, None, r, new_reg[r]))
+    for key, e in after.items():
+        if key in before and canonical_entry(before[key]) != canonical_entry(e):
+            out.append(("replace", *key, canonical_devices(e.device_ids)))
+    for key, e in after.items():
+        if key not in before:
+            out.append(("insert", *key, canonical_devices(e.device_ids)))
+    return out
+
+
+def normal(events: Sequence[Event]) -> list[Event]:
+    """Events with the deletes of one sync sorted by key: a sync writes them in the store's
+    position order, which a file does not tell (everything else is in a fixed order)."""
+    out = list(events)
+    deletes = sorted(e for e in out if e[0] == "delete")
+    rest = [e for e in out if e[0] != "delete"]
+    return (
+        deletes + rest
+        if deletes and out[: len(deletes)] == [e for e in out if e[0] == "delete"]
+        else out
+    )
+
+
+def canonical_event(ev: Any) -> Event:
+    ids = ev.device_ids
+    if isinstance(ids, list):
+        ids_c: Any = tuple(sorted(ids))
+    else:
+        ids_c = canonical_devices(ids)
+    return (ev.op, ev.pod_uid, ev.container_name, ev.resource_name, ids_c)
+
+
+def store_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]]:
+    """The store's entries and registered devices, canonical (order-free)."""
+    entries = {}
+    for e in store.to_checkpoint_data():
+        entries[(e.pod_uid, e.container_name, e.resource_name)] = canonical_entry(e)
+    reg = store.query("SELECT resource, is_null FROM registered_resources").rows
+    registered: dict[str, Any] = {}
+    stored = store.registered_devices()
+    for resource, is_null in reg:
+        registered[resource] = None if is_null else tuple(sorted(stored[resource]))
+    return entries, registered
+
+
+def file_state(state: State) -> tuple[dict[Key, Any], dict[str, Any]]:
+    return (
+        {k: canonical_entry(e) for k, e in state.folded().items()},
+        canonical_registered(state.registered),
+    )
+
+
+def counts(events: Sequence[Event]) -> Counter[str]:
+    return Counter(e[0] for e in events)
+
+
+def checkpoint_path(tmp_path: Path) -> Path:
+    directory = tmp_path / "device-plugins"
+    directory.mkdir(exist_ok=True)
+    return directory / "kubelet_internal_checkpoint"
+
+
+# ---- running the command -----------------------------------------------------------------------
+
+
+def podstore_command() -> list[str]:
+    """argv that runs the installed ``podstore`` with this interpreter's environment."""
+    import sys
+
+    installed = Path(sys.executable).parent / "podstore"
+    if installed.exists():
+        return [str(installed)]
+    return [sys.executable, "-c", "from podstore.cli import main; main()"]
+
+
+def wait_for(predicate: Any, timeout: float, step: float = 0.005) -> float:
+    """Seconds until ``predicate()`` was true; raises AssertionError after ``timeout``."""
+    import time
+
+    start = time.monotonic()
+    while True:
+        if predicate():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"not within {timeout} s")
+        time.sleep(step)
