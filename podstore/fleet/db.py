@@ -1,0 +1,143 @@
+"""Connections to the fleet database: one engine per URL and process, and its errors.
+
+psycopg 3 through SQLAlchemy. The driver is imported when the first engine connects, never
+when ``podstore`` (or this module) is imported. Every driver error leaves here as a podstore
+error whose text holds the URL masked and never its password: unreachable or broken
+connections as FleetUnavailableError, a write in a read-only transaction as
+ReadOnlyStoreError, bad SQL as InvalidInputError, anything else as FleetError.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from podstore.errors import (
+    FleetError,
+    FleetUnavailableError,
+    InvalidInputError,
+    PodStoreError,
+    ReadOnlyStoreError,
+)
+from podstore.fleet.urls import FleetURL, scrub
+
+if TYPE_CHECKING:
+    import sqlalchemy
+    from sqlalchemy.engine import Engine
+
+#: Seconds to wait for the server to accept a connection.
+CONNECT_TIMEOUT = 10
+
+_engines: dict[tuple[int, str], Engine] = {}
+_lock = threading.Lock()
+
+
+def engine(url: FleetURL) -> Engine:
+    """This process's engine for ``url`` (made on first use; a forked child makes its own)."""
+    key = (os.getpid(), url.url)
+    with _lock:
+        found = _engines.get(key)
+        if found is None:
+            import sqlalchemy
+
+            found = sqlalchemy.create_engine(
+                url.url,
+                # A pooled connection may have died with a server restart (a watcher ships for
+                # days): test it on checkout rather than fail the next ship.
+                pool_pre_ping=True,
+                pool_size=2,
+                # Bound values never appear in an error's text.
+                hide_parameters=True,
+                connect_args={"connect_timeout": CONNECT_TIMEOUT, "application_name": "podstore"},
+            )
+            _engines[key] = found
+        return found
+
+
+def dispose_all() -> None:
+    """Close every pooled connection of this process (tests, and before a fork)."""
+    with _lock:
+        engines = [e for (pid, _), e in _engines.items() if pid == os.getpid()]
+        _engines.clear()
+    for e in engines:
+        e.dispose()
+
+
+# SQLSTATE classes and codes (PostgreSQL Appendix A).
+_UNAVAILABLE_CLASSES = ("08", "53", "57P", "58")
+_CANCELED = "57014"  # query_canceled: the statement timeout
+# read_only_sql_transaction; active_sql_transaction (SET TRANSACTION READ WRITE too late)
+_READ_ONLY = ("25006", "25001")
+_BAD_INPUT_CLASSES = ("42", "22", "21", "0A", "2B", "3F", "P0")
+
+
+def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
+    """The podstore error for a driver or SQLAlchemy error (message scrubbed of passwords)."""
+    from sqlalchemy import exc as sa_exc
+
+    orig = getattr(exc, "orig", None) or exc
+    sqlstate = str(getattr(orig, "sqlstate", None) or "")
+    first = scrub(str(orig).strip().splitlines()[0] if str(orig).strip() else repr(orig), url)
+    where = f"fleet database {url.shown}"
+    if sqlstate == _CANCELED:
+        return FleetError(f"{where}: the statement was cancelled (statement timeout): {first}")
+    if sqlstate in _READ_ONLY:
+        return ReadOnlyStoreError(f"{where}: refused, the transaction is read-only: {first}")
+    if (
+        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+    ) or sqlstate.startswith(_UNAVAILABLE_CLASSES):
+        return FleetUnavailableError(f"cannot reach the {where}: {first}")
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate:
+        # No SQLSTATE: the client could not connect or lost the connection.
+        return FleetUnavailableError(f"cannot reach the {where}: {first}")
+    if sqlstate.startswith(_BAD_INPUT_CLASSES):
+        return InvalidInputError(f"{where}: {first}")
+    return FleetError(f"{where}: {first}")
+
+
+@contextmanager
+def translated(url: FleetURL) -> Iterator[None]:
+    """Run a block with driver errors turned into podstore errors."""
+    from sqlalchemy import exc as sa_exc
+
+    try:
+        yield
+    except PodStoreError:
+        raise
+    except (sa_exc.SQLAlchemyError, OSError) as exc:
+        raise translate(exc, url) from None
+    except Exception as exc:
+        # psycopg's own errors (raised outside SQLAlchemy's wrapping, e.g. at connect).
+        if type(exc).__module__.startswith("psycopg"):
+            raise translate(exc, url) from None
+        raise
+
+
+@contextmanager
+def transaction(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
+    """One transaction on the fleet database: committed when the block ends, rolled back on
+    any exception. Raises FleetUnavailableError when the server cannot be reached."""
+    with translated(url), engine(url).begin() as conn:
+        yield conn
+
+
+def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
+    """Raise FleetError unless the central schema is at this podstore's head revision."""
+    from podstore.fleet.migrate import current_revision, head_revision
+
+    rev = current_revision(conn)
+    head = head_revision()
+    if rev == head:
+        return
+    if rev is None:
+        raise FleetError(
+            f"fleet database {url.shown} has no podstore fleet schema; run "
+            "`podstore fleet init --url URL` first"
+        )
+    raise FleetError(
+        f"fleet database {url.shown} is at fleet schema revision {rev}, this podstore expects "
+        f"{head}; run `podstore fleet init --url URL` (or upgrade podstore)"
+    )

@@ -1,0 +1,105 @@
+"""Create and upgrade the central schema: ``podstore fleet init`` and its API.
+
+The Alembic scripts ship as ``podstore.fleet.migrations`` with their own version table
+(``fleet_alembic_version``). Each run holds a transaction-scoped advisory lock, so two
+``fleet init`` at once migrate once; PostgreSQL DDL is transactional, so a failed upgrade
+leaves the previous schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from podstore.errors import FleetError
+from podstore.fleet import db
+from podstore.fleet.schema import VERSION_TABLE
+from podstore.fleet.sql import ADVISORY_LOCK, REVISION, VERSION_TABLE_EXISTS
+from podstore.fleet.urls import FleetURL, resolve
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+# An arbitrary constant: the advisory lock id of podstore's fleet migrations.
+_LOCK_ID = 0x706F_6473_746F_7265  # "podstore"
+
+
+def migrations_dir() -> str:
+    spec = importlib.util.find_spec("podstore.fleet.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise FleetError("podstore.fleet.migrations is not installed; reinstall podstore")
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+@functools.cache
+def _script_directory() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(migrations_dir())
+
+
+def head_revision() -> str:
+    """The newest central schema revision this podstore knows."""
+    head = _script_directory().get_current_head()
+    assert isinstance(head, str)
+    return head
+
+
+def current_revision(conn: sqlalchemy.Connection) -> str | None:
+    """The central schema's revision; None when it has none (not initialised, or downgraded
+    to base)."""
+    from sqlalchemy import text
+
+    if not conn.execute(text(VERSION_TABLE_EXISTS), {"name": VERSION_TABLE}).scalar():
+        return None
+    value = conn.execute(text(REVISION)).scalar()
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class InitReport:
+    """What :func:`init` found and left: revisions before and after (None: no schema)."""
+
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def _run(url: FleetURL, command: str, target: str) -> InitReport:
+    from alembic import command as alembic_command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    with db.transaction(url) as conn:
+        conn.execute(text(ADVISORY_LOCK), {"id": _LOCK_ID})
+        before = current_revision(conn)
+        cfg = Config()
+        cfg.set_main_option("script_location", migrations_dir())
+        cfg.attributes["connection"] = conn
+        getattr(alembic_command, command)(cfg, target)
+        after = current_revision(conn)
+    return InitReport(before, after)
+
+
+def init(url: str | FleetURL | None) -> InitReport:
+    """Create the central schema, or upgrade it to the head revision; a database already at
+    head is left as it is. Raises FleetUnavailableError, or FleetError when the database
+    holds a revision this podstore does not know."""
+    target = resolve(url)
+    return _run(target, "upgrade", "head")
+
+
+def upgrade(url: str | FleetURL | None, revision: str = "head") -> InitReport:
+    """Upgrade the central schema to ``revision``."""
+    return _run(resolve(url), "upgrade", revision)
+
+
+def downgrade(url: str | FleetURL | None, revision: str) -> InitReport:
+    """Downgrade the central schema to ``revision`` (``base``: remove every fleet table and
+    view, and with them every node's shipped history)."""
+    return _run(resolve(url), "downgrade", revision)

@@ -1,0 +1,345 @@
+"""Shipping a node's history to the fleet database, exactly once (docs/fleet.md).
+
+Each batch is one PostgreSQL transaction that
+
+1. locks the store's ``fleet_stores`` row and reads ``last_seq``, the newest node seq held;
+2. reads up to ``batch_size`` node events after it, in one read transaction of its own on a
+   read-only connection to the store file (the node store is never written);
+3. inserts them (``ON CONFLICT (store_id, seq) DO NOTHING``) with the devices they name,
+   applies them to the store's current state and sets ``last_seq`` to the newest.
+
+So the events and the state they produce commit together or not at all, and shippers of one
+store (a repeated ``ship``, two at once, one resuming after a kill -9) queue on the row lock
+and each starts where the previous one committed: no event is sent twice or skipped.
+
+**Gaps.** Node seqs are dense (``storage/sql/ship.py``): a number missing after ``last_seq``
+is an event ``prune_history`` removed before it was shipped. The batch then cannot be applied
+(the state after it is unknown); instead the node's whole current state is read in one read
+transaction and replaces the store's central state, recorded in ``fleet_snapshots``; the
+events the node still keeps in the gap are stored as history, and shipping goes on from the
+newest seq the snapshot covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from podstore.errors import FleetError, InvalidInputError
+from podstore.fleet import db
+from podstore.fleet import sql as q
+from podstore.fleet.urls import FleetURL, resolve
+from podstore.rules import validate
+from podstore.rules.times import format_ts
+from podstore.sqlite.connection import ConnectOptions, connect
+from podstore.sqlite.translate import translated_errors
+from podstore.storage import entries as entry_store
+from podstore.storage.events import numa_json
+from podstore.storage.sql import ship as node_sql
+from podstore.store import PodStore
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+log = logging.getLogger("podstore.fleet")
+
+#: Events per batch (one PostgreSQL transaction, one node read transaction each).
+DEFAULT_BATCH = 5000
+
+EventRow = tuple[int, str, str, str | None, str | None, str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ShipReport:
+    """What one :func:`ship` call did.
+
+    ``shipped``: events this call added to the fleet database (its own, not another
+    shipper's). ``snapshots``: gaps healed with a snapshot of the node's current state, and
+    ``missing``: the events the node had pruned before they were shipped. ``last_seq``: the
+    newest node seq the fleet database holds for the store when the call ended.
+    """
+
+    store_id: str
+    node: str
+    url: str
+    shipped: int
+    batches: int
+    snapshots: int
+    missing: int
+    last_seq: int
+
+
+@dataclass(slots=True)
+class _Batch:
+    high_water: int
+    events: list[EventRow]
+    devices: list[tuple[int, str]]
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    at_seq: int
+    ts: str
+    entries: list[tuple[str, str, str, str | None]]
+    registered: list[tuple[str, str | None]]
+    kept: list[EventRow]
+    kept_devices: list[tuple[int, str]]
+
+
+@contextmanager
+def _read(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One read transaction on the node's read-only connection: a consistent view."""
+    with translated_errors():
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+
+def _read_batch(conn: sqlite3.Connection, after: int, limit: int) -> _Batch:
+    with _read(conn):
+        high_water = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
+        events: list[EventRow] = conn.execute(node_sql.EVENTS_AFTER, (after, limit)).fetchall()
+        devices: list[tuple[int, str]] = (
+            conn.execute(node_sql.EVENT_DEVICES_BETWEEN, (after, events[-1][0])).fetchall()
+            if events
+            else []
+        )
+    return _Batch(high_water, events, devices)
+
+
+def _has_gap(batch: _Batch, after: int, limit: int) -> bool:
+    """True when an event after ``after`` that the batch should hold was pruned."""
+    n = len(batch.events)
+    if n and (batch.events[0][0] != after + 1 or batch.events[-1][0] != after + n):
+        return True  # seqs are increasing: first and last in place means none in between lost
+    # A short batch ends the log: newer numbers were assigned and pruned (deletes at the end).
+    return n < limit and batch.high_water != after + n
+
+
+def _read_snapshot(conn: sqlite3.Connection, after: int) -> _Snapshot:
+    with _read(conn):
+        at_seq = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
+        entries = [
+            (e.pod_uid, e.container_name, e.resource_name, numa_json(e.device_ids))
+            for e in entry_store.read_entries(conn)
+        ]
+        registered = [
+            (resource, None if ids is None else _json_list(ids))
+            for resource, ids in entry_store.current_registered(conn).items()
+        ]
+        kept: list[EventRow] = conn.execute(node_sql.EVENTS_BETWEEN, (after, at_seq)).fetchall()
+        kept_devices: list[tuple[int, str]] = conn.execute(
+            node_sql.EVENT_DEVICES_BETWEEN, (after, at_seq)
+        ).fetchall()
+        row = conn.execute(node_sql.TS_THROUGH, (at_seq,)).fetchone()
+    ts = str(row[0]) if row is not None else format_ts(datetime.now(UTC))
+    return _Snapshot(at_seq, ts, entries, registered, kept, kept_devices)
+
+
+def _json_list(ids: Sequence[str]) -> str:
+    import json
+
+    return json.dumps(list(ids), ensure_ascii=False, separators=(",", ":"))
+
+
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows as one list per column (what ``unnest`` takes), also for no rows."""
+    return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
+def _insert_events(
+    pg: sqlalchemy.Connection,
+    store_id: str,
+    events: Sequence[EventRow],
+    devices: Sequence[tuple[int, str]],
+) -> int:
+    from sqlalchemy import text
+
+    seq, ts, op, pod, container, resource, ids = _columns(events, 7)
+    result = pg.execute(
+        text(q.INSERT_EVENTS),
+        {
+            "store_id": store_id,
+            "seq": seq,
+            "ts": ts,
+            "op": op,
+            "pod_uid": pod,
+            "container": container,
+            "resource": resource,
+            "device_ids": ids,
+        },
+    )
+    if devices:
+        dev_seq, dev_id = _columns(devices, 2)
+        pg.execute(
+            text(q.INSERT_EVENT_DEVICES),
+            {"store_id": store_id, "seq": dev_seq, "device_id": dev_id},
+        )
+    return int(result.rowcount)
+
+
+def _apply(pg: sqlalchemy.Connection, store_id: str, lo: int, batch: _Batch) -> int:
+    """Insert the batch's events and bring the store's current state past them."""
+    from sqlalchemy import text
+
+    inserted = _insert_events(pg, store_id, batch.events, batch.devices)
+    hi = batch.events[-1][0]
+    params = {"store_id": store_id, "lo": lo, "hi": hi}
+    if any(e[3] is not None for e in batch.events):
+        for statement in (q.DELETE_TOUCHED_ALLOCATIONS, q.DELETE_TOUCHED_ENTRIES):
+            pg.execute(text(statement), params)
+        pg.execute(text(q.INSERT_LAST_ENTRIES), params)
+    if any(e[3] is None for e in batch.events):
+        pg.execute(text(q.UPSERT_REGISTERED), params)
+        pg.execute(text(q.DELETE_UNREGISTERED), params)
+    return inserted
+
+
+def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: _Snapshot) -> int:
+    """Replace the store's central state with the snapshot and record it; returns the number
+    of kept history events stored with it."""
+    from sqlalchemy import text
+
+    sid = {"store_id": store_id}
+    for statement in q.CLEAR_STATE:
+        pg.execute(text(statement), sid)
+    if snap.entries:
+        pod, container, resource, ids = _columns(snap.entries, 4)
+        pg.execute(
+            text(q.INSERT_SNAPSHOT_ENTRIES),
+            {
+                **sid,
+                "at_seq": snap.at_seq,
+                "pod_uid": pod,
+                "container": container,
+                "resource": resource,
+                "device_ids": ids,
+            },
+        )
+    if snap.registered:
+        resource, ids = _columns(snap.registered, 2)
+        pg.execute(
+            text(q.INSERT_SNAPSHOT_REGISTERED), {**sid, "resource": resource, "device_ids": ids}
+        )
+    missing = snap.at_seq - after - len(snap.kept)
+    pg.execute(
+        text(q.INSERT_SNAPSHOT),
+        {
+            **sid,
+            "at_seq": snap.at_seq,
+            "after_seq": after,
+            "missing_events": missing,
+            "entries": len(snap.entries),
+            "registered": len(snap.registered),
+            "ts": snap.ts,
+        },
+    )
+    pg.execute(text(q.INSERT_SNAPSHOT_DEVICES), {**sid, "at_seq": snap.at_seq})
+    inserted = 0
+    # The events the node kept in the gap are history only: the snapshot is their state.
+    for start in range(0, len(snap.kept), DEFAULT_BATCH):
+        chunk = snap.kept[start : start + DEFAULT_BATCH]
+        lo, hi = chunk[0][0], chunk[-1][0]
+        devices = [d for d in snap.kept_devices if lo <= d[0] <= hi]
+        inserted += _insert_events(pg, store_id, chunk, devices)
+    return inserted
+
+
+def ship(
+    store: PodStore, url: str | FleetURL | None, *, node: str, batch_size: int = DEFAULT_BATCH
+) -> ShipReport:
+    """Ship every event of ``store`` that the fleet database at ``url`` lacks, and the state
+    they produce; returns what was done.
+
+    ``url`` is a ``postgresql://`` URL (None: ``$PODSTORE_FLEET_URL``); ``node`` the name the
+    fleet shows for this store (``podstore ship`` defaults it to the host name). The store is
+    only read, on a read-only connection of its own, one read transaction per batch.
+
+    Raises FleetUnavailableError when PostgreSQL cannot be reached or the connection breaks
+    (whatever batch was open there is rolled back; the batches committed before stay),
+    FleetError when its schema is missing or not at this podstore's revision, or when the
+    fleet database holds newer events for this store than the store has (the file was
+    replaced by an older copy), and InvalidInputError for a bad argument.
+    """
+    target = resolve(url)
+    node = validate.text(node, "node")
+    if not node:
+        raise InvalidInputError("node: expected a non-empty name")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size: expected a positive int, got {batch_size!r}")
+    store_id = store.store_id
+    from sqlalchemy import text
+
+    conn = connect(ConnectOptions(path=store.path, readonly=True))
+    shipped = batches = snapshots = missing = 0
+    last = 0
+    checked = False
+    try:
+        while True:
+            with db.transaction(target) as pg:
+                if not checked:
+                    db.check_schema(pg, target)
+                    checked = True
+                pg.execute(text(q.ENSURE_STORE), {"store_id": store_id, "node": node})
+                last = int(pg.execute(text(q.LOCK_STORE), {"store_id": store_id}).scalar_one())
+                batch = _read_batch(conn, last, batch_size)
+                if batch.high_water < last:
+                    raise FleetError(
+                        f"fleet database {target.shown} holds events of store {store_id} up "
+                        f"to seq {last}, but the store's history ends at seq "
+                        f"{batch.high_water}: the store file was replaced by an older copy "
+                        "of itself; ship from the current file, or give the copy a new "
+                        "identity"
+                    )
+                if _has_gap(batch, last, batch_size):
+                    snap = _read_snapshot(conn, last)
+                    shipped += _apply_snapshot(pg, store_id, last, snap)
+                    snapshots += 1
+                    gap = snap.at_seq - last - len(snap.kept)
+                    missing += gap
+                    log.warning(
+                        "store %s (node %s): %d events after seq %d were pruned before they "
+                        "were shipped; sent a snapshot of the current state at seq %d "
+                        "(%d entries) to %s",
+                        store_id,
+                        node,
+                        gap,
+                        last,
+                        snap.at_seq,
+                        len(snap.entries),
+                        target.shown,
+                    )
+                    last = snap.at_seq
+                    pg.execute(
+                        text(q.MARK_SHIPPED),
+                        {"store_id": store_id, "node": node, "last_seq": last},
+                    )
+                    continue
+                if batch.events:
+                    shipped += _apply(pg, store_id, last, batch)
+                    batches += 1
+                    last = batch.events[-1][0]
+                pg.execute(
+                    text(q.MARK_SHIPPED), {"store_id": store_id, "node": node, "last_seq": last}
+                )
+            if len(batch.events) < batch_size:
+                break
+    finally:
+        conn.close()
+    log.info(
+        "shipped %d events of store %s (node %s) to %s; it holds seq %d",
+        shipped,
+        store_id,
+        node,
+        target.shown,
+        last,
+    )
+    return ShipReport(store_id, node, target.shown, shipped, batches, snapshots, missing, last)
