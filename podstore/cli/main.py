@@ -14,10 +14,12 @@ import click
 from podstore.cli import (
     checkpoint,
     devices,
+    fleet,
     history,
     migrate,
     pods,
     run_options,
+    ship,
     sql,
     status,
     verify,
@@ -68,5 +70,7 @@ for _command in (
     sql.sql,
     verify.verify_command,
     migrate.migrate,
+    ship.ship,
+    fleet.fleet,
 ):
     cli.add_command(_command)

@@ -43,6 +43,13 @@ def engine(url: FleetURL) -> Engine:
         if found is None:
             import sqlalchemy
 
+            try:
+                import psycopg  # noqa: F401  (the fleet extra; SQLAlchemy would fail later)
+            except ImportError:
+                raise FleetError(
+                    "the fleet database needs the PostgreSQL driver: "
+                    "pip install 'podstore[fleet]'"
+                ) from None
             found = sqlalchemy.create_engine(
                 url.url,
                 # A pooled connection may have died with a server restart (a watcher ships for
