@@ -133,10 +133,10 @@ def transaction(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
 
 def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
     """Raise FleetError unless the central schema is at this podstore's head revision."""
-    from podstore.fleet.migrate import current_revision, head_revision
+    from podstore.fleet.migrate import HEAD_REVISION, current_revision
 
     rev = current_revision(conn)
-    head = head_revision()
+    head = HEAD_REVISION
     if rev == head:
         return
     if rev is None:

@@ -36,7 +36,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from podstore.fleet.sql import VERSION_TABLE
 from podstore.storage.schema import EVENT_OPS
+
+__all__ = ["VERSION_TABLE", "metadata"]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -45,9 +48,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-#: Alembic's version table of the central schema (not podstore's node table name).
-VERSION_TABLE = "fleet_alembic_version"
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 # ---- schema bookkeeping -------------------------------------------------------------------------
 
+#: Alembic's version table of the central schema (apart from the node store's).
+VERSION_TABLE = "fleet_alembic_version"
+
 ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(:id)"
-VERSION_TABLE_EXISTS = "SELECT to_regclass(:name) IS NOT NULL"
-REVISION = "SELECT version_num FROM fleet_alembic_version"
+VERSION_TABLE_EXISTS = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
+REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
 # ---- shipping: the store's row, the lock every batch takes ------------------------------------
 
