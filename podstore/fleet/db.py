@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from podstore.errors import (
     FleetError,
@@ -60,8 +60,21 @@ def engine(url: FleetURL) -> Engine:
                 hide_parameters=True,
                 connect_args={"connect_timeout": CONNECT_TIMEOUT, "application_name": "podstore"},
             )
+            sqlalchemy.event.listen(found, "connect", _configure)
             _engines[key] = found
         return found
+
+
+def _configure(dbapi_connection: Any, _record: Any) -> None:
+    with dbapi_connection.cursor() as cur:
+        # JIT compilation costs hundreds of ms, and the planner's row estimates for
+        # json_to_recordset/jsonb_each trigger it on every batch; these statements are short.
+        cur.execute("SET jit = off")
+        # A commit need not wait for its WAL flush: a batch lost in a server crash is lost
+        # whole, with the last_seq that records it, so the next ship sends it again (the node
+        # keeps it, or the gap rule heals it). Exactly once does not rest on durability here.
+        cur.execute("SET synchronous_commit = off")
+    dbapi_connection.commit()
 
 
 def dispose_all() -> None:
@@ -128,6 +141,14 @@ def transaction(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
     """One transaction on the fleet database: committed when the block ends, rolled back on
     any exception. Raises FleetUnavailableError when the server cannot be reached."""
     with translated(url), engine(url).begin() as conn:
+        yield conn
+
+
+@contextmanager
+def connection(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
+    """One pooled connection for several transactions (``with conn.begin():`` each).
+    Raises FleetUnavailableError when the server cannot be reached."""
+    with translated(url), engine(url).connect() as conn:
         yield conn
 
 

@@ -124,14 +124,32 @@ fleet_allocations = Table(
     metadata,
     _store_id(),
     *_key(),
+    # The seq of the entry's state (fleet_entries.seq): a batch deletes the old version's rows
+    # and inserts the new version's in one statement, under different keys.
+    Column("seq", BigInteger, nullable=False),
     Column("numa_node", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
     Column("device_id", Text, nullable=False),
-    PrimaryKeyConstraint("store_id", "pod_uid", "container", "resource", "numa_node", "position"),
-    # Double allocations: per store and device, the pods holding it, from the index alone.
+    PrimaryKeyConstraint(
+        "store_id", "pod_uid", "container", "resource", "seq", "numa_node", "position"
+    ),
+    # Per store and device, the pods holding it (recounting double allocations).
     Index("ix_fleet_allocations_holders", "store_id", "resource", "device_id", "pod_uid"),
     # Who holds a device now, fleet-wide.
     Index("ix_fleet_allocations_device_id", "device_id"),
+)
+
+# The devices held from more than one pod of a store, kept with every batch (the devices the
+# batch names and those already listed are recounted), so v_fleet_double_allocations reads a
+# handful of rows instead of grouping every allocation of the fleet.
+fleet_double_allocated = Table(
+    "fleet_double_allocated",
+    metadata,
+    _store_id(),
+    Column("resource", Text, nullable=False),
+    Column("device_id", Text, nullable=False),
+    Column("pod_count", Integer, nullable=False),
+    PrimaryKeyConstraint("store_id", "resource", "device_id"),
 )
 
 fleet_registered = Table(

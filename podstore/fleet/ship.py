@@ -22,6 +22,7 @@ newest seq the snapshot covers.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -145,62 +146,89 @@ def _read_snapshot(conn: sqlite3.Connection, after: int) -> _Snapshot:
 
 
 def _json_list(ids: Sequence[str]) -> str:
-    import json
-
-    return json.dumps(list(ids), ensure_ascii=False, separators=(",", ":"))
+    return _JSON.encode(list(ids))
 
 
-def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
-    """Rows as one list per column (what ``unnest`` takes), also for no rows."""
-    return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as the JSON array of objects ``json_to_recordset`` unpacks (``:rows``)."""
+    return _JSON.encode([dict(zip(names, row, strict=True)) for row in rows])
 
 
-def _insert_events(
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_EVENT_NAMES = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids")
+
+
+class _Unregistered:
+    """The marker of a resource whose last event left the registered devices."""
+
+
+UNREGISTERED = _Unregistered()
+
+#: An entry's new state: (NUMA map JSON, seq of the event that set it), or None: deleted.
+EntryState = tuple[str | None, int] | None
+Key = tuple[str, str, str]
+
+
+def _run_batch(
     pg: sqlalchemy.Connection,
     store_id: str,
-    events: Sequence[EventRow],
-    devices: Sequence[tuple[int, str]],
+    last_seq: int,
+    events: Sequence[EventRow] = (),
+    devices: Sequence[tuple[int, str]] = (),
+    entries: dict[Key, EntryState] | None = None,
+    registered: dict[str, str | None | _Unregistered] | None = None,
 ) -> int:
+    """One APPLY_BATCH: insert ``events`` (and the ``devices`` they name), bring the entries
+    and registered resources given to their new state, set last_seq. Returns the number of
+    events inserted."""
     from sqlalchemy import text
 
-    seq, ts, op, pod, container, resource, ids = _columns(events, 7)
-    result = pg.execute(
-        text(q.INSERT_EVENTS),
-        {
-            "store_id": store_id,
-            "seq": seq,
-            "ts": ts,
-            "op": op,
-            "pod_uid": pod,
-            "container": container,
-            "resource": resource,
-            "device_ids": ids,
-        },
-    )
-    if devices:
-        dev_seq, dev_id = _columns(devices, 2)
-        pg.execute(
-            text(q.INSERT_EVENT_DEVICES),
-            {"store_id": store_id, "seq": dev_seq, "device_id": dev_id},
+    entries = entries or {}
+    registered = registered or {}
+    touched = [(*k, None, None) if v is None else (*k, v[0], v[1]) for k, v in entries.items()]
+    params = {
+        "store_id": store_id,
+        "last_seq": last_seq,
+        "events": _records(_EVENT_NAMES, events),
+        "devices": _records(("seq", "device_id"), devices),
+        "entries": _records(("pod_uid", "container", "resource", "device_ids", "seq"), touched),
+        "gone": _JSON.encode([r for r, v in registered.items() if isinstance(v, _Unregistered)]),
+        "registered": _records(
+            ("resource", "device_ids"),
+            [(r, v) for r, v in registered.items() if not isinstance(v, _Unregistered)],
+        ),
+    }
+    inserted = int(pg.execute(text(q.APPLY_BATCH), params).scalar_one())
+    if entries:
+        named = sorted(
+            {
+                (resource, device)
+                for (_pod, _container, resource), state in entries.items()
+                if state is not None and state[0] is not None
+                for ids in json.loads(state[0]).values()
+                for device in ids or ()
+            }
         )
-    return int(result.rowcount)
-
-
-def _apply(pg: sqlalchemy.Connection, store_id: str, lo: int, batch: _Batch) -> int:
-    """Insert the batch's events and bring the store's current state past them."""
-    from sqlalchemy import text
-
-    inserted = _insert_events(pg, store_id, batch.events, batch.devices)
-    hi = batch.events[-1][0]
-    params = {"store_id": store_id, "lo": lo, "hi": hi}
-    if any(e[3] is not None for e in batch.events):
-        for statement in (q.DELETE_TOUCHED_ALLOCATIONS, q.DELETE_TOUCHED_ENTRIES):
-            pg.execute(text(statement), params)
-        pg.execute(text(q.INSERT_LAST_ENTRIES), params)
-    if any(e[3] is None for e in batch.events):
-        pg.execute(text(q.UPSERT_REGISTERED), params)
-        pg.execute(text(q.DELETE_UNREGISTERED), params)
+        pg.execute(
+            text(q.RECOUNT_DOUBLE_ALLOCATED),
+            {"store_id": store_id, "devices": _records(("resource", "device_id"), named)},
+        )
     return inserted
+
+
+def _apply(pg: sqlalchemy.Connection, store_id: str, batch: _Batch) -> int:
+    """Insert the batch's events and bring the store's current state past them: each entry
+    (and registered resource) takes the state of its last event in the batch."""
+    entries: dict[Key, EntryState] = {}
+    registered: dict[str, str | None | _Unregistered] = {}
+    for seq, _ts, op, pod, container, resource, ids in batch.events:
+        if pod is None:
+            registered[resource] = UNREGISTERED if op == "unregistered" else ids
+        else:
+            assert container is not None
+            entries[(pod, container, resource)] = None if op == "delete" else (ids, seq)
+    last = batch.events[-1][0]
+    return _run_batch(pg, store_id, last, batch.events, batch.devices, entries, registered)
 
 
 def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: _Snapshot) -> int:
@@ -211,24 +239,13 @@ def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: 
     sid = {"store_id": store_id}
     for statement in q.CLEAR_STATE:
         pg.execute(text(statement), sid)
-    if snap.entries:
-        pod, container, resource, ids = _columns(snap.entries, 4)
-        pg.execute(
-            text(q.INSERT_SNAPSHOT_ENTRIES),
-            {
-                **sid,
-                "at_seq": snap.at_seq,
-                "pod_uid": pod,
-                "container": container,
-                "resource": resource,
-                "device_ids": ids,
-            },
-        )
-    if snap.registered:
-        resource, ids = _columns(snap.registered, 2)
-        pg.execute(
-            text(q.INSERT_SNAPSHOT_REGISTERED), {**sid, "resource": resource, "device_ids": ids}
-        )
+    _run_batch(
+        pg,
+        store_id,
+        snap.at_seq,
+        entries={(p, c, r): (ids, snap.at_seq) for p, c, r, ids in snap.entries},
+        registered=dict(snap.registered),
+    )
     missing = snap.at_seq - after - len(snap.kept)
     pg.execute(
         text(q.INSERT_SNAPSHOT),
@@ -249,7 +266,7 @@ def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: 
         chunk = snap.kept[start : start + DEFAULT_BATCH]
         lo, hi = chunk[0][0], chunk[-1][0]
         devices = [d for d in snap.kept_devices if lo <= d[0] <= hi]
-        inserted += _insert_events(pg, store_id, chunk, devices)
+        inserted += _run_batch(pg, store_id, snap.at_seq, chunk, devices)
     return inserted
 
 
@@ -281,57 +298,58 @@ def ship(
     conn = connect(ConnectOptions(path=store.path, readonly=True))
     shipped = batches = snapshots = missing = 0
     last = 0
-    checked = False
     try:
-        while True:
-            with db.transaction(target) as pg:
-                if not checked:
-                    db.check_schema(pg, target)
-                    checked = True
-                pg.execute(text(q.ENSURE_STORE), {"store_id": store_id, "node": node})
-                last = int(pg.execute(text(q.LOCK_STORE), {"store_id": store_id}).scalar_one())
-                batch = _read_batch(conn, last, batch_size)
-                if batch.high_water < last:
-                    raise FleetError(
-                        f"fleet database {target.shown} holds events of store {store_id} up "
-                        f"to seq {last}, but the store's history ends at seq "
-                        f"{batch.high_water}: the store file was replaced by an older copy "
-                        "of itself; ship from the current file, or give the copy a new "
-                        "identity"
-                    )
-                if _has_gap(batch, last, batch_size):
-                    snap = _read_snapshot(conn, last)
-                    shipped += _apply_snapshot(pg, store_id, last, snap)
-                    snapshots += 1
-                    gap = snap.at_seq - last - len(snap.kept)
-                    missing += gap
-                    log.warning(
-                        "store %s (node %s): %d events after seq %d were pruned before they "
-                        "were shipped; sent a snapshot of the current state at seq %d "
-                        "(%d entries) to %s",
-                        store_id,
-                        node,
-                        gap,
-                        last,
-                        snap.at_seq,
-                        len(snap.entries),
-                        target.shown,
-                    )
-                    last = snap.at_seq
-                    pg.execute(
-                        text(q.MARK_SHIPPED),
-                        {"store_id": store_id, "node": node, "last_seq": last},
-                    )
-                    continue
-                if batch.events:
-                    shipped += _apply(pg, store_id, last, batch)
-                    batches += 1
-                    last = batch.events[-1][0]
-                pg.execute(
-                    text(q.MARK_SHIPPED), {"store_id": store_id, "node": node, "last_seq": last}
-                )
-            if len(batch.events) < batch_size:
-                break
+        # One pooled connection for the whole call, one transaction per batch.
+        with db.connection(target) as pg:
+            checked = False
+            while True:
+                with pg.begin():
+                    if not checked:
+                        db.check_schema(pg, target)
+                        checked = True
+                    params = {"store_id": store_id, "node": node}
+                    last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())
+                    batch = _read_batch(conn, last, batch_size)
+                    if batch.high_water < last:
+                        raise FleetError(
+                            f"fleet database {target.shown} holds events of store {store_id} "
+                            f"up to seq {last}, but the store's history ends at seq "
+                            f"{batch.high_water}: the store file was replaced by an older "
+                            "copy of itself; ship from the current file, or give the copy a "
+                            "new identity"
+                        )
+                    gap_found = _has_gap(batch, last, batch_size)
+                    if gap_found:
+                        snap = _read_snapshot(conn, last)
+                        shipped += _apply_snapshot(pg, store_id, last, snap)
+                        snapshots += 1
+                        gap = snap.at_seq - last - len(snap.kept)
+                        missing += gap
+                        log.warning(
+                            "store %s (node %s): %d events after seq %d were pruned before "
+                            "they were shipped; sent a snapshot of the current state at seq "
+                            "%d (%d entries) to %s",
+                            store_id,
+                            node,
+                            gap,
+                            last,
+                            snap.at_seq,
+                            len(snap.entries),
+                            target.shown,
+                        )
+                        last = snap.at_seq
+                    elif batch.events:
+                        shipped += _apply(pg, store_id, batch)
+                        batches += 1
+                        last = batch.events[-1][0]
+                    else:
+                        pg.execute(
+                            text(q.MARK_SHIPPED), {"store_id": store_id, "last_seq": last}
+                        )
+                # A full batch may have more behind it, and after a snapshot the events
+                # written since it are read next; anything else was the end of the log.
+                if not gap_found and len(batch.events) < batch_size:
+                    break
     finally:
         conn.close()
     log.info(

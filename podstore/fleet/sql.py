@@ -1,9 +1,10 @@
 """Every SQL statement over the central tables (the views are in ``views.py``).
 
 Statements take named parameters (``:store_id``, ...) and run through SQLAlchemy's ``text()``
-on psycopg; a batch of node rows travels as one array per column and is unpacked with
-``unnest`` (one statement per table, whatever the batch size). Casts are written
-``CAST(x AS t)``: ``text()`` would read ``:x::t`` as a parameter named ``x::t``.
+on psycopg; a batch of node rows travels as one JSON array of objects (``:rows``) unpacked by
+``json_to_recordset``: one statement per table whatever the batch size, and one text value to
+send (psycopg's per-element escaping of text arrays cost more than the inserts). Casts are
+written ``CAST(x AS t)``: ``text()`` would read ``:x::t`` as a parameter named ``x::t``.
 """
 
 from __future__ import annotations
@@ -19,65 +20,36 @@ REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
 # ---- shipping: the store's row, the lock every batch takes ------------------------------------
 
-ENSURE_STORE = """
+# Shippers of one store queue here: the upsert takes the row's lock and returns the newest
+# last_seq (ON CONFLICT DO UPDATE works on the latest committed version), and each batch runs
+# under that lock from reading last_seq to writing the new one, so two shippers never send the
+# same events.
+LOCK_STORE = """
     INSERT INTO fleet_stores (store_id, node) VALUES (:store_id, :node)
-    ON CONFLICT (store_id) DO NOTHING
+    ON CONFLICT (store_id) DO UPDATE SET node = EXCLUDED.node
+    RETURNING last_seq
 """
-# Shippers of one store queue here: each batch runs under this row lock, from reading
-# last_seq to writing the new one, so two shippers never send the same events.
-LOCK_STORE = "SELECT last_seq FROM fleet_stores WHERE store_id = :store_id FOR UPDATE"
 MARK_SHIPPED = """
-    UPDATE fleet_stores SET last_seq = :last_seq, node = :node, last_shipped_at = now()
+    UPDATE fleet_stores SET last_seq = :last_seq, last_shipped_at = now()
     WHERE store_id = :store_id
 """
 
-# ---- shipping: events -------------------------------------------------------------------------
-
-INSERT_EVENTS = """
-    INSERT INTO fleet_events (store_id, seq, ts, op, pod_uid, container, resource, device_ids)
-    SELECT :store_id, u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource,
-           CAST(u.device_ids AS jsonb)
-    FROM unnest(CAST(:seq AS bigint[]), CAST(:ts AS timestamptz[]), CAST(:op AS text[]),
-                CAST(:pod_uid AS text[]), CAST(:container AS text[]),
-                CAST(:resource AS text[]), CAST(:device_ids AS text[]))
-         AS u (seq, ts, op, pod_uid, container, resource, device_ids)
-    ON CONFLICT (store_id, seq) DO NOTHING
-"""
-INSERT_EVENT_DEVICES = """
-    INSERT INTO fleet_event_devices (store_id, seq, device_id)
-    SELECT :store_id, u.seq, u.device_id
-    FROM unnest(CAST(:seq AS bigint[]), CAST(:device_id AS text[])) AS u (seq, device_id)
-    ON CONFLICT (store_id, seq, device_id) DO NOTHING
-"""
-
-# ---- shipping: applying a batch (lo, hi] of events to the current state ------------------------
+# ---- shipping: one batch, in one statement --------------------------------------------------
 #
-# An entry's state after the batch is its last event in it: the touched entries are removed
-# and those whose last event is not a delete written again, with their device rows.
-
-_BATCH = "store_id = :store_id AND seq > :lo AND seq <= :hi"
-
-DELETE_TOUCHED_ALLOCATIONS = f"""
-    DELETE FROM fleet_allocations a
-    USING (SELECT DISTINCT pod_uid, container, resource FROM fleet_events
-           WHERE {_BATCH} AND pod_uid IS NOT NULL) k
-    WHERE a.store_id = :store_id AND a.pod_uid = k.pod_uid AND a.container = k.container
-      AND a.resource = k.resource
-"""
-DELETE_TOUCHED_ENTRIES = f"""
-    DELETE FROM fleet_entries e
-    USING (SELECT DISTINCT pod_uid, container, resource FROM fleet_events
-           WHERE {_BATCH} AND pod_uid IS NOT NULL) k
-    WHERE e.store_id = :store_id AND e.pod_uid = k.pod_uid AND e.container = k.container
-      AND e.resource = k.resource
-"""
+# The batch's events go in with the devices they name, and the current state moves past them:
+# each entry (and registered resource) takes the state of its last event in the batch, found in
+# Python in one pass (``:entries``, ``:registered``, ``:gone``). Every part is a data-modifying
+# CTE of a single statement, so a batch costs one round trip. They all see the state from
+# before the statement, so two parts never touch the same row: device rows carry the seq of the
+# event that wrote them (the old version's rows are deleted, the new version's inserted under
+# another key), entries are upserted or deleted by disjoint keys.
 
 
 def _explode(source: str) -> str:
     """Device rows (numa_node, position, device_id) of the entries in ``source`` (a relation
-    with store_id, pod_uid, container, resource, device_ids): a null map or list has none."""
+    with store_id, pod_uid, container, resource, device_ids, seq): a null map or list has none."""
     return f"""
-    SELECT x.store_id, x.pod_uid, x.container, x.resource, CAST(n.key AS bigint),
+    SELECT x.store_id, x.pod_uid, x.container, x.resource, x.seq, CAST(n.key AS bigint),
            CAST(d.ord AS integer) - 1, d.value
     FROM {source} x
     CROSS JOIN LATERAL jsonb_each(
@@ -88,67 +60,112 @@ def _explode(source: str) -> str:
              ELSE CAST('[]' AS jsonb) END) WITH ORDINALITY AS d (value, ord)"""
 
 
-_ALLOCATION_COLUMNS = "store_id, pod_uid, container, resource, numa_node, position, device_id"
+_ALLOCATION_COLUMNS = (
+    "store_id, pod_uid, container, resource, seq, numa_node, position, device_id"
+)
 _ENTRY_COLUMNS = "store_id, pod_uid, container, resource, device_ids, seq"
 
-INSERT_LAST_ENTRIES = f"""
-    WITH last AS (
-        SELECT DISTINCT ON (pod_uid, container, resource)
-               store_id, pod_uid, container, resource, op, device_ids, seq
-        FROM fleet_events
-        WHERE {_BATCH} AND pod_uid IS NOT NULL
-        ORDER BY pod_uid, container, resource, seq DESC
+APPLY_BATCH = f"""
+    WITH inserted AS (
+        INSERT INTO fleet_events (store_id, seq, ts, op, pod_uid, container, resource,
+                                  device_ids)
+        SELECT :store_id, u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource,
+               CAST(u.device_ids AS jsonb)
+        FROM json_to_recordset(CAST(:events AS json))
+             AS u (seq bigint, ts timestamptz, op text, pod_uid text, container text,
+                   resource text, device_ids text)
+        ON CONFLICT (store_id, seq) DO NOTHING
+        RETURNING seq
+    ),
+    named AS (
+        INSERT INTO fleet_event_devices (store_id, seq, device_id)
+        SELECT :store_id, u.seq, u.device_id
+        FROM json_to_recordset(CAST(:devices AS json)) AS u (seq bigint, device_id text)
+        ON CONFLICT (store_id, seq, device_id) DO NOTHING
+    ),
+    touched AS (
+        SELECT * FROM json_to_recordset(CAST(:entries AS json))
+             AS t (pod_uid text, container text, resource text, device_ids text, seq bigint)
+    ),
+    released AS (
+        DELETE FROM fleet_allocations a USING touched t
+        WHERE a.store_id = :store_id AND a.pod_uid = t.pod_uid
+          AND a.container = t.container AND a.resource = t.resource
+    ),
+    removed AS (
+        DELETE FROM fleet_entries e USING touched t
+        WHERE e.store_id = :store_id AND e.pod_uid = t.pod_uid
+          AND e.container = t.container AND e.resource = t.resource AND t.seq IS NULL
     ),
     written AS (
         INSERT INTO fleet_entries ({_ENTRY_COLUMNS})
-        SELECT store_id, pod_uid, container, resource, device_ids, seq FROM last
-        WHERE op <> 'delete'
+        SELECT :store_id, pod_uid, container, resource, CAST(device_ids AS jsonb), seq
+        FROM touched WHERE seq IS NOT NULL
+        ON CONFLICT (store_id, pod_uid, container, resource)
+        DO UPDATE SET device_ids = EXCLUDED.device_ids, seq = EXCLUDED.seq
         RETURNING {_ENTRY_COLUMNS}
+    ),
+    held AS (
+        INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS}) {_explode("written")}
+    ),
+    unregistered AS (
+        DELETE FROM fleet_registered
+        WHERE store_id = :store_id
+          AND resource IN (SELECT value FROM json_array_elements_text(CAST(:gone AS json)))
+    ),
+    registered AS (
+        INSERT INTO fleet_registered (store_id, resource, device_ids)
+        SELECT :store_id, u.resource, CAST(u.device_ids AS jsonb)
+        FROM json_to_recordset(CAST(:registered AS json)) AS u (resource text, device_ids text)
+        ON CONFLICT (store_id, resource) DO UPDATE SET device_ids = EXCLUDED.device_ids
+    ),
+    marked AS (
+        UPDATE fleet_stores SET last_seq = :last_seq, last_shipped_at = now()
+        WHERE store_id = :store_id
     )
-    INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS}) {_explode("written")}
+    SELECT count(*) FROM inserted
 """
 
-_LAST_REGISTERED = f"""
-    WITH last AS (
-        SELECT DISTINCT ON (resource) resource, op, device_ids
-        FROM fleet_events
-        WHERE {_BATCH} AND pod_uid IS NULL
-        ORDER BY resource, seq DESC
-    )"""
-UPSERT_REGISTERED = f"""{_LAST_REGISTERED}
-    INSERT INTO fleet_registered (store_id, resource, device_ids)
-    SELECT :store_id, resource, device_ids FROM last WHERE op <> 'unregistered'
-    ON CONFLICT (store_id, resource) DO UPDATE SET device_ids = EXCLUDED.device_ids
-"""
-DELETE_UNREGISTERED = f"""{_LAST_REGISTERED}
-    DELETE FROM fleet_registered r USING last l
-    WHERE r.store_id = :store_id AND r.resource = l.resource AND l.op = 'unregistered'
+# After a batch: recount the store's devices that may have become, or stopped being, double
+# allocated: those the batch's entry events name (``:devices``: resource, device_id) and those
+# listed already. A device can only become one by being named, and only stop by being listed.
+RECOUNT_DOUBLE_ALLOCATED = """
+    WITH affected AS (
+        SELECT u.resource, u.device_id
+        FROM json_to_recordset(CAST(:devices AS json)) AS u (resource text, device_id text)
+        UNION
+        SELECT resource, device_id FROM fleet_double_allocated WHERE store_id = :store_id
+    ),
+    counted AS (
+        SELECT f.resource, f.device_id, count(DISTINCT a.pod_uid) AS pod_count
+        FROM affected f
+        JOIN fleet_allocations a
+          ON a.store_id = :store_id AND a.resource = f.resource AND a.device_id = f.device_id
+        GROUP BY f.resource, f.device_id
+    ),
+    cleared AS (
+        DELETE FROM fleet_double_allocated d
+        WHERE d.store_id = :store_id
+          AND NOT EXISTS (SELECT 1 FROM counted c
+                          WHERE c.resource = d.resource AND c.device_id = d.device_id
+                            AND c.pod_count > 1)
+    )
+    INSERT INTO fleet_double_allocated (store_id, resource, device_id, pod_count)
+    SELECT :store_id, resource, device_id, pod_count FROM counted WHERE pod_count > 1
+    ON CONFLICT (store_id, resource, device_id) DO UPDATE SET pod_count = EXCLUDED.pod_count
 """
 
 # ---- shipping: a snapshot in place of pruned history ----------------------------------------------
+#
+# The store's state is cleared, then APPLY_BATCH writes the snapshot's entries (all at its seq)
+# and registered devices, with the events the node kept in the gap as history only.
 
 CLEAR_STATE = (
+    "DELETE FROM fleet_double_allocated WHERE store_id = :store_id",
     "DELETE FROM fleet_allocations WHERE store_id = :store_id",
     "DELETE FROM fleet_entries WHERE store_id = :store_id",
     "DELETE FROM fleet_registered WHERE store_id = :store_id",
 )
-INSERT_SNAPSHOT_ENTRIES = f"""
-    WITH written AS (
-        INSERT INTO fleet_entries ({_ENTRY_COLUMNS})
-        SELECT :store_id, u.pod_uid, u.container, u.resource, CAST(u.device_ids AS jsonb),
-               :at_seq
-        FROM unnest(CAST(:pod_uid AS text[]), CAST(:container AS text[]),
-                    CAST(:resource AS text[]), CAST(:device_ids AS text[]))
-             AS u (pod_uid, container, resource, device_ids)
-        RETURNING {_ENTRY_COLUMNS}
-    )
-    INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS}) {_explode("written")}
-"""
-INSERT_SNAPSHOT_REGISTERED = """
-    INSERT INTO fleet_registered (store_id, resource, device_ids)
-    SELECT :store_id, u.resource, CAST(u.device_ids AS jsonb)
-    FROM unnest(CAST(:resource AS text[]), CAST(:device_ids AS text[])) AS u (resource, device_ids)
-"""
 INSERT_SNAPSHOT = """
     INSERT INTO fleet_snapshots (store_id, at_seq, after_seq, missing_events, entries,
                                  registered, ts)

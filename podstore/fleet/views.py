@@ -29,18 +29,18 @@ JOIN fleet_stores s ON s.store_id = a.store_id
 """
 
 # As on the node: containers of one pod may share a device, so only a device held from more
-# than one pod of the same store is a double allocation.
+# than one pod of the same store is a double allocation. Which devices those are is kept by
+# shipping in fleet_double_allocated (a handful of rows), so this view never groups the
+# fleet's allocations.
 V_FLEET_DOUBLE_ALLOCATIONS = """
 CREATE VIEW v_fleet_double_allocations AS
-SELECT o.node AS node, o.store_id AS store_id, o.resource AS resource,
-       o.device_id AS device_id, o.pod_uid AS pod_uid, o.container AS container,
+SELECT DISTINCT s.node AS node, a.store_id AS store_id, a.resource AS resource,
+       a.device_id AS device_id, a.pod_uid AS pod_uid, a.container AS container,
        d.pod_count AS pod_count
-FROM (SELECT store_id, resource, device_id, count(DISTINCT pod_uid) AS pod_count
-      FROM fleet_allocations
-      GROUP BY store_id, resource, device_id
-      HAVING count(DISTINCT pod_uid) > 1) d
-JOIN v_fleet_device_owners o
-  ON o.store_id = d.store_id AND o.resource = d.resource AND o.device_id = d.device_id
+FROM fleet_double_allocated d
+JOIN fleet_allocations a
+  ON a.store_id = d.store_id AND a.resource = d.resource AND a.device_id = d.device_id
+JOIN fleet_stores s ON s.store_id = d.store_id
 """
 
 #: (name, CREATE statement) in creation order; drop in reverse.

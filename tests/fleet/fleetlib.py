@@ -128,6 +128,16 @@ def assert_same_state(url: str, store: PodStore) -> None:
     assert fleet_allocations(url, sid) == node_allocations(store)
     assert fleet_entries(url, sid) == node_entries(store)
     assert fleet_registered(url, sid) == replay_history(store.history()).registered
+    doubles = rows(
+        url,
+        "SELECT resource, device_id, pod_uid, container, pod_count "
+        "FROM v_fleet_double_allocations WHERE store_id = CAST(:s AS uuid)",
+        {"s": sid},
+    )
+    node_doubles = store.query(
+        "SELECT resource, device_id, pod_uid, container, pod_count FROM v_double_allocations"
+    ).rows
+    assert sorted(doubles) == sorted(tuple(r) for r in node_doubles)
 
 
 def node_events(store: PodStore) -> list[tuple[Any, ...]]:

@@ -25,13 +25,18 @@ from podstore.fleet import ship
 from podstore.fleet.urls import resolve
 
 
+def _say(line: str) -> None:
+    # One write(2) of less than PIPE_BUF bytes: lines of shippers running at once never mix.
+    os.write(1, (line + "\n").encode())
+
+
 def _shipper(db: str, url: str, node: str, batch: int) -> None:
     store = PodStore.open(db, readonly=True, verify="off")
     fleet_db.engine(resolve(url)).connect().close()
-    print(f"ready {os.getpid()}", flush=True)
+    _say(f"ready {os.getpid()}")
     signal.sigwait({signal.SIGUSR1})
     report = ship(store, url, node=node, batch_size=batch)
-    print("report " + json.dumps(dataclasses.asdict(report)), flush=True)
+    _say("report " + json.dumps(dataclasses.asdict(report)))
     store.close()
 
 
@@ -50,7 +55,7 @@ def main() -> None:
             try:
                 _shipper(db, url, node, int(batch))
             except BaseException as exc:
-                print(f"error {exc!r}", flush=True)
+                _say(f"error {exc!r}")
                 code = 1
             os._exit(code)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})

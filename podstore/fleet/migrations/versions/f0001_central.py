@@ -62,15 +62,13 @@ JOIN fleet_stores s ON s.store_id = a.store_id
         "v_fleet_double_allocations",
         """
 CREATE VIEW v_fleet_double_allocations AS
-SELECT o.node AS node, o.store_id AS store_id, o.resource AS resource,
-       o.device_id AS device_id, o.pod_uid AS pod_uid, o.container AS container,
+SELECT DISTINCT s.node AS node, a.store_id AS store_id, a.resource AS resource,
+       a.device_id AS device_id, a.pod_uid AS pod_uid, a.container AS container,
        d.pod_count AS pod_count
-FROM (SELECT store_id, resource, device_id, count(DISTINCT pod_uid) AS pod_count
-      FROM fleet_allocations
-      GROUP BY store_id, resource, device_id
-      HAVING count(DISTINCT pod_uid) > 1) d
-JOIN v_fleet_device_owners o
-  ON o.store_id = d.store_id AND o.resource = d.resource AND o.device_id = d.device_id
+FROM fleet_double_allocated d
+JOIN fleet_allocations a
+  ON a.store_id = d.store_id AND a.resource = d.resource AND a.device_id = d.device_id
+JOIN fleet_stores s ON s.store_id = d.store_id
 """,
     ),
 )
@@ -135,6 +133,7 @@ def upgrade() -> None:
         "fleet_allocations",
         _store_id(),
         *_key(),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("numa_node", sa.BigInteger(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("device_id", sa.Text(), nullable=False),
@@ -143,6 +142,7 @@ def upgrade() -> None:
             "pod_uid",
             "container",
             "resource",
+            "seq",
             "numa_node",
             "position",
             name="pk_fleet_allocations",
@@ -154,6 +154,16 @@ def upgrade() -> None:
         ["store_id", "resource", "device_id", "pod_uid"],
     )
     op.create_index("ix_fleet_allocations_device_id", "fleet_allocations", ["device_id"])
+    op.create_table(
+        "fleet_double_allocated",
+        _store_id(),
+        sa.Column("resource", sa.Text(), nullable=False),
+        sa.Column("device_id", sa.Text(), nullable=False),
+        sa.Column("pod_count", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "store_id", "resource", "device_id", name="pk_fleet_double_allocated"
+        ),
+    )
     op.create_table(
         "fleet_registered",
         _store_id(),
@@ -207,6 +217,7 @@ def downgrade() -> None:
         "fleet_snapshot_devices",
         "fleet_snapshots",
         "fleet_registered",
+        "fleet_double_allocated",
         "fleet_allocations",
         "fleet_entries",
         "fleet_event_devices",
