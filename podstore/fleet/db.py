@@ -52,9 +52,9 @@ def engine(url: FleetURL) -> Engine:
                 ) from None
             found = sqlalchemy.create_engine(
                 url.url,
-                # A pooled connection may have died with a server restart (a watcher ships for
-                # days): test it on checkout rather than fail the next ship.
-                pool_pre_ping=True,
+                # No ping on checkout (a round trip per ship): a pooled connection that died
+                # with a server restart fails its first statement, the pool drops it, and the
+                # caller's retry (the watcher's backoff) gets a new one.
                 pool_size=2,
                 # Bound values never appear in an error's text.
                 hide_parameters=True,
@@ -82,6 +82,7 @@ def dispose_all() -> None:
     with _lock:
         engines = [e for (pid, _), e in _engines.items() if pid == os.getpid()]
         _engines.clear()
+        _checked.clear()
     for e in engines:
         e.dispose()
 
@@ -152,13 +153,28 @@ def connection(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
         yield conn
 
 
-def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
-    """Raise FleetError unless the central schema is at this podstore's head revision."""
+_checked: set[tuple[int, str]] = set()
+
+
+def forget_schema(url: FleetURL) -> None:
+    """Ask again next time (the schema of ``url`` was just changed)."""
+    _checked.discard((os.getpid(), url.url))
+
+
+def check_schema(conn: sqlalchemy.Connection, url: FleetURL, *, cached: bool = False) -> None:
+    """Raise FleetError unless the central schema is at this podstore's head revision.
+
+    ``cached``: once a database passed, this process does not ask again (a watcher ships
+    every few seconds; a schema changed under it makes its statements fail instead)."""
     from podstore.fleet.migrate import HEAD_REVISION, current_revision
 
+    key = (os.getpid(), url.url)
+    if cached and key in _checked:
+        return
     rev = current_revision(conn)
     head = HEAD_REVISION
     if rev == head:
+        _checked.add(key)
         return
     if rev is None:
         raise FleetError(

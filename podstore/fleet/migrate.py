@@ -88,6 +88,7 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
         cfg.attributes["connection"] = conn
         getattr(alembic_command, command)(cfg, target)
         after = current_revision(conn)
+    db.forget_schema(url)
     return InitReport(before, after)
 
 

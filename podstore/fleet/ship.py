@@ -155,7 +155,17 @@ def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_EVENT_NAMES = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids")
+_EVENT_NAMES = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids", "devices")
+
+
+def _with_devices(
+    events: Sequence[EventRow], devices: Sequence[tuple[int, str]]
+) -> list[tuple[Any, ...]]:
+    """Each event row with the list of devices it names (``devices`` in seq order)."""
+    named: dict[int, list[str]] = {}
+    for seq, device in devices:
+        named.setdefault(seq, []).append(device)
+    return [(*e, named.get(e[0], [])) for e in events]
 
 
 class _Unregistered:
@@ -189,8 +199,7 @@ def _run_batch(
     params = {
         "store_id": store_id,
         "last_seq": last_seq,
-        "events": _records(_EVENT_NAMES, events),
-        "devices": _records(("seq", "device_id"), devices),
+        "events": _records(_EVENT_NAMES, _with_devices(events, devices)),
         "entries": _records(("pod_uid", "container", "resource", "device_ids", "seq"), touched),
         "gone": _JSON.encode([r for r, v in registered.items() if isinstance(v, _Unregistered)]),
         "registered": _records(
@@ -198,22 +207,7 @@ def _run_batch(
             [(r, v) for r, v in registered.items() if not isinstance(v, _Unregistered)],
         ),
     }
-    inserted = int(pg.execute(text(q.APPLY_BATCH), params).scalar_one())
-    if entries:
-        named = sorted(
-            {
-                (resource, device)
-                for (_pod, _container, resource), state in entries.items()
-                if state is not None and state[0] is not None
-                for ids in json.loads(state[0]).values()
-                for device in ids or ()
-            }
-        )
-        pg.execute(
-            text(q.RECOUNT_DOUBLE_ALLOCATED),
-            {"store_id": store_id, "devices": _records(("resource", "device_id"), named)},
-        )
-    return inserted
+    return int(pg.execute(text(q.APPLY_BATCH), params).scalar_one())
 
 
 def _apply(pg: sqlalchemy.Connection, store_id: str, batch: _Batch) -> int:
@@ -305,7 +299,7 @@ def ship(
             while True:
                 with pg.begin():
                     if not checked:
-                        db.check_schema(pg, target)
+                        db.check_schema(pg, target, cached=True)
                         checked = True
                     params = {"store_id": store_id, "node": node}
                     last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())

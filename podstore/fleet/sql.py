@@ -68,20 +68,14 @@ _ENTRY_COLUMNS = "store_id, pod_uid, container, resource, device_ids, seq"
 APPLY_BATCH = f"""
     WITH inserted AS (
         INSERT INTO fleet_events (store_id, seq, ts, op, pod_uid, container, resource,
-                                  device_ids)
+                                  device_ids, devices)
         SELECT :store_id, u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource,
-               CAST(u.device_ids AS jsonb)
+               CAST(u.device_ids AS jsonb), u.devices
         FROM json_to_recordset(CAST(:events AS json))
              AS u (seq bigint, ts timestamptz, op text, pod_uid text, container text,
-                   resource text, device_ids text)
+                   resource text, device_ids text, devices text[])
         ON CONFLICT (store_id, seq) DO NOTHING
         RETURNING seq
-    ),
-    named AS (
-        INSERT INTO fleet_event_devices (store_id, seq, device_id)
-        SELECT :store_id, u.seq, u.device_id
-        FROM json_to_recordset(CAST(:devices AS json)) AS u (seq bigint, device_id text)
-        ON CONFLICT (store_id, seq, device_id) DO NOTHING
     ),
     touched AS (
         SELECT * FROM json_to_recordset(CAST(:entries AS json))
@@ -107,6 +101,42 @@ APPLY_BATCH = f"""
     ),
     held AS (
         INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS}) {_explode("written")}
+        RETURNING resource, device_id, pod_uid
+    ),
+    -- Double allocations: recount the devices the batch gave to an entry and those listed
+    -- already (a device only becomes one by being given, only stops by being listed). Their
+    -- holders are the new rows and the old rows of entries the batch did not touch.
+    affected AS (
+        SELECT resource, device_id FROM held
+        UNION
+        SELECT resource, device_id FROM fleet_double_allocated WHERE store_id = :store_id
+    ),
+    holders AS (
+        SELECT resource, device_id, pod_uid FROM held
+        UNION
+        SELECT a.resource, a.device_id, a.pod_uid
+        FROM affected f
+        JOIN fleet_allocations a
+          ON a.store_id = :store_id AND a.resource = f.resource AND a.device_id = f.device_id
+        WHERE NOT EXISTS (SELECT 1 FROM touched t
+                          WHERE t.pod_uid = a.pod_uid AND t.container = a.container
+                            AND t.resource = a.resource)
+    ),
+    counted AS (
+        SELECT resource, device_id, count(*) AS pod_count FROM holders
+        GROUP BY resource, device_id
+    ),
+    undoubled AS (
+        DELETE FROM fleet_double_allocated d USING affected f
+        WHERE d.store_id = :store_id AND d.resource = f.resource AND d.device_id = f.device_id
+          AND NOT EXISTS (SELECT 1 FROM counted c
+                          WHERE c.resource = d.resource AND c.device_id = d.device_id
+                            AND c.pod_count > 1)
+    ),
+    doubled AS (
+        INSERT INTO fleet_double_allocated (store_id, resource, device_id, pod_count)
+        SELECT :store_id, resource, device_id, pod_count FROM counted WHERE pod_count > 1
+        ON CONFLICT (store_id, resource, device_id) DO UPDATE SET pod_count = EXCLUDED.pod_count
     ),
     unregistered AS (
         DELETE FROM fleet_registered
@@ -124,35 +154,6 @@ APPLY_BATCH = f"""
         WHERE store_id = :store_id
     )
     SELECT count(*) FROM inserted
-"""
-
-# After a batch: recount the store's devices that may have become, or stopped being, double
-# allocated: those the batch's entry events name (``:devices``: resource, device_id) and those
-# listed already. A device can only become one by being named, and only stop by being listed.
-RECOUNT_DOUBLE_ALLOCATED = """
-    WITH affected AS (
-        SELECT u.resource, u.device_id
-        FROM json_to_recordset(CAST(:devices AS json)) AS u (resource text, device_id text)
-        UNION
-        SELECT resource, device_id FROM fleet_double_allocated WHERE store_id = :store_id
-    ),
-    counted AS (
-        SELECT f.resource, f.device_id, count(DISTINCT a.pod_uid) AS pod_count
-        FROM affected f
-        JOIN fleet_allocations a
-          ON a.store_id = :store_id AND a.resource = f.resource AND a.device_id = f.device_id
-        GROUP BY f.resource, f.device_id
-    ),
-    cleared AS (
-        DELETE FROM fleet_double_allocated d
-        WHERE d.store_id = :store_id
-          AND NOT EXISTS (SELECT 1 FROM counted c
-                          WHERE c.resource = d.resource AND c.device_id = d.device_id
-                            AND c.pod_count > 1)
-    )
-    INSERT INTO fleet_double_allocated (store_id, resource, device_id, pod_count)
-    SELECT :store_id, resource, device_id, pod_count FROM counted WHERE pod_count > 1
-    ON CONFLICT (store_id, resource, device_id) DO UPDATE SET pod_count = EXCLUDED.pod_count
 """
 
 # ---- shipping: a snapshot in place of pruned history ----------------------------------------------
@@ -218,13 +219,12 @@ OWNERS_AT = """
         ORDER BY p.store_id, p.at_seq DESC
     ),
     candidates AS (
-        SELECT d.store_id, e.pod_uid, e.container, e.resource
-        FROM fleet_event_devices d
-        JOIN stores s ON s.store_id = d.store_id
-        JOIN fleet_events e ON e.store_id = d.store_id AND e.seq = d.seq
-        LEFT JOIN base b ON b.store_id = d.store_id
-        WHERE d.device_id = :device_id AND e.pod_uid IS NOT NULL
-          AND e.ts <= CAST(:at AS timestamptz) AND d.seq > coalesce(b.at_seq, 0)
+        SELECT e.store_id, e.pod_uid, e.container, e.resource
+        FROM fleet_events e
+        JOIN stores s ON s.store_id = e.store_id
+        LEFT JOIN base b ON b.store_id = e.store_id
+        WHERE e.devices @> ARRAY[CAST(:device_id AS text)] AND e.pod_uid IS NOT NULL
+          AND e.ts <= CAST(:at AS timestamptz) AND e.seq > coalesce(b.at_seq, 0)
         UNION
         SELECT p.store_id, p.pod_uid, p.container, p.resource
         FROM fleet_snapshot_devices p
@@ -246,10 +246,7 @@ OWNERS_AT = """
     JOIN stores s ON s.store_id = d.store_id
     LEFT JOIN fleet_events e ON e.store_id = d.store_id AND e.seq = d.seq
     WHERE d.seq IS NULL
-       OR (e.op <> 'delete'
-           AND EXISTS (SELECT 1 FROM fleet_event_devices x
-                       WHERE x.store_id = e.store_id AND x.seq = e.seq
-                         AND x.device_id = :device_id))
+       OR (e.op <> 'delete' AND e.devices @> ARRAY[CAST(:device_id AS text)])
     ORDER BY s.node, d.store_id, d.pod_uid, d.container, d.resource
 """
 

@@ -20,7 +20,7 @@ from harness.pgserver import PgServer
 
 from podstore import FleetUnavailableError, PodStore
 from podstore.cli import cli
-from podstore.fleet import ship
+from podstore.fleet.ship import ship
 
 PODSTORE = [sys.executable, "-c", "from podstore.cli import main; main()"]
 

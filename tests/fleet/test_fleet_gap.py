@@ -12,7 +12,8 @@ from fleetlib import assert_same_state, fleet_event_seqs, node_events
 
 from podstore import PodStore
 from podstore.cli import cli
-from podstore.fleet import read, ship
+from podstore.fleet import read
+from podstore.fleet.ship import ship
 
 
 def _snapshots(url: str, store_id: str) -> list[tuple[int, int, int, int]]:

@@ -16,7 +16,8 @@ import pytest
 from fleetlib import assert_same_state, fleet_event_seqs, node_events
 
 from podstore import PodDevicesEntry, PodStore
-from podstore.fleet import read, ship
+from podstore.fleet import read
+from podstore.fleet.ship import ship
 
 STORES = 4
 ENTRIES_PER_STORE = 5_200  # 20,800 in all

@@ -16,7 +16,8 @@ from fleetlib import (
 )
 
 from podstore import FleetError, InvalidInputError, PodStore
-from podstore.fleet import read, ship
+from podstore.fleet import read
+from podstore.fleet.ship import ship
 
 
 def test_several_busy_nodes_ship_their_exact_state(tmp_path: Path, fleet_url: str) -> None:

@@ -50,3 +50,16 @@ def test_mask_in_running_text_and_errors() -> None:
     url = resolve("postgresql://admin:hunter2@h/db")
     err = translate(OSError("libpq said hunter2 was wrong"), url)
     assert "hunter2" not in str(err) and "admin:***@h" in str(err)
+
+
+def test_the_watch_interface_is_where_it_is_documented() -> None:
+    import inspect
+
+    import podstore.fleet.ship
+    from podstore import FleetUnavailableError, PodStoreError
+
+    sig = inspect.signature(podstore.fleet.ship.ship)
+    assert list(sig.parameters)[:3] == ["store", "url", "node"]
+    assert sig.parameters["node"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert issubclass(FleetUnavailableError, PodStoreError)
+    assert podstore.fleet.ship.ShipReport.__name__ == "ShipReport"

@@ -21,7 +21,7 @@ import sqlalchemy  # noqa: F401
 
 from podstore import PodStore
 from podstore.fleet import db as fleet_db
-from podstore.fleet import ship
+from podstore.fleet.ship import ship
 from podstore.fleet.urls import resolve
 
 

@@ -99,6 +99,12 @@ def upgrade() -> None:
         sa.Column("container", sa.Text(), nullable=True),
         sa.Column("resource", sa.Text(), nullable=False),
         sa.Column("device_ids", postgresql.JSONB(), nullable=True),
+        sa.Column(
+            "devices",
+            postgresql.ARRAY(sa.Text()),
+            server_default=sa.text("'{}'"),
+            nullable=False,
+        ),
         sa.PrimaryKeyConstraint("store_id", "seq", name="pk_fleet_events"),
         sa.CheckConstraint(f"op IN ({_OPS})", name="ck_fleet_events_op"),
     )
@@ -107,17 +113,8 @@ def upgrade() -> None:
         "fleet_events",
         ["store_id", "pod_uid", "container", "resource", "seq"],
     )
-    op.create_table(
-        "fleet_event_devices",
-        _store_id(),
-        sa.Column("seq", sa.BigInteger(), nullable=False),
-        sa.Column("device_id", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("store_id", "seq", "device_id", name="pk_fleet_event_devices"),
-    )
     op.create_index(
-        "ix_fleet_event_devices_device_id",
-        "fleet_event_devices",
-        ["device_id", "store_id", "seq"],
+        "ix_fleet_events_devices", "fleet_events", ["devices"], postgresql_using="gin"
     )
     op.create_table(
         "fleet_entries",
@@ -149,11 +146,10 @@ def upgrade() -> None:
         ),
     )
     op.create_index(
-        "ix_fleet_allocations_holders",
+        "ix_fleet_allocations_device",
         "fleet_allocations",
-        ["store_id", "resource", "device_id", "pod_uid"],
+        ["device_id", "store_id", "resource", "pod_uid"],
     )
-    op.create_index("ix_fleet_allocations_device_id", "fleet_allocations", ["device_id"])
     op.create_table(
         "fleet_double_allocated",
         _store_id(),
@@ -220,7 +216,6 @@ def downgrade() -> None:
         "fleet_double_allocated",
         "fleet_allocations",
         "fleet_entries",
-        "fleet_event_devices",
         "fleet_events",
         "fleet_stores",
     ):
