@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from podstore.errors import (
     FleetError,
@@ -107,9 +107,11 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
         return FleetError(f"{where}: the statement was cancelled (statement timeout): {first}")
     if sqlstate in _READ_ONLY:
         return ReadOnlyStoreError(f"{where}: refused, the transaction is read-only: {first}")
-    if (
-        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
-    ) or sqlstate.startswith(_UNAVAILABLE_CLASSES):
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        broken = FleetUnavailableError(f"cannot reach the {where}: {first}")
+        broken.pooled_connection_died = True  # type: ignore[attr-defined]
+        return broken
+    if sqlstate.startswith(_UNAVAILABLE_CLASSES):
         return FleetUnavailableError(f"cannot reach the {where}: {first}")
     if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate:
         # No SQLSTATE: the client could not connect or lost the connection.
@@ -135,6 +137,22 @@ def translated(url: FleetURL) -> Iterator[None]:
         if type(exc).__module__.startswith("psycopg"):
             raise translate(exc, url) from None
         raise
+
+
+T = TypeVar("T")
+
+
+def retrying(url: FleetURL, fn: Callable[[], T]) -> T:
+    """``fn()``, once more if it failed because a pooled connection had died (the server
+    restarted since it was opened): the pool has dropped them all by then, and every fleet
+    operation is safe to repeat (shipping is exactly once). A server that is down fails
+    both times, with the same FleetUnavailableError."""
+    try:
+        return fn()
+    except FleetUnavailableError as exc:
+        if not getattr(exc, "pooled_connection_died", False):
+            raise
+    return fn()
 
 
 @contextmanager

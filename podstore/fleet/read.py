@@ -79,13 +79,17 @@ def _read_only(
             conn.close()
 
 
+def _checked_read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
+    with db.transaction(url) as conn:
+        db.check_schema(conn, url, cached=True)
+    return _read_only(url, sql, params, DEFAULT_TIMEOUT)
+
+
 def nodes(url: str | FleetURL | None) -> QueryResult:
     """Every store the fleet database holds: node, store_id, last_seq, last_shipped_at, and
     its event, entry, device-row and snapshot counts (NODES_COLUMNS), by node name."""
     target = resolve(url)
-    with db.transaction(target) as conn:
-        db.check_schema(conn, target)
-    return _read_only(target, q.NODES, {}, DEFAULT_TIMEOUT)
+    return db.retrying(target, lambda: _checked_read(target, q.NODES, {}))
 
 
 def owners(
@@ -105,9 +109,8 @@ def owners(
     }
     if at is not None:
         params["at"] = parse_time(at, "at")
-    with db.transaction(target) as conn:
-        db.check_schema(conn, target)
-    return _read_only(target, q.OWNERS_NOW if at is None else q.OWNERS_AT, params, DEFAULT_TIMEOUT)
+    sql = q.OWNERS_NOW if at is None else q.OWNERS_AT
+    return db.retrying(target, lambda: _checked_read(target, sql, params))
 
 
 def query(
@@ -128,4 +131,6 @@ def query(
     validate.text(sql, "sql")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
         raise InvalidInputError(f"timeout: expected positive seconds, got {timeout!r}")
-    return _read_only(target, sql, params or {}, float(timeout), untrusted=True)
+    return db.retrying(
+        target, lambda: _read_only(target, sql, params or {}, float(timeout), untrusted=True)
+    )

@@ -264,6 +264,83 @@ def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: 
     return inserted
 
 
+@dataclass(slots=True)
+class _Totals:
+    shipped: int = 0
+    batches: int = 0
+    snapshots: int = 0
+    missing: int = 0
+    last: int = 0
+
+
+def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Totals) -> None:
+    """The batches of one :func:`ship` (run again whole if a pooled connection had died)."""
+    from sqlalchemy import text
+
+    conn = connect(ConnectOptions(path=store.path, readonly=True))
+    store_id = store.store_id
+    try:
+        # One pooled connection for the whole call, one transaction per batch.
+        with db.connection(target) as pg:
+            checked = False
+            while True:
+                # What this batch did counts once its transaction has committed.
+                shipped = batches = snapshots = missing = 0
+                with pg.begin():
+                    if not checked:
+                        db.check_schema(pg, target, cached=True)
+                        checked = True
+                    params = {"store_id": store_id, "node": node}
+                    last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())
+                    batch = _read_batch(conn, last, batch_size)
+                    if batch.high_water < last:
+                        raise FleetError(
+                            f"fleet database {target.shown} holds events of store {store_id} "
+                            f"up to seq {last}, but the store's history ends at seq "
+                            f"{batch.high_water}: the store file was replaced by an older "
+                            "copy of itself; ship from the current file, or give the copy a "
+                            "new identity"
+                        )
+                    gap_found = _has_gap(batch, last, batch_size)
+                    if gap_found:
+                        snap = _read_snapshot(conn, last)
+                        shipped = _apply_snapshot(pg, store_id, last, snap)
+                        snapshots = 1
+                        missing = gap = snap.at_seq - last - len(snap.kept)
+                        log.warning(
+                            "store %s (node %s): %d events after seq %d were pruned before "
+                            "they were shipped; sent a snapshot of the current state at seq "
+                            "%d (%d entries) to %s",
+                            store_id,
+                            node,
+                            gap,
+                            last,
+                            snap.at_seq,
+                            len(snap.entries),
+                            target.shown,
+                        )
+                        last = snap.at_seq
+                    elif batch.events:
+                        shipped = _apply(pg, store_id, batch)
+                        batches = 1
+                        last = batch.events[-1][0]
+                    else:
+                        pg.execute(
+                            text(q.MARK_SHIPPED), {"store_id": store_id, "last_seq": last}
+                        )
+                t.shipped += shipped
+                t.batches += batches
+                t.snapshots += snapshots
+                t.missing += missing
+                t.last = last
+                # A full batch may have more behind it, and after a snapshot the events
+                # written since it are read next; anything else was the end of the log.
+                if not gap_found and len(batch.events) < batch_size:
+                    break
+    finally:
+        conn.close()
+
+
 def ship(
     store: PodStore, url: str | FleetURL | None, *, node: str, batch_size: int = DEFAULT_BATCH
 ) -> ShipReport:
@@ -287,65 +364,15 @@ def ship(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size: expected a positive int, got {batch_size!r}")
     store_id = store.store_id
-    from sqlalchemy import text
-
-    conn = connect(ConnectOptions(path=store.path, readonly=True))
-    shipped = batches = snapshots = missing = 0
-    last = 0
-    try:
-        # One pooled connection for the whole call, one transaction per batch.
-        with db.connection(target) as pg:
-            checked = False
-            while True:
-                with pg.begin():
-                    if not checked:
-                        db.check_schema(pg, target, cached=True)
-                        checked = True
-                    params = {"store_id": store_id, "node": node}
-                    last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())
-                    batch = _read_batch(conn, last, batch_size)
-                    if batch.high_water < last:
-                        raise FleetError(
-                            f"fleet database {target.shown} holds events of store {store_id} "
-                            f"up to seq {last}, but the store's history ends at seq "
-                            f"{batch.high_water}: the store file was replaced by an older "
-                            "copy of itself; ship from the current file, or give the copy a "
-                            "new identity"
-                        )
-                    gap_found = _has_gap(batch, last, batch_size)
-                    if gap_found:
-                        snap = _read_snapshot(conn, last)
-                        shipped += _apply_snapshot(pg, store_id, last, snap)
-                        snapshots += 1
-                        gap = snap.at_seq - last - len(snap.kept)
-                        missing += gap
-                        log.warning(
-                            "store %s (node %s): %d events after seq %d were pruned before "
-                            "they were shipped; sent a snapshot of the current state at seq "
-                            "%d (%d entries) to %s",
-                            store_id,
-                            node,
-                            gap,
-                            last,
-                            snap.at_seq,
-                            len(snap.entries),
-                            target.shown,
-                        )
-                        last = snap.at_seq
-                    elif batch.events:
-                        shipped += _apply(pg, store_id, batch)
-                        batches += 1
-                        last = batch.events[-1][0]
-                    else:
-                        pg.execute(
-                            text(q.MARK_SHIPPED), {"store_id": store_id, "last_seq": last}
-                        )
-                # A full batch may have more behind it, and after a snapshot the events
-                # written since it are read next; anything else was the end of the log.
-                if not gap_found and len(batch.events) < batch_size:
-                    break
-    finally:
-        conn.close()
+    totals = _Totals()
+    db.retrying(target, lambda: _ship(store, target, node, batch_size, totals))
+    shipped, batches, snapshots, missing, last = (
+        totals.shipped,
+        totals.batches,
+        totals.snapshots,
+        totals.missing,
+        totals.last,
+    )
     log.info(
         "shipped %d events of store %s (node %s) to %s; it holds seq %d",
         shipped,

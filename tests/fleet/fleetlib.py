@@ -58,8 +58,13 @@ def rows(url: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple
     """Rows of a test's own query (on the pooled connection: quicker than ``fleet sql``)."""
     from sqlalchemy import text
 
-    with db.transaction(resolve(url)) as conn:
-        return [tuple(r) for r in conn.execute(text(sql), params or {})]
+    target = resolve(url)
+
+    def run() -> list[tuple[Any, ...]]:
+        with db.transaction(target) as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params or {})]
+
+    return db.retrying(target, run)
 
 
 def node_allocations(store: PodStore) -> Counter[tuple[Any, ...]]:

@@ -172,9 +172,14 @@ def test_server_down_exit_1_store_untouched_password_hidden(
     finally:
         pg.start()
     assert _files(db) == before
-    assert fleet_event_seqs(url, store_id) == [1, 2, 3]  # pod-d's insert is not there yet
-    assert _run("--db", str(db), "ship", "--to", url, "--node", "node-1").returncode == 0
+    # This process's pooled connections died with the server; the next call reconnects.
+    with PodStore.open(db, readonly=True) as store:
+        assert ship(store, with_password, node="node-1").shipped == 1
     assert fleet_event_seqs(url, store_id) == [1, 2, 3, 4]
+    with PodStore.open(db) as store:
+        store.insert("pod-e", "main", "nvidia.com/gpu", {0: ["GPU-5"]}, None)
+    assert _run("--db", str(db), "ship", "--to", url, "--node", "node-1").returncode == 0
+    assert fleet_event_seqs(url, store_id) == [1, 2, 3, 4, 5]
 
 
 def test_node_side_never_imports_the_driver(tmp_path: Path) -> None:
