@@ -106,10 +106,13 @@ def _copy_worker(url: str, paths: list[str], start: Any, out: Any) -> None:
         start.wait()
         events = 0
         for store_id, rows in loaded:
-            with conn.cursor() as cur, cur.copy(
-                "COPY copy_events (store_id, seq, ts, op, pod_uid, container, resource, "
-                "device_ids) FROM STDIN"
-            ) as copy:
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    "COPY copy_events (store_id, seq, ts, op, pod_uid, container, resource, "
+                    "device_ids) FROM STDIN"
+                ) as copy,
+            ):
                 for row in rows:
                     copy.write_row((store_id, *row))
             conn.commit()
@@ -157,7 +160,9 @@ def _latency(fn: Callable[[], object], reps: int) -> dict[str, float]:
     }
 
 
-def run(workdir: str, log: Log, *, stores: int = 1000, pods: int = 100, shippers: int = 4) -> dict[str, Any]:
+def run(
+    workdir: str, log: Log, *, stores: int = 1000, pods: int = 100, shippers: int = 4
+) -> dict[str, Any]:
     from sqlalchemy import text
 
     from podstore import PodStore
@@ -183,7 +188,7 @@ def run(workdir: str, log: Log, *, stores: int = 1000, pods: int = 100, shippers
         t0 = time.perf_counter()
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(2) as pool:
-            built = dict(pool.map(_build, [(p, n, pods) for n, p in enumerate(paths)]))
+            pool.map(_build, [(p, n, pods) for n, p in enumerate(paths)])
         build_s = time.perf_counter() - t0
         mid = _events(paths[stores // 2])[0][1]  # a node's first event, built half-way
         log(f"fleet: built in {build_s:.0f}s; shipping with {shippers} shippers")
@@ -205,12 +210,15 @@ def run(workdir: str, log: Log, *, stores: int = 1000, pods: int = 100, shippers
         with db.transaction(target) as conn:
             for name in ("fleet_events", "fleet_allocations", "fleet_entries", "fleet_stores"):
                 counts[name] = int(conn.execute(text(f"SELECT count(*) FROM {name}")).scalar_one())
-            doubles = conn.execute(text("SELECT count(*) FROM v_fleet_double_allocations")).scalar_one()
+            doubles = conn.execute(
+                text("SELECT count(*) FROM v_fleet_double_allocations")
+            ).scalar_one()
         log("fleet: query latencies")
         probe_n = 10  # a store built before `mid`; its pod 0 moved from GPU-10-0 to a spare
         device = f"GPU-{probe_n}-0"
 
         with db.connection(target) as conn:
+
             def double_allocations() -> object:
                 with conn.begin():
                     return conn.execute(text("SELECT * FROM v_fleet_double_allocations")).all()
@@ -288,7 +296,11 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
                 f"{q[node_key]['p50_s'] * 1000:.2f} ms",
             )
             for name, key, node_key in (
-                ("v_fleet_double_allocations", "v_fleet_double_allocations", "node_v_double_allocations"),
+                (
+                    "v_fleet_double_allocations",
+                    "v_fleet_double_allocations",
+                    "node_v_double_allocations",
+                ),
                 ("owners at a time, one device", "owners_at_one_device", "node_owners_at"),
             )
         ),

@@ -1,8 +1,8 @@
 """The package's layout holds: no import circle, and lower layers never import higher ones.
 
 Layers, bottom up (docs/design.md): errors/types/fsutil and deviceplugin; rules; checkpoint;
-sqlite; storage; store; cli. An import is read from the source (module level and inside
-functions alike), so a lazy import cannot hide a circle.
+sqlite; storage; store; the public face and fleet; cli. An import is read from the source
+(module level and inside functions alike), so a lazy import cannot hide a circle.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ LAYERS = {
     "podstore.storage": 4,
     "podstore.store": 5,
     "podstore": 6,  # the package's __init__: the public face
+    # The fleet (central PostgreSQL) sits above the facade, beside the public face: it uses
+    # store.py and storage/, and only cli/ imports it (lazily, inside its commands).
+    "podstore.fleet": 6,
     "podstore.cli": 7,
 }
 
@@ -112,6 +115,15 @@ def test_no_layer_imports_a_higher_one() -> None:
         if _layer(target) > _layer(name)
     ]
     assert upward == []
+
+
+def test_only_the_commands_import_the_fleet() -> None:
+    importers = sorted(
+        n
+        for n, t in GRAPH.items()
+        if any(x.startswith("podstore.fleet") for x in t) and not n.startswith("podstore.fleet")
+    )
+    assert importers == ["podstore.cli.fleet", "podstore.cli.ship"]
 
 
 def test_no_command_module_imports_the_command_group() -> None:

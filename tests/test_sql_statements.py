@@ -13,9 +13,9 @@ import pytest
 
 import podstore
 from podstore import PodStore
-from podstore.storage.sql import audit, checks, entries, events, responses, views
+from podstore.storage.sql import audit, checks, entries, events, responses, ship, views
 
-MODULES = (entries, events, responses, views, audit, checks)
+MODULES = (entries, events, responses, views, audit, checks, ship)
 PACKAGE = Path(podstore.__file__).parent
 
 
@@ -54,6 +54,7 @@ def test_there_are_statements_to_check() -> None:
     assert {"PODS", "CONTAINER_DEVICES", "DEVICES", "ENTRIES_WITH_RESPONSE"} <= names
     assert {"OWNERS_AT", "PRUNE", "INSERT_EVENT", "RUN_OPTIONS_FOR_CONTAINER"} <= names
     assert {"ORPHAN_CONTAINERS", "INSERT_ENV", "OWNERS_NOW"} <= names
+    assert {"HIGH_WATER", "EVENTS_AFTER", "EVENT_DEVICES_BETWEEN"} <= names
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))

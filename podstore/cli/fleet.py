@@ -12,7 +12,8 @@ import decimal
 import json
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -36,7 +37,11 @@ def fleet_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     return url
 
 
-def url_option(*names: str) -> Any:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def url_option(*names: str) -> Callable[[F], F]:
+    """The fleet database option (``--url``, ``--to`` for ship), checked by :func:`fleet_url`."""
     return click.option(
         *names,
         "url",
@@ -69,9 +74,7 @@ def _plain(value: Any, fmt: str) -> Any:
 
 def emit_result(result: QueryResult, fmt: str) -> None:
     columns = _unique(result.columns)
-    rows = [
-        dict(zip(columns, (_plain(v, fmt) for v in row), strict=True)) for row in result.rows
-    ]
+    rows = [dict(zip(columns, (_plain(v, fmt) for v in row), strict=True)) for row in result.rows]
     emit(rows, columns, fmt)
 
 
@@ -142,8 +145,7 @@ def owners(device_id: str, url: str, node: str | None, at: str | None, output: s
     multiple=True,
     metavar="NAME=VALUE",
     callback=_param,
-    help="Bind :NAME to VALUE (sent as text of unknown type; PostgreSQL infers it). "
-    "Repeatable.",
+    help="Bind :NAME to VALUE (sent as text of unknown type; PostgreSQL infers it). Repeatable.",
 )
 @click.option(
     "--timeout",

@@ -47,8 +47,7 @@ def engine(url: FleetURL) -> Engine:
                 import psycopg  # noqa: F401  (the fleet extra; SQLAlchemy would fail later)
             except ImportError:
                 raise FleetError(
-                    "the fleet database needs the PostgreSQL driver: "
-                    "pip install 'podstore[fleet]'"
+                    "the fleet database needs the PostgreSQL driver: pip install 'podstore[fleet]'"
                 ) from None
             found = sqlalchemy.create_engine(
                 url.url,
@@ -82,7 +81,6 @@ def dispose_all() -> None:
     with _lock:
         engines = [e for (pid, _), e in _engines.items() if pid == os.getpid()]
         _engines.clear()
-        _checked.clear()
     for e in engines:
         e.dispose()
 
@@ -169,37 +167,3 @@ def connection(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
     Raises FleetUnavailableError when the server cannot be reached."""
     with translated(url), engine(url).connect() as conn:
         yield conn
-
-
-_checked: set[tuple[int, str]] = set()
-
-
-def forget_schema(url: FleetURL) -> None:
-    """Ask again next time (the schema of ``url`` was just changed)."""
-    _checked.discard((os.getpid(), url.url))
-
-
-def check_schema(conn: sqlalchemy.Connection, url: FleetURL, *, cached: bool = False) -> None:
-    """Raise FleetError unless the central schema is at this podstore's head revision.
-
-    ``cached``: once a database passed, this process does not ask again (a watcher ships
-    every few seconds; a schema changed under it makes its statements fail instead)."""
-    from podstore.fleet.migrate import HEAD_REVISION, current_revision
-
-    key = (os.getpid(), url.url)
-    if cached and key in _checked:
-        return
-    rev = current_revision(conn)
-    head = HEAD_REVISION
-    if rev == head:
-        _checked.add(key)
-        return
-    if rev is None:
-        raise FleetError(
-            f"fleet database {url.shown} has no podstore fleet schema; run "
-            "`podstore fleet init --url URL` first"
-        )
-    raise FleetError(
-        f"fleet database {url.shown} is at fleet schema revision {rev}, this podstore expects "
-        f"{head}; run `podstore fleet init --url URL` (or upgrade podstore)"
-    )

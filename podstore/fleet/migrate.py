@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,43 @@ def current_revision(conn: sqlalchemy.Connection) -> str | None:
     return None if value is None else str(value)
 
 
+_checked: set[tuple[int, str]] = set()
+
+
+def forget_schema(url: FleetURL) -> None:
+    """Ask again next time (the schema of ``url`` was just changed)."""
+    _checked.discard((os.getpid(), url.url))
+
+
+def check_schema(conn: sqlalchemy.Connection, url: FleetURL, *, cached: bool = False) -> None:
+    """Raise FleetError unless the central schema is at this podstore's head revision.
+
+    ``cached``: once a database passed, this process does not ask again (a watcher ships
+    every few seconds; a schema changed under it makes its statements fail instead)."""
+    key = (os.getpid(), url.url)
+    if cached and key in _checked:
+        return
+    rev = current_revision(conn)
+    head = HEAD_REVISION
+    if rev == head:
+        _checked.add(key)
+        return
+    if rev is None:
+        raise FleetError(
+            f"fleet database {url.shown} has no podstore fleet schema; run "
+            "`podstore fleet init --url URL` first"
+        )
+    raise FleetError(
+        f"fleet database {url.shown} is at fleet schema revision {rev}, this podstore expects "
+        f"{head}; run `podstore fleet init --url URL` (or upgrade podstore)"
+    )
+
+
+def forget_all() -> None:
+    """Ask every database again (tests, after disposing of the engines)."""
+    _checked.clear()
+
+
 @dataclass(frozen=True, slots=True)
 class InitReport:
     """What :func:`init` found and left: revisions before and after (None: no schema)."""
@@ -88,7 +126,7 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
         cfg.attributes["connection"] = conn
         getattr(alembic_command, command)(cfg, target)
         after = current_revision(conn)
-    db.forget_schema(url)
+    forget_schema(url)
     return InitReport(before, after)
 
 

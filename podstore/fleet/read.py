@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podstore.errors import InvalidInputError
-from podstore.fleet import db
+from podstore.fleet import db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.urls import FleetURL, resolve
 from podstore.rules import validate
@@ -81,7 +81,7 @@ def _read_only(
 
 def _checked_read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
     with db.transaction(url) as conn:
-        db.check_schema(conn, url, cached=True)
+        migrate.check_schema(conn, url, cached=True)
     return _read_only(url, sql, params, DEFAULT_TIMEOUT)
 
 

@@ -74,7 +74,9 @@ fleet_stores = Table(
     # the node before it was shipped, and a snapshot stands in for it).
     Column("last_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("last_shipped_at", DateTime(timezone=True), nullable=True),
-    Column("first_shipped_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "first_shipped_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+    ),
     PrimaryKeyConstraint("store_id"),
 )
 

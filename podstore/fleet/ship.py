@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from podstore.errors import FleetError, InvalidInputError
-from podstore.fleet import db
+from podstore.fleet import db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.urls import FleetURL, resolve
 from podstore.rules import validate
@@ -186,7 +186,7 @@ def _run_batch(
     events: Sequence[EventRow] = (),
     devices: Sequence[tuple[int, str]] = (),
     entries: dict[Key, EntryState] | None = None,
-    registered: dict[str, str | None | _Unregistered] | None = None,
+    registered: dict[str, str | _Unregistered | None] | None = None,
 ) -> int:
     """One APPLY_BATCH: insert ``events`` (and the ``devices`` they name), bring the entries
     and registered resources given to their new state, set last_seq. Returns the number of
@@ -214,7 +214,7 @@ def _apply(pg: sqlalchemy.Connection, store_id: str, batch: _Batch) -> int:
     """Insert the batch's events and bring the store's current state past them: each entry
     (and registered resource) takes the state of its last event in the batch."""
     entries: dict[Key, EntryState] = {}
-    registered: dict[str, str | None | _Unregistered] = {}
+    registered: dict[str, str | _Unregistered | None] = {}
     for seq, _ts, op, pod, container, resource, ids in batch.events:
         if pod is None:
             registered[resource] = UNREGISTERED if op == "unregistered" else ids
@@ -288,7 +288,7 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                 shipped = batches = snapshots = missing = 0
                 with pg.begin():
                     if not checked:
-                        db.check_schema(pg, target, cached=True)
+                        migrate.check_schema(pg, target, cached=True)
                         checked = True
                     params = {"store_id": store_id, "node": node}
                     last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())
@@ -325,9 +325,7 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                         batches = 1
                         last = batch.events[-1][0]
                     else:
-                        pg.execute(
-                            text(q.MARK_SHIPPED), {"store_id": store_id, "last_seq": last}
-                        )
+                        pg.execute(text(q.MARK_SHIPPED), {"store_id": store_id, "last_seq": last})
                 t.shipped += shipped
                 t.batches += batches
                 t.snapshots += snapshots

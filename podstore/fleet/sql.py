@@ -60,9 +60,7 @@ def _explode(source: str) -> str:
              ELSE CAST('[]' AS jsonb) END) WITH ORDINALITY AS d (value, ord)"""
 
 
-_ALLOCATION_COLUMNS = (
-    "store_id, pod_uid, container, resource, seq, numa_node, position, device_id"
-)
+_ALLOCATION_COLUMNS = "store_id, pod_uid, container, resource, seq, numa_node, position, device_id"
 _ENTRY_COLUMNS = "store_id, pod_uid, container, resource, device_ids, seq"
 
 APPLY_BATCH = f"""
@@ -156,7 +154,7 @@ APPLY_BATCH = f"""
     SELECT count(*) FROM inserted
 """
 
-# ---- shipping: a snapshot in place of pruned history ----------------------------------------------
+# ---- shipping: a snapshot in place of pruned history -------------------------------------
 #
 # The store's state is cleared, then APPLY_BATCH writes the snapshot's entries (all at its seq)
 # and registered devices, with the events the node kept in the gap as history only.
@@ -180,7 +178,7 @@ INSERT_SNAPSHOT_DEVICES = """
     FROM fleet_allocations WHERE store_id = :store_id
 """
 
-# ---- reading --------------------------------------------------------------------------------------
+# ---- reading -------------------------------------------------------------------------------
 
 NODES = """
     SELECT s.node, s.store_id, s.last_seq, s.last_shipped_at,

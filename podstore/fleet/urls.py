@@ -66,7 +66,9 @@ def resolve(url: str | FleetURL | None) -> FleetURL:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
-        raise InvalidInputError(f"fleet URL {mask(url)!r} does not parse: {mask(str(exc))}") from None
+        raise InvalidInputError(
+            f"fleet URL {mask(url)!r} does not parse: {mask(str(exc))}"
+        ) from None
     if parsed.drivername not in _DRIVERS:
         raise InvalidInputError(
             f"fleet URL {mask(url)!r}: the fleet database is PostgreSQL "

@@ -16,9 +16,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.pgserver import PgServer, PgServerUnavailable  # noqa: E402
+from harness.pgserver import PgServer, PgServerUnavailable
 
-from podstore.fleet import db, migrate  # noqa: E402
+from podstore.fleet import db, migrate
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +32,7 @@ def pg() -> Iterator[PgServer]:
         yield server
     finally:
         db.dispose_all()
+        migrate.forget_all()
         server.destroy()
 
 

@@ -57,19 +57,34 @@ def test_listings_in_every_format(shipped: tuple[str, Path], fmt: str) -> None:
     nodes = runner.invoke(cli, ["fleet", "nodes", "--url", url, "-o", fmt])
     query = runner.invoke(
         cli,
-        ["fleet", "sql", "--url", url, "-o", fmt, "-p", "d=GPU-1",
-         "SELECT node, pod_uid, device_id FROM v_fleet_double_allocations "
-         "WHERE device_id = :d ORDER BY pod_uid"],
-    )  # fmt: skip
+        [
+            "fleet",
+            "sql",
+            "--url",
+            url,
+            "-o",
+            fmt,
+            "-p",
+            "d=GPU-1",
+            "SELECT node, pod_uid, device_id FROM v_fleet_double_allocations "
+            "WHERE device_id = :d ORDER BY pod_uid",
+        ],
+    )
     for result in (owners, nodes, query):
         assert result.exit_code == 0, result.output
     if fmt == "json":
         assert [r["pod_uid"] for r in json.loads(owners.output)] == ["pod-a", "pod-b"]
         (node,) = json.loads(nodes.output)
         assert list(node) == [
-            "node", "store_id", "last_seq", "last_shipped_at", "events", "entries",
-            "device_rows", "snapshots",
-        ]  # fmt: skip
+            "node",
+            "store_id",
+            "last_seq",
+            "last_shipped_at",
+            "events",
+            "entries",
+            "device_rows",
+            "snapshots",
+        ]
         assert (node["node"], node["events"], node["device_rows"]) == ("node-1", 2, 3)
         assert node["last_shipped_at"].endswith("Z")
         assert json.loads(query.output) == [

@@ -53,7 +53,7 @@ def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
 
 
 def test_head_constant_is_alembic_head() -> None:
-    assert migrate.HEAD_REVISION == migrate.head_revision()
+    assert migrate.head_revision() == migrate.HEAD_REVISION
 
 
 def test_every_primary_key_begins_with_store_id(fleet_url: str) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,7 +51,7 @@ def big_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
 
 
 def test_ship_and_ask_at_scale(
-    big_nodes: list[Path], fleet_url: str, record_property: pytest.RecordProperty
+    big_nodes: list[Path], fleet_url: str, record_property: Callable[[str, object], None]
 ) -> None:
     stores = [PodStore.open(p, readonly=True) for p in big_nodes]
     try:
@@ -72,7 +72,8 @@ def test_ship_and_ask_at_scale(
             f"    main(['--db', {str(big_nodes[-1])!r}, 'ship', '--to', {fleet_url!r},"
             f" '--node', 'node-{STORES - 1}'])\n"
             "finally:\n"
-            "    print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+            "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "    print('RSS', rss, file=sys.stderr)\n"
         )
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         cli_s = time.perf_counter() - t0
@@ -91,10 +92,14 @@ def test_ship_and_ask_at_scale(
         owners = read.owners(fleet_url, "GPU-2-5").rows
         owners_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        node_owners = stores[2].query(
-            "SELECT pod_uid, container, resource FROM v_device_owners WHERE device_id = ?",
-            ("GPU-2-5",),
-        ).rows
+        node_owners = (
+            stores[2]
+            .query(
+                "SELECT pod_uid, container, resource FROM v_device_owners WHERE device_id = ?",
+                ("GPU-2-5",),
+            )
+            .rows
+        )
         node_owners_s = time.perf_counter() - t0
         assert sorted((r[2], r[3], r[4]) for r in owners) == sorted(node_owners)
         now = node_events(stores[2])[-1]

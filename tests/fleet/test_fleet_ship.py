@@ -118,9 +118,7 @@ def test_owners_at_a_past_instant_follow_the_shipped_history(
             assert central == store.owners_at("G", at(when)), when
 
 
-def test_bad_arguments_and_a_missing_schema_change_nothing(
-    tmp_path: Path, empty_url: str
-) -> None:
+def test_bad_arguments_and_a_missing_schema_change_nothing(tmp_path: Path, empty_url: str) -> None:
     with PodStore.open(tmp_path / "n.db") as store:
         store.insert("p", "c", "r", {0: ["d"]}, None)
         with pytest.raises(FleetError, match="fleet init"):

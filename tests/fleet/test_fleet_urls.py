@@ -14,12 +14,17 @@ from podstore.fleet.urls import mask, resolve
     [
         ("postgresql://u:pw@db.example:5433/fleet", "postgresql://u:***@db.example:5433/fleet"),
         ("postgresql+psycopg://u:p%40ss@h/fleet", "postgresql+psycopg://u:***@h/fleet"),
-        ("postgresql://u@/fleet?host=/run/postgresql", "postgresql://u@/fleet?host=/run/postgresql"),
-        ("postgresql://u@h/fleet?password=pw&sslmode=require",
-         "postgresql://u@h/fleet?password=***&sslmode=require"),
+        (
+            "postgresql://u@/fleet?host=/run/postgresql",
+            "postgresql://u@/fleet?host=/run/postgresql",
+        ),
+        (
+            "postgresql://u@h/fleet?password=pw&sslmode=require",
+            "postgresql://u@h/fleet?password=***&sslmode=require",
+        ),
         ("postgres://u:pw@h/fleet", "postgres://u:***@h/fleet"),
     ],
-)  # fmt: skip
+)
 def test_accepted_forms_use_psycopg_and_are_shown_masked(given: str, shown: str) -> None:
     url = resolve(given)
     assert url.url.startswith("postgresql+psycopg://")

@@ -95,8 +95,18 @@ class PgServer:
             user = _ensure_os_user()
             for path in (self.root, self.socket_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
-                  "--locale=C", "-N")  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "-N",
+        )
         settings = [
             "listen_addresses = ''",
             f"unix_socket_directories = '{self.socket_dir}'",
@@ -144,9 +154,24 @@ class PgServer:
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run SQL through psql as the superuser; returns its output (unaligned, no headers)."""
         proc = subprocess.run(
-            [os.path.join(self.bindir, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-             "-h", str(self.socket_dir), "-p", str(PORT), "-U", SUPERUSER, "-d", database,
-             "-c", sql],  # fmt: skip
+            [
+                os.path.join(self.bindir, "psql"),
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                str(self.socket_dir),
+                "-p",
+                str(PORT),
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+                "-c",
+                sql,
+            ],
             capture_output=True,
             text=True,
             timeout=120,

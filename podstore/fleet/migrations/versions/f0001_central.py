@@ -113,9 +113,7 @@ def upgrade() -> None:
         "fleet_events",
         ["store_id", "pod_uid", "container", "resource", "seq"],
     )
-    op.create_index(
-        "ix_fleet_events_devices", "fleet_events", ["devices"], postgresql_using="gin"
-    )
+    op.create_index("ix_fleet_events_devices", "fleet_events", ["devices"], postgresql_using="gin")
     op.create_table(
         "fleet_entries",
         _store_id(),
