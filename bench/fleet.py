@@ -22,6 +22,7 @@ import shutil
 import sqlite3
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -339,14 +340,17 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def section(out: str, workdir: str, log: Log) -> bool:
+def section(out: str, log: Log) -> bool:
     """Run the fleet benchmark, print and write ``fleet.json`` / ``fleet.md`` under ``out``.
     Returns False (and writes nothing) when no PostgreSQL server binaries are found."""
+    workdir = tempfile.mkdtemp(prefix="podstore-bench-fleet-")
     try:
         res = run(workdir, log)
     except PgServerUnavailable as exc:
         log(f"fleet: skipped: {exc}")
         return False
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     text = markdown(res)
     print(text)
     with open(os.path.join(out, "fleet.json"), "w", encoding="utf-8") as f:
