@@ -155,6 +155,15 @@ def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ALLOCATION_NAMES = (
+    "pod_uid",
+    "container",
+    "resource",
+    "seq",
+    "numa_node",
+    "position",
+    "device_id",
+)
 _EVENT_NAMES = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids", "devices")
 
 
@@ -196,11 +205,20 @@ def _run_batch(
     entries = entries or {}
     registered = registered or {}
     touched = [(*k, None, None) if v is None else (*k, v[0], v[1]) for k, v in entries.items()]
+    # Device rows in the node's order: NUMA keys as in the map (ascending), list positions.
+    held = [
+        (pod, container, resource, state[1], int(numa), position, device)
+        for (pod, container, resource), state in entries.items()
+        if state is not None and state[0] is not None
+        for numa, ids in json.loads(state[0]).items()
+        for position, device in enumerate(ids or ())
+    ]
     params = {
         "store_id": store_id,
         "last_seq": last_seq,
         "events": _records(_EVENT_NAMES, _with_devices(events, devices)),
         "entries": _records(("pod_uid", "container", "resource", "device_ids", "seq"), touched),
+        "allocations": _records(_ALLOCATION_NAMES, held),
         "gone": _JSON.encode([r for r, v in registered.items() if isinstance(v, _Unregistered)]),
         "registered": _records(
             ("resource", "device_ids"),

@@ -38,26 +38,12 @@ MARK_SHIPPED = """
 #
 # The batch's events go in with the devices they name, and the current state moves past them:
 # each entry (and registered resource) takes the state of its last event in the batch, found in
-# Python in one pass (``:entries``, ``:registered``, ``:gone``). Every part is a data-modifying
-# CTE of a single statement, so a batch costs one round trip. They all see the state from
-# before the statement, so two parts never touch the same row: device rows carry the seq of the
-# event that wrote them (the old version's rows are deleted, the new version's inserted under
-# another key), entries are upserted or deleted by disjoint keys.
-
-
-def _explode(source: str) -> str:
-    """Device rows (numa_node, position, device_id) of the entries in ``source`` (a relation
-    with store_id, pod_uid, container, resource, device_ids, seq): a null map or list has none."""
-    return f"""
-    SELECT x.store_id, x.pod_uid, x.container, x.resource, x.seq, CAST(n.key AS bigint),
-           CAST(d.ord AS integer) - 1, d.value
-    FROM {source} x
-    CROSS JOIN LATERAL jsonb_each(
-        CASE WHEN jsonb_typeof(x.device_ids) = 'object' THEN x.device_ids
-             ELSE CAST('{{}}' AS jsonb) END) AS n (key, value)
-    CROSS JOIN LATERAL jsonb_array_elements_text(
-        CASE WHEN jsonb_typeof(n.value) = 'array' THEN n.value
-             ELSE CAST('[]' AS jsonb) END) WITH ORDINALITY AS d (value, ord)"""
+# Python in one pass (``:entries``, ``:registered``, ``:gone``), which also unpacks the device
+# rows of the entries written from their NUMA maps (``:allocations``). Every part is a
+# data-modifying CTE of a single statement, so a batch costs one round trip. They all see the
+# state from before the statement, so two parts never touch the same row: device rows carry the
+# seq of the event that wrote them (the old version's rows are deleted, the new version's
+# inserted under another key), entries are upserted or deleted by disjoint keys.
 
 
 _ALLOCATION_COLUMNS = "store_id, pod_uid, container, resource, seq, numa_node, position, device_id"
@@ -95,10 +81,14 @@ APPLY_BATCH = f"""
         FROM touched WHERE seq IS NOT NULL
         ON CONFLICT (store_id, pod_uid, container, resource)
         DO UPDATE SET device_ids = EXCLUDED.device_ids, seq = EXCLUDED.seq
-        RETURNING {_ENTRY_COLUMNS}
     ),
     held AS (
-        INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS}) {_explode("written")}
+        INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS})
+        SELECT :store_id, u.pod_uid, u.container, u.resource, u.seq, u.numa_node, u.position,
+               u.device_id
+        FROM json_to_recordset(CAST(:allocations AS json))
+             AS u (pod_uid text, container text, resource text, seq bigint, numa_node bigint,
+                   position integer, device_id text)
         RETURNING resource, device_id, pod_uid
     ),
     -- Double allocations: recount the devices the batch gave to an entry and those listed
