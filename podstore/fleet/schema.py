@@ -37,18 +37,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from podstore.fleet.sql import VERSION_TABLE
-from podstore.storage.schema import EVENT_OPS
+from podstore.storage.schema import EVENT_OPS, NAMING_CONVENTION
 
 __all__ = ["VERSION_TABLE", "metadata"]
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
+# The node schema's naming convention, so constraints are named alike on both sides.
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
