@@ -88,10 +88,11 @@ def _ship_worker(url: str, paths: list[str], start: Any, out: Any) -> None:
     # the clock measures shipping, not opening 1,000 SQLite files.
     stores = [PodStore.open(path, readonly=True, verify="off") for path in paths]
     start.wait()
+    cpu0 = time.process_time()
     events = 0
     for path, store in zip(paths, stores, strict=True):
         events += ship(store, url, node=f"node-{os.path.basename(path)[:-3]}").shipped
-    out.put(events)
+    out.put((events, time.process_time() - cpu0))
     for store in stores:
         store.close()
 
@@ -105,6 +106,7 @@ def _copy_worker(url: str, paths: list[str], start: Any, out: Any) -> None:
     with psycopg.connect(libpq) as conn:
         loaded = [(str(uuid.uuid4()), _events(p)) for p in paths]  # read before the clock
         start.wait()
+        cpu0 = time.process_time()
         events = 0
         for store_id, rows in loaded:
             with (
@@ -118,12 +120,35 @@ def _copy_worker(url: str, paths: list[str], start: Any, out: Any) -> None:
                     copy.write_row((store_id, *row))
             conn.commit()
             events += len(rows)
-    out.put(events)
+    out.put((events, time.process_time() - cpu0))
 
 
-def _parallel(target: Any, url: str, paths: list[str], workers: int) -> tuple[int, float]:
-    """Run ``target`` in ``workers`` processes over slices of ``paths``; (events, seconds)
-    from the moment all are ready to the moment the last one is done."""
+def _server_cpu(server: PgServer) -> float:
+    """CPU seconds used so far by the server's processes (postmaster and its children)."""
+    with open(server.data / "postmaster.pid", encoding="ascii") as f:
+        postmaster = int(f.readline())
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == postmaster or int(fields[1]) == postmaster:
+            # utime, stime, and those of reaped children (exited backends)
+            total += sum(int(x) for x in fields[11:15]) / tick
+    return total
+
+
+def _parallel(
+    target: Any, url: str, paths: list[str], workers: int, server: PgServer
+) -> dict[str, float]:
+    """Run ``target`` in ``workers`` processes over slices of ``paths``: events, wall seconds
+    from the moment all are ready to the moment the last one is done, and the CPU seconds the
+    workers and the server used meanwhile."""
     ctx = multiprocessing.get_context("fork")
     start = ctx.Event()
     out = ctx.Queue()
@@ -134,15 +159,22 @@ def _parallel(target: Any, url: str, paths: list[str], workers: int) -> tuple[in
     for p in procs:
         p.start()
     time.sleep(2.0)  # every worker has imported and connected
+    server0 = _server_cpu(server)
     t0 = time.perf_counter()
     start.set()
-    total = sum(out.get(timeout=3600) for _ in procs)
+    results = [out.get(timeout=3600) for _ in procs]
     elapsed = time.perf_counter() - t0
+    server_cpu = _server_cpu(server) - server0
     for p in procs:
         p.join(timeout=60)
         if p.exitcode != 0:
             raise RuntimeError(f"a worker failed (exit {p.exitcode})")
-    return total, elapsed
+    return {
+        "events": float(sum(r[0] for r in results)),
+        "wall_s": elapsed,
+        "client_cpu_s": sum(r[1] for r in results),
+        "server_cpu_s": server_cpu,
+    }
 
 
 def _latency(fn: Callable[[], object], reps: int) -> dict[str, float]:
@@ -194,7 +226,8 @@ def run(
         mid = _events(paths[stores // 2])[0][1]  # a node's first event, built half-way
         log(f"fleet: built in {build_s:.0f}s; shipping with {shippers} shippers")
 
-        events, ship_s = _parallel(_ship_worker, url, paths, shippers)
+        shipped = _parallel(_ship_worker, url, paths, shippers, server)
+        events, ship_s = int(shipped["events"]), shipped["wall_s"]
         target = resolve(url)
         with db.transaction(target) as conn:
             conn.execute(
@@ -204,7 +237,8 @@ def run(
                 )
             )
         log(f"fleet: shipped {events:,} events in {ship_s:.1f}s; COPY baseline")
-        copied, copy_s = _parallel(_copy_worker, url, paths, shippers)
+        copy = _parallel(_copy_worker, url, paths, shippers, server)
+        copied, copy_s = int(copy["events"]), copy["wall_s"]
         with db.connection(target) as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE"))
         counts: dict[str, int] = {}
@@ -253,6 +287,14 @@ def run(
             "events": events,
             "ship_s": ship_s,
             "events_per_s": events / ship_s,
+            "ship_client_cpu_s": shipped["client_cpu_s"],
+            "ship_server_cpu_s": shipped["server_cpu_s"],
+            # What 2 idle cores would ingest: events per CPU-second spent on both sides, × 2.
+            "ship_events_per_2_cpu_s": 2
+            * events
+            / (shipped["client_cpu_s"] + shipped["server_cpu_s"]),
+            "copy_events_per_2_cpu_s": 2 * copied / (copy["client_cpu_s"] + copy["server_cpu_s"]),
+            "load_avg_1m": os.getloadavg()[0],
             "copy_events": copied,
             "copy_s": copy_s,
             "copy_events_per_s": copied / copy_s,
@@ -284,7 +326,11 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
             TARGET_EVENTS_PER_S,
             ingest >= TARGET_EVENTS_PER_S,
             f"{res['events']:,} events in {res['ship_s']:.1f}s; COPY baseline "
-            f"{res['copy_events_per_s']:,.0f}/s (ship = {ingest / res['copy_events_per_s']:.0%})",
+            f"{res['copy_events_per_s']:,.0f}/s (ship = {ingest / res['copy_events_per_s']:.0%}); "
+            f"CPU {res['ship_client_cpu_s']:.1f}s shippers + {res['ship_server_cpu_s']:.1f}s "
+            f"PostgreSQL = {res['ship_events_per_2_cpu_s']:,.0f} events/s on 2 idle cores "
+            f"(COPY {res['copy_events_per_2_cpu_s']:,.0f}); load average "
+            f"{res['load_avg_1m']:.1f}",
         ),
         *(
             (
