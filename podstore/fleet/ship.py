@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from podstore.errors import FleetError, InvalidInputError
@@ -171,9 +173,7 @@ def _with_devices(
     events: Sequence[EventRow], devices: Sequence[tuple[int, str]]
 ) -> list[tuple[Any, ...]]:
     """Each event row with the list of devices it names (``devices`` in seq order)."""
-    named: dict[int, list[str]] = {}
-    for seq, device in devices:
-        named.setdefault(seq, []).append(device)
+    named = {seq: [d for _, d in group] for seq, group in groupby(devices, key=itemgetter(0))}
     return [(*e, named.get(e[0], [])) for e in events]
 
 
@@ -206,11 +206,19 @@ def _run_batch(
     registered = registered or {}
     touched = [(*k, None, None) if v is None else (*k, v[0], v[1]) for k, v in entries.items()]
     # Device rows in the node's order: NUMA keys as in the map (ascending), list positions.
+    # The maps are decoded in one json.loads: one call per map costs more than the parsing.
+    live = [
+        (key, numa_text, seq)
+        for key, state in entries.items()
+        if state is not None
+        for numa_text, seq in (state,)
+        if numa_text is not None
+    ]
+    maps = json.loads("[" + ",".join(t for _, t, _ in live) + "]") if live else []
     held = [
-        (pod, container, resource, state[1], int(numa), position, device)
-        for (pod, container, resource), state in entries.items()
-        if state is not None and state[0] is not None
-        for numa, ids in json.loads(state[0]).items()
+        (pod, container, resource, seq, int(numa), position, device)
+        for ((pod, container, resource), _, seq), numa_map in zip(live, maps, strict=True)
+        for numa, ids in numa_map.items()
         for position, device in enumerate(ids or ())
     ]
     params = {
