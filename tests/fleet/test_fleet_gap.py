@@ -123,3 +123,21 @@ def test_ship_command_reports_the_snapshot(
     assert "gap:" in result.output and "snapshot" in result.output
     nodes = CliRunner().invoke(cli, ["fleet", "nodes", "--url", fleet_url, "-o", "json"])
     assert '"snapshots": 1' in nodes.output
+
+
+def test_the_gap_warning_names_the_url_without_its_password(
+    tmp_path: Path,
+    fleet_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "gap-pw-0815"
+    with_password = fleet_url.replace("postgres@", f"postgres:{secret}@")
+    with PodStore.open(tmp_path / "n.db") as store:
+        _history(store, monkeypatch)
+        store.prune_history(at("11:30"))
+        with caplog.at_level("INFO", logger="podstore.fleet"):
+            report = ship(store, with_password, node="n")
+    assert report.snapshots == 1 and "postgres:***@" in report.url
+    assert "pruned before they were shipped" in caplog.text and "postgres:***@" in caplog.text
+    assert secret not in caplog.text and secret not in repr(report)
