@@ -75,6 +75,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=20240601, help="workload RNG seed")
     p.add_argument(
+        "--fleet-only", action="store_true", help="run only the fleet section (bench/fleet.py)"
+    )
+    p.add_argument(
         "--render",
         action="store_true",
         help="measure nothing: redraw the tables, latest.md and the plot from <out>/latest.json",
@@ -103,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             report.plot(saved, args.plot)
         return 0
+
+    if args.fleet_only:
+        from bench import fleet
+
+        os.makedirs(args.out, exist_ok=True)
+        return 0 if fleet.section(args.out, lambda m: print(m, file=sys.stderr)) else 1
 
     cfg = runner.Config.make(args.sizes, args.reps, args.quick, args.seed)
     own_workdir = args.workdir is None
@@ -142,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         if not report.plot(results, args.plot):
             log("matplotlib is not installed: no plot (pip install matplotlib)")
+    from bench import fleet  # its own section: bench/results/fleet.{md,json}
+
+    fleet.section(args.out, log)
     missed = sum(1 for t in verdicts if t.passed is False)
     log(f"done in {meta['duration_s']:.0f}s: {len(verdicts) - missed} targets met, {missed} missed")
     return 0

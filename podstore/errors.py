@@ -59,3 +59,13 @@ class StoreBusyError(PodStoreError):
 
 class ReadOnlyStoreError(PodStoreError):
     """A write was attempted on a store opened read-only, or on a read-only file."""
+
+
+class FleetError(PodStoreError):
+    """The fleet database (the central PostgreSQL, docs/fleet.md) refused or failed an
+    operation: its schema is missing or too new, or a statement failed there."""
+
+
+class FleetUnavailableError(FleetError):
+    """The fleet database cannot be reached (server down, refused, or the connection broke);
+    nothing was changed on the node, and whatever the call had not committed there is undone."""

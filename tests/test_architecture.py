@@ -1,9 +1,9 @@
 """The package's layout holds: no import circle, and lower layers never import higher ones.
 
 Layers, bottom up (docs/design.md): errors/types/fsutil and deviceplugin; rules; checkpoint;
-sqlite; storage; store; the public face and the optional features over it (watch, metrics);
-cli. An import is read from the source (module level and inside
-functions alike), so a lazy import cannot hide a circle.
+sqlite; storage; store; the public face and the optional features over it (watch, metrics,
+fleet); cli. An import is read from the source (module level and inside functions alike), so a
+lazy import cannot hide a circle.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ LAYERS = {
     # Optional features over the facade (import podstore never loads them).
     "podstore.watch": 6,
     "podstore.metrics": 6,
+    # The fleet (central PostgreSQL) sits above the facade, beside the public face: it uses
+    # store.py and storage/, and only cli/ imports it (lazily, inside its commands).
+    "podstore.fleet": 6,
     "podstore.cli": 7,
 }
 
@@ -116,6 +119,16 @@ def test_no_layer_imports_a_higher_one() -> None:
         if _layer(target) > _layer(name)
     ]
     assert upward == []
+
+
+def test_only_the_commands_import_the_fleet() -> None:
+    importers = sorted(
+        n
+        for n, t in GRAPH.items()
+        if any(x.startswith("podstore.fleet") for x in t) and not n.startswith("podstore.fleet")
+    )
+    # watch imports it only inside the --ship-to path.
+    assert importers == ["podstore.cli.fleet", "podstore.cli.ship", "podstore.cli.watch"]
 
 
 def test_no_command_module_imports_the_command_group() -> None:

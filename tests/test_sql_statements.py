@@ -13,9 +13,19 @@ import pytest
 
 import podstore
 from podstore import PodStore
-from podstore.storage.sql import audit, checks, entries, events, metrics, responses, sync, views
+from podstore.storage.sql import (
+    audit,
+    checks,
+    entries,
+    events,
+    metrics,
+    responses,
+    ship,
+    sync,
+    views,
+)
 
-MODULES = (entries, events, responses, views, audit, checks, sync, metrics)
+MODULES = (entries, events, responses, views, audit, checks, sync, metrics, ship)
 PACKAGE = Path(podstore.__file__).parent
 
 
@@ -62,6 +72,7 @@ def test_there_are_statements_to_check() -> None:
     assert {"OWNERS_AT", "PRUNE", "INSERT_EVENT", "RUN_OPTIONS_FOR_CONTAINER"} <= names
     assert {"ORPHAN_CONTAINERS", "INSERT_ENV", "OWNERS_NOW"} <= names
     assert {"PAIR", "CHANGED_DEVICES", "CHANGED_RESPONSES", "CHANGED_REGISTERED"} <= names
+    assert {"HIGH_WATER", "EVENTS_AFTER", "EVENT_DEVICES_BETWEEN"} <= names
 
 
 def test_setup_creates_temp_tables_only_and_can_run_again(migrated: Path) -> None:

@@ -14,8 +14,9 @@ import pytest
 from watch_support import checkpoint_path, file_state, mutate, random_state, store_state, wait_for
 
 from podstore import PodStore, PodStoreError
+from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.watch.follower import Follower
-from podstore.watch.shipping import RetryingHook, mask_url, scrub
+from podstore.watch.shipping import RetryingHook
 from podstore.watch.stats import BUCKETS, SyncStats
 
 
@@ -39,7 +40,7 @@ def test_mask_url(url: str, masked: str) -> None:
 def test_scrub_removes_the_password_wherever_it_appears() -> None:
     url = "postgresql://ps:s3cret@db:5432/fleet"
     text = f'connection to {url} failed: password "s3cret" rejected'
-    out = scrub(text, url)
+    out = scrub(text, url_password(url))
     assert "s3cret" not in out and "postgresql://ps:***@db:5432/fleet" in out
 
 

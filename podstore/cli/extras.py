@@ -1,17 +1,21 @@
 """Commands that need an optional dependency say so in one line (exit status 2) instead of a
-traceback: ``podstore[watch]`` brings watchdog and prometheus_client."""
+traceback: ``podstore[watch]`` brings watchdog and prometheus_client, ``podstore[fleet]`` the
+PostgreSQL driver."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 
 import click
 
 
 def require(module: str, what: str, extra: str = "watch") -> None:
-    """Exit 2 with an install hint unless ``module`` can be imported."""
-    if importlib.util.find_spec(module) is None:
+    """Exit 2 with an install hint unless ``module`` can be imported (imported for real: a
+    package that is found but broken counts as missing)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
         click.echo(
             f"podstore: error: {what} needs the {module} package: "
             f"install podstore[{extra}] (pip install 'podstore[{extra}]')",

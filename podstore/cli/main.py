@@ -14,11 +14,13 @@ import click
 from podstore.cli import (
     checkpoint,
     devices,
+    fleet,
     history,
     metrics,
     migrate,
     pods,
     run_options,
+    ship,
     sql,
     status,
     verify,
@@ -72,5 +74,7 @@ for _command in (
     migrate.migrate,
     watch.watch,
     metrics.metrics,
+    ship.ship,
+    fleet.fleet,
 ):
     cli.add_command(_command)

@@ -8,7 +8,6 @@ or bad (the store untouched) or on a store error; 2 on bad usage, also when an o
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import signal
@@ -24,9 +23,10 @@ import click
 from podstore.cli.context import Context
 from podstore.cli.extras import require
 from podstore.errors import InvalidInputError, PodStoreError
+from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.store import PodStore
 from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
-from podstore.watch.shipping import RetryingHook, mask_url, scrub
+from podstore.watch.shipping import RetryingHook
 from podstore.watch.stats import SyncStats
 
 log = logging.getLogger("podstore")
@@ -55,16 +55,9 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
 
 def _shipper(store: PodStore, url: str, node: str) -> RetryingHook:
     """The runner of the hook that ships the history after syncs (its ``call`` ships once,
-    in the caller's thread), or exit 2 when podstore.fleet is absent."""
-    try:
-        module = importlib.import_module("podstore.fleet.ship")
-        ship: Callable[..., object] = module.ship
-    except (ImportError, AttributeError) as exc:
-        click.echo(
-            f"podstore: error: --ship-to needs podstore.fleet ({exc}): install podstore[fleet]",
-            err=True,
-        )
-        sys.exit(2)
+    in the caller's thread), or exit 2 when the fleet extra (its driver) is not installed."""
+    require("psycopg", "--ship-to", extra="fleet")
+    from podstore.fleet.ship import ship
 
     def call() -> object:
         return ship(store, url, node=node)
@@ -72,7 +65,7 @@ def _shipper(store: PodStore, url: str, node: str) -> RetryingHook:
     return RetryingHook(
         call,
         name=f"ship to {mask_url(url)}",
-        describe=lambda exc: scrub(str(exc) or type(exc).__name__, url),
+        describe=lambda exc: scrub(str(exc) or type(exc).__name__, url_password(url)),
     )
 
 
@@ -165,7 +158,9 @@ def watch(
             try:
                 shipper.call()
             except Exception as exc:
-                log.error("%s failed: %s", shipper.name, scrub(str(exc), ship_to or ""))
+                log.error(
+                    "%s failed: %s", shipper.name, scrub(str(exc), url_password(ship_to or ""))
+                )
                 sys.exit(1)
         sys.exit(0 if outcome.ok else 1)
 

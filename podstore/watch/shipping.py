@@ -4,7 +4,7 @@ thread of its own, so that a slow or unreachable server never blocks or skips a 
 Every notification asks for one more call; notifications that arrive while a call runs or
 waits collapse into one (shipping sends everything the server lacks, so one call catches up).
 A failing call is retried with capped exponential backoff; its error is logged once per
-distinct problem, and URLs in it are masked (:func:`mask_url`), so no password is printed.
+distinct problem, through ``describe`` (the shipper masks URLs there with ``rules/secrets``).
 """
 
 from __future__ import annotations
@@ -12,45 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 log = logging.getLogger("podstore")
-
-
-def mask_url(url: str) -> str:
-    """``url`` with any password (in the authority or a ``password=`` query) as ``***``; the
-    rest is left exactly as written."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    out = url
-    if "@" in parts.netloc:
-        userinfo, _, host = parts.netloc.rpartition("@")
-        if ":" in userinfo:
-            masked = userinfo.split(":", 1)[0] + ":***@" + host
-            out = out.replace(parts.netloc, masked, 1)
-    if parts.query:
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        if any(k.lower() == "password" for k, _ in pairs):
-            query = urlencode(
-                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*/"
-            )
-            out = out.replace("?" + parts.query, "?" + query, 1)
-    return out
-
-
-def scrub(text: str, url: str) -> str:
-    """``text`` with ``url`` masked, and its password removed wherever else it appears."""
-    masked = mask_url(url)
-    text = text.replace(url, masked)
-    try:
-        secret = urlsplit(url).password
-    except ValueError:
-        secret = None
-    if secret:
-        text = text.replace(secret, "***")
-    return text
 
 
 class RetryingHook:

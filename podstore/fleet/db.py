@@ -1,0 +1,169 @@
+"""Connections to the fleet database: one engine per URL and process, and its errors.
+
+psycopg 3 through SQLAlchemy. The driver is imported when the first engine connects, never
+when ``podstore`` (or this module) is imported. Every driver error leaves here as a podstore
+error whose text holds the URL masked and never its password: unreachable or broken
+connections as FleetUnavailableError, a write in a read-only transaction as
+ReadOnlyStoreError, bad SQL as InvalidInputError, anything else as FleetError.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from podstore.errors import (
+    FleetError,
+    FleetUnavailableError,
+    InvalidInputError,
+    PodStoreError,
+    ReadOnlyStoreError,
+)
+from podstore.fleet.urls import FleetURL, scrub
+
+if TYPE_CHECKING:
+    import sqlalchemy
+    from sqlalchemy.engine import Engine
+
+#: Seconds to wait for the server to accept a connection.
+CONNECT_TIMEOUT = 10
+
+_engines: dict[tuple[int, str], Engine] = {}
+_lock = threading.Lock()
+
+
+def engine(url: FleetURL) -> Engine:
+    """This process's engine for ``url`` (made on first use; a forked child makes its own)."""
+    key = (os.getpid(), url.url)
+    with _lock:
+        found = _engines.get(key)
+        if found is None:
+            import sqlalchemy
+
+            try:
+                import psycopg  # noqa: F401  (the fleet extra; SQLAlchemy would fail later)
+            except ImportError:
+                raise FleetError(
+                    "the fleet database needs the PostgreSQL driver: pip install 'podstore[fleet]'"
+                ) from None
+            found = sqlalchemy.create_engine(
+                url.url,
+                # No ping on checkout (a round trip per ship): a pooled connection that died
+                # with a server restart fails its first statement, the pool drops it, and the
+                # caller's retry (the watcher's backoff) gets a new one.
+                pool_size=2,
+                # Bound values never appear in an error's text.
+                hide_parameters=True,
+                connect_args={"connect_timeout": CONNECT_TIMEOUT, "application_name": "podstore"},
+            )
+            sqlalchemy.event.listen(found, "connect", _configure)
+            _engines[key] = found
+        return found
+
+
+def _configure(dbapi_connection: Any, _record: Any) -> None:
+    with dbapi_connection.cursor() as cur:
+        # JIT compilation costs hundreds of ms, and the planner's row estimates for
+        # json_to_recordset/jsonb_each trigger it on every batch; these statements are short.
+        cur.execute("SET jit = off")
+        # A commit need not wait for its WAL flush: a batch lost in a server crash is lost
+        # whole, with the last_seq that records it, so the next ship sends it again (the node
+        # keeps it, or the gap rule heals it). Exactly once does not rest on durability here.
+        cur.execute("SET synchronous_commit = off")
+    dbapi_connection.commit()
+
+
+def dispose_all() -> None:
+    """Close every pooled connection of this process (tests, and before a fork)."""
+    with _lock:
+        engines = [e for (pid, _), e in _engines.items() if pid == os.getpid()]
+        _engines.clear()
+    for e in engines:
+        e.dispose()
+
+
+# SQLSTATE classes and codes (PostgreSQL Appendix A).
+_UNAVAILABLE_CLASSES = ("08", "53", "57P", "58")
+_CANCELED = "57014"  # query_canceled: the statement timeout
+# read_only_sql_transaction; active_sql_transaction (SET TRANSACTION READ WRITE too late)
+_READ_ONLY = ("25006", "25001")
+_BAD_INPUT_CLASSES = ("42", "22", "21", "0A", "2B", "3F", "P0")
+
+
+def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
+    """The podstore error for a driver or SQLAlchemy error (message scrubbed of passwords)."""
+    from sqlalchemy import exc as sa_exc
+
+    orig = getattr(exc, "orig", None) or exc
+    sqlstate = str(getattr(orig, "sqlstate", None) or "")
+    first = scrub(str(orig).strip().splitlines()[0] if str(orig).strip() else repr(orig), url)
+    where = f"fleet database {url.shown}"
+    if sqlstate == _CANCELED:
+        return FleetError(f"{where}: the statement was cancelled (statement timeout): {first}")
+    if sqlstate in _READ_ONLY:
+        return ReadOnlyStoreError(f"{where}: refused, the transaction is read-only: {first}")
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        broken = FleetUnavailableError(f"cannot reach the {where}: {first}")
+        broken.pooled_connection_died = True  # type: ignore[attr-defined]
+        return broken
+    if sqlstate.startswith(_UNAVAILABLE_CLASSES):
+        return FleetUnavailableError(f"cannot reach the {where}: {first}")
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate:
+        # No SQLSTATE: the client could not connect or lost the connection.
+        return FleetUnavailableError(f"cannot reach the {where}: {first}")
+    if sqlstate.startswith(_BAD_INPUT_CLASSES):
+        return InvalidInputError(f"{where}: {first}")
+    return FleetError(f"{where}: {first}")
+
+
+@contextmanager
+def translated(url: FleetURL) -> Iterator[None]:
+    """Run a block with driver errors turned into podstore errors."""
+    from sqlalchemy import exc as sa_exc
+
+    try:
+        yield
+    except PodStoreError:
+        raise
+    except (sa_exc.SQLAlchemyError, OSError) as exc:
+        raise translate(exc, url) from None
+    except Exception as exc:
+        # psycopg's own errors (raised outside SQLAlchemy's wrapping, e.g. at connect).
+        if type(exc).__module__.startswith("psycopg"):
+            raise translate(exc, url) from None
+        raise
+
+
+T = TypeVar("T")
+
+
+def retrying(url: FleetURL, fn: Callable[[], T]) -> T:
+    """``fn()``, once more if it failed because a pooled connection had died (the server
+    restarted since it was opened): the pool has dropped them all by then, and every fleet
+    operation is safe to repeat (shipping is exactly once). A server that is down fails
+    both times, with the same FleetUnavailableError."""
+    try:
+        return fn()
+    except FleetUnavailableError as exc:
+        if not getattr(exc, "pooled_connection_died", False):
+            raise
+    return fn()
+
+
+@contextmanager
+def transaction(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
+    """One transaction on the fleet database: committed when the block ends, rolled back on
+    any exception. Raises FleetUnavailableError when the server cannot be reached."""
+    with translated(url), engine(url).begin() as conn:
+        yield conn
+
+
+@contextmanager
+def connection(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
+    """One pooled connection for several transactions (``with conn.begin():`` each).
+    Raises FleetUnavailableError when the server cannot be reached."""
+    with translated(url), engine(url).connect() as conn:
+        yield conn

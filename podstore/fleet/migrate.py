@@ -1,0 +1,149 @@
+"""Create and upgrade the central schema: ``podstore fleet init`` and its API.
+
+The Alembic scripts ship as ``podstore.fleet.migrations`` with their own version table
+(``fleet_alembic_version``). Each run holds a transaction-scoped advisory lock, so two
+``fleet init`` at once migrate once; PostgreSQL DDL is transactional, so a failed upgrade
+leaves the previous schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from podstore.errors import FleetError
+from podstore.fleet import db
+from podstore.fleet.sql import ADVISORY_LOCK, REVISION, VERSION_TABLE_EXISTS
+from podstore.fleet.urls import FleetURL, resolve
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+# An arbitrary constant: the advisory lock id of podstore's fleet migrations.
+_LOCK_ID = 0x706F_6473_746F_7265  # "podstore"
+
+
+def migrations_dir() -> str:
+    spec = importlib.util.find_spec("podstore.fleet.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise FleetError("podstore.fleet.migrations is not installed; reinstall podstore")
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+@functools.cache
+def _script_directory() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(migrations_dir())
+
+
+#: The newest revision under fleet/migrations/versions: ``ship`` and the reads check the
+#: database against it without loading Alembic (~150 ms per process). Bump it with every new
+#: revision; a test pins it to Alembic's head.
+HEAD_REVISION = "f0001"
+
+
+def head_revision() -> str:
+    """The newest central schema revision, from the scripts (loads Alembic)."""
+    head = _script_directory().get_current_head()
+    assert isinstance(head, str)
+    return head
+
+
+def current_revision(conn: sqlalchemy.Connection) -> str | None:
+    """The central schema's revision; None when it has none (not initialised, or downgraded
+    to base)."""
+    from sqlalchemy import text
+
+    if not conn.execute(text(VERSION_TABLE_EXISTS)).scalar():
+        return None
+    value = conn.execute(text(REVISION)).scalar()
+    return None if value is None else str(value)
+
+
+_checked: set[tuple[int, str]] = set()
+
+
+def forget_schema(url: FleetURL) -> None:
+    """Ask again next time (the schema of ``url`` was just changed)."""
+    _checked.discard((os.getpid(), url.url))
+
+
+def check_schema(conn: sqlalchemy.Connection, url: FleetURL, *, cached: bool = False) -> None:
+    """Raise FleetError unless the central schema is at this podstore's head revision.
+
+    ``cached``: once a database passed, this process does not ask again (a watcher ships
+    every few seconds; a schema changed under it makes its statements fail instead)."""
+    key = (os.getpid(), url.url)
+    if cached and key in _checked:
+        return
+    rev = current_revision(conn)
+    head = HEAD_REVISION
+    if rev == head:
+        _checked.add(key)
+        return
+    if rev is None:
+        raise FleetError(
+            f"fleet database {url.shown} has no podstore fleet schema; run "
+            "`podstore fleet init --url URL` first"
+        )
+    raise FleetError(
+        f"fleet database {url.shown} is at fleet schema revision {rev}, this podstore expects "
+        f"{head}; run `podstore fleet init --url URL` (or upgrade podstore)"
+    )
+
+
+def forget_all() -> None:
+    """Ask every database again (tests, after disposing of the engines)."""
+    _checked.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class InitReport:
+    """What :func:`init` found and left: revisions before and after (None: no schema)."""
+
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def _run(url: FleetURL, command: str, target: str) -> InitReport:
+    from alembic import command as alembic_command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    with db.transaction(url) as conn:
+        conn.execute(text(ADVISORY_LOCK), {"id": _LOCK_ID})
+        before = current_revision(conn)
+        cfg = Config()
+        cfg.set_main_option("script_location", migrations_dir())
+        cfg.attributes["connection"] = conn
+        getattr(alembic_command, command)(cfg, target)
+        after = current_revision(conn)
+    forget_schema(url)
+    return InitReport(before, after)
+
+
+def init(url: str | FleetURL | None) -> InitReport:
+    """Create the central schema, or upgrade it to the head revision; a database already at
+    head is left as it is. Raises FleetUnavailableError, or FleetError when the database
+    holds a revision this podstore does not know."""
+    target = resolve(url)
+    return _run(target, "upgrade", "head")
+
+
+def upgrade(url: str | FleetURL | None, revision: str = "head") -> InitReport:
+    """Upgrade the central schema to ``revision``."""
+    return _run(resolve(url), "upgrade", revision)
+
+
+def downgrade(url: str | FleetURL | None, revision: str) -> InitReport:
+    """Downgrade the central schema to ``revision`` (``base``: remove every fleet table and
+    view, and with them every node's shipped history)."""
+    return _run(resolve(url), "downgrade", revision)

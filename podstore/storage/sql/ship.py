@@ -1,0 +1,40 @@
+"""The SQL of shipping the history to the fleet database (``podstore.fleet.ship``): reading
+events after a ``seq``, and where the numbering stands. (The snapshot of the current state
+that heals a gap reads the entries with ``storage/entries.read_entries``.)
+
+Event numbers are dense: ``storage/events.Pending`` gives each event the number after the
+newest ever assigned (``sqlite_sequence``, which a rolled-back transaction leaves as it was),
+so every number up to :data:`HIGH_WATER` was an event, and a number missing below it is an
+event ``prune_history`` removed.
+"""
+
+from __future__ import annotations
+
+#: The newest seq ever assigned (0 before the first event), pruned or not.
+HIGH_WATER = """
+    SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'allocation_events'), 0)
+"""
+
+#: Up to ``limit`` events after ``seq``, oldest first: (seq, ts, op, pod_uid, container,
+#: resource, device_ids).
+EVENTS_AFTER = """
+    SELECT seq, ts, op, pod_uid, container, resource, device_ids FROM allocation_events
+    WHERE seq > ? ORDER BY seq LIMIT ?
+"""
+
+#: Every event up to and including ``seq`` after ``after`` (a snapshot's kept history).
+EVENTS_BETWEEN = """
+    SELECT seq, ts, op, pod_uid, container, resource, device_ids FROM allocation_events
+    WHERE seq > ? AND seq <= ? ORDER BY seq
+"""
+
+#: (seq, device_id) of the events in (after, through], in seq order.
+EVENT_DEVICES_BETWEEN = """
+    SELECT seq, device_id FROM allocation_event_devices WHERE seq > ? AND seq <= ?
+    ORDER BY seq, device_id
+"""
+
+#: The time of the newest kept event up to ``seq`` (NULL when none is kept).
+TS_THROUGH = """
+    SELECT ts FROM allocation_events WHERE seq <= ? ORDER BY seq DESC LIMIT 1
+"""

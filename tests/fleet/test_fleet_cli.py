@@ -1,0 +1,219 @@
+"""The fleet commands as an operator runs them: formats, read-only SQL, URL forms, a server
+that is down, and passwords that never show."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from fleetlib import fleet_event_seqs, rows
+from harness.pgserver import PgServer
+
+from podstore import FleetUnavailableError, PodStore
+from podstore.cli import cli
+from podstore.fleet.ship import ship
+
+PODSTORE = [sys.executable, "-c", "from podstore.cli import main; main()"]
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PODSTORE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def shipped(tmp_path: Path, fleet_url: str) -> tuple[str, Path]:
+    db = tmp_path / "n.db"
+    with PodStore.open(db) as store:
+        store.insert("pod-a", "main", "nvidia.com/gpu", {0: ["GPU-1"], 1: ["GPU-2"]}, None)
+        store.insert("pod-b", "main", "nvidia.com/gpu", {0: ["GPU-1"]}, None)
+    result = CliRunner().invoke(
+        cli, ["--db", str(db), "ship", "--to", fleet_url, "--node", "node-1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "shipped 2 events" in result.output and "it holds seq 2" in result.output
+    return fleet_url, db
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "yaml", "csv"])
+def test_listings_in_every_format(shipped: tuple[str, Path], fmt: str) -> None:
+    url, _ = shipped
+    runner = CliRunner()
+    owners = runner.invoke(cli, ["fleet", "owners", "GPU-1", "--url", url, "-o", fmt])
+    nodes = runner.invoke(cli, ["fleet", "nodes", "--url", url, "-o", fmt])
+    query = runner.invoke(
+        cli,
+        [
+            "fleet",
+            "sql",
+            "--url",
+            url,
+            "-o",
+            fmt,
+            "-p",
+            "d=GPU-1",
+            "SELECT node, pod_uid, device_id FROM v_fleet_double_allocations "
+            "WHERE device_id = :d ORDER BY pod_uid",
+        ],
+    )
+    for result in (owners, nodes, query):
+        assert result.exit_code == 0, result.output
+    if fmt == "json":
+        assert [r["pod_uid"] for r in json.loads(owners.output)] == ["pod-a", "pod-b"]
+        (node,) = json.loads(nodes.output)
+        assert list(node) == [
+            "node",
+            "store_id",
+            "last_seq",
+            "last_shipped_at",
+            "events",
+            "entries",
+            "device_rows",
+            "snapshots",
+        ]
+        assert (node["node"], node["events"], node["device_rows"]) == ("node-1", 2, 3)
+        assert node["last_shipped_at"].endswith("Z")
+        assert json.loads(query.output) == [
+            {"node": "node-1", "pod_uid": "pod-a", "device_id": "GPU-1"},
+            {"node": "node-1", "pod_uid": "pod-b", "device_id": "GPU-1"},
+        ]
+    elif fmt == "yaml":
+        assert [r["pod_uid"] for r in yaml.safe_load(owners.output)] == ["pod-a", "pod-b"]
+    elif fmt == "csv":
+        parsed = list(csv.reader(io.StringIO(owners.output)))
+        assert parsed[0] == ["node", "store_id", "pod_uid", "container", "resource"]
+        assert [r[2] for r in parsed[1:]] == ["pod-a", "pod-b"]
+    else:
+        assert owners.output.split()[:5] == ["NODE", "STORE_ID", "POD_UID", "CONTAINER", "RESOURCE"]
+
+
+def test_fleet_sql_refuses_writes_and_changes_nothing(shipped: tuple[str, Path]) -> None:
+    url, _ = shipped
+    before = rows(url, "SELECT count(*) FROM fleet_events")
+    for statement in (
+        "DELETE FROM fleet_events",
+        "UPDATE fleet_stores SET node = 'x'",
+        "CREATE TABLE evil (x int)",
+        "COMMIT; DELETE FROM fleet_events",
+        "SELECT 1; DELETE FROM fleet_events",
+        "SET TRANSACTION READ WRITE",
+    ):
+        result = _run("fleet", "sql", "--url", url, statement)
+        assert result.returncode == 1, (statement, result.stderr)
+        assert result.stderr.startswith("podstore: error:") and "Traceback" not in result.stderr
+    assert rows(url, "SELECT count(*) FROM fleet_events") == before
+    assert rows(url, "SELECT count(*) FROM fleet_stores WHERE node = 'x'") == [(0,)]
+    slow = _run("fleet", "sql", "--url", url, "--timeout", "0.2", "SELECT pg_sleep(5)")
+    assert slow.returncode == 1 and "statement timeout" in slow.stderr
+
+
+def test_url_forms_and_the_environment(shipped: tuple[str, Path], pg: PgServer) -> None:
+    url, _ = shipped
+    psycopg_form = url.replace("postgresql://", "postgresql+psycopg://")
+    for form in (url, psycopg_form):
+        assert _run("fleet", "nodes", "--url", form).returncode == 0
+    from_env = _run("fleet", "nodes", "-o", "json", env={"PODSTORE_FLEET_URL": url})
+    assert from_env.returncode == 0 and json.loads(from_env.stdout)[0]["node"] == "node-1"
+    env = {k: v for k, v in os.environ.items() if k != "PODSTORE_FLEET_URL"}
+    missing = subprocess.run(
+        [*PODSTORE, "fleet", "nodes"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert missing.returncode == 2 and "PODSTORE_FLEET_URL" in missing.stderr
+    wrong = _run("fleet", "nodes", "--url", "sqlite:///x.db")
+    assert wrong.returncode == 1 and "PostgreSQL" in wrong.stderr
+
+
+def _files(db: Path) -> tuple[str, str]:
+    """Hashes of the store file and of its write-ahead log's content. A reader of a WAL
+    database may create an empty -wal (and the -shm index) where none was: no change of the
+    store's bytes, so an absent -wal counts as an empty one."""
+    wal = db.with_name(db.name + "-wal")
+    return (
+        hashlib.sha256(db.read_bytes()).hexdigest(),
+        hashlib.sha256(wal.read_bytes() if wal.exists() else b"").hexdigest(),
+    )
+
+
+def test_server_down_exit_1_store_untouched_password_hidden(
+    shipped: tuple[str, Path], pg: PgServer
+) -> None:
+    url, db = shipped
+    secret = "S3cr3t-pw-4711"
+    with_password = url.replace("postgres@", f"postgres:{secret}@")
+    with PodStore.open(db) as store:
+        store.insert("pod-c", "main", "nvidia.com/gpu", {0: ["GPU-3"]}, None)
+    # Up: the password is accepted (trust) and never echoed.
+    up = _run("--db", str(db), "ship", "--to", with_password, "--node", "node-1")
+    assert up.returncode == 0, up.stderr
+    assert secret not in up.stdout + up.stderr and "postgres:***@" in up.stdout
+    with PodStore.open(db) as store:
+        store.insert("pod-d", "main", "nvidia.com/gpu", {0: ["GPU-4"]}, None)
+        store_id = store.store_id
+    before = _files(db)
+    pg.stop()
+    try:
+        for args in (
+            ["--db", str(db), "ship", "--to", with_password, "--node", "node-1"],
+            ["fleet", "nodes", "--url", with_password],
+            ["fleet", "owners", "GPU-1", "--url", with_password],
+            ["fleet", "sql", "--url", with_password, "SELECT 1"],
+            ["fleet", "init", "--url", with_password],
+        ):
+            down = _run(*args)
+            assert down.returncode == 1, (args, down.stdout, down.stderr)
+            assert "cannot reach the fleet database" in down.stderr
+            assert "postgres:***@" in down.stderr
+            assert secret not in down.stdout + down.stderr
+            assert "Traceback" not in down.stderr
+        with PodStore.open(db, readonly=True) as store, pytest.raises(FleetUnavailableError):
+            ship(store, with_password, node="node-1")
+        # PGPASSWORD is libpq's; it never shows either.
+        env_down = _run("fleet", "nodes", "--url", url, env={"PGPASSWORD": secret})
+        assert env_down.returncode == 1 and secret not in env_down.stderr
+    finally:
+        pg.start()
+    assert _files(db) == before
+    # This process's pooled connections died with the server; the next call reconnects.
+    with PodStore.open(db, readonly=True) as store:
+        assert ship(store, with_password, node="node-1").shipped == 1
+    assert fleet_event_seqs(url, store_id) == [1, 2, 3, 4]
+    with PodStore.open(db) as store:
+        store.insert("pod-e", "main", "nvidia.com/gpu", {0: ["GPU-5"]}, None)
+    assert _run("--db", str(db), "ship", "--to", url, "--node", "node-1").returncode == 0
+    assert fleet_event_seqs(url, store_id) == [1, 2, 3, 4, 5]
+
+
+def test_node_side_never_imports_the_driver(tmp_path: Path) -> None:
+    db = tmp_path / "n.db"
+    code = (
+        "import sys\n"
+        "import podstore\n"
+        "from podstore.cli import main\n"
+        "for args in (['status'], ['pods'], ['devices'], ['history'], ['--help'],\n"
+        "             ['fleet', '--help'], ['ship', '--help']):\n"
+        "    try:\n"
+        f"        main(['--db', {str(db)!r}, *args])\n"
+        "    except SystemExit as exc:\n"
+        "        assert not exc.code, (args, exc.code)\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('psycopg', 'podstore.fleet')))\n"
+        "print('LOADED', loaded)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stdout

@@ -1,0 +1,143 @@
+"""History pruned on the node before it was shipped: the gap is found, and a snapshot of the
+node's current state heals it, recorded as such."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from audit_fixture import at, clock
+from click.testing import CliRunner
+from fleetlib import assert_same_state, fleet_event_seqs, node_events
+
+from podstore import PodStore
+from podstore.cli import cli
+from podstore.fleet import read
+from podstore.fleet.ship import ship
+
+
+def _snapshots(url: str, store_id: str) -> list[tuple[int, int, int, int]]:
+    return [
+        (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+        for r in read.query(
+            url,
+            "SELECT after_seq, at_seq, missing_events, entries FROM fleet_snapshots "
+            "WHERE store_id = CAST(:s AS uuid) ORDER BY at_seq",
+            {"s": store_id},
+        ).rows
+    ]
+
+
+def _history(store: PodStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """10:00 p1 takes G1, p2 takes G2; 11:00 p2 is deleted, p1 replaced to G3; 12:00 p3 G2."""
+    with clock(monkeypatch) as now:
+        now[0] = at("10:00")
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)
+        store.set_registered_devices({"gpu": ["G1", "G2", "G3"]})
+        now[0] = at("11:00")
+        store.delete(["p2"])
+        store.insert("p1", "c", "gpu", {0: ["G3"]}, None)
+        now[0] = at("12:00")
+        store.insert("p3", "c", "gpu", {1: ["G2"]}, None)
+
+
+def test_pruned_before_the_first_ship(
+    tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PodStore.open(tmp_path / "n.db") as store:
+        _history(store, monkeypatch)
+        removed = store.prune_history(at("11:30"))
+        assert removed > 0
+        kept = [e[0] for e in node_events(store)]
+        report = ship(store, fleet_url, node="n")
+        assert report.snapshots == 1
+        assert report.missing == 6 - len([s for s in kept if s <= 6])
+        assert_same_state(fleet_url, store)
+        # The kept events are history; the snapshot covers the numbers the node lost.
+        assert fleet_event_seqs(fleet_url, store.store_id) == kept
+        (snap,) = _snapshots(fleet_url, store.store_id)
+        assert snap[0] == 0 and snap[1] == 6 and snap[2] == report.missing
+        # Shipping goes on normally after it.
+        store.insert("p4", "c", "gpu", {0: ["G1"]}, None)
+        after = ship(store, fleet_url, node="n")
+        assert (after.shipped, after.snapshots) == (1, 0)
+        assert_same_state(fleet_url, store)
+
+
+def test_pruned_between_two_ships_heals_and_owners_restart_from_the_snapshot(
+    tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PodStore.open(tmp_path / "n.db") as store, clock(monkeypatch) as now:
+        now[0] = at("09:00")
+        store.insert("p0", "c", "gpu", {0: ["G9"]}, None)
+        ship(store, fleet_url, node="n")  # seq 1 shipped
+        now[0] = at("10:00")
+        store.delete(["p0"])  # seq 2: pruned below, never shipped
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 3: kept (p1 live at the cut)
+        now[0] = at("12:00")
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 4
+        assert store.prune_history(at("11:00")) == 2  # seq 1 (shipped) and seq 2 (not)
+        report = ship(store, fleet_url, node="n")
+        assert (report.snapshots, report.missing, report.shipped) == (1, 1, 2)
+        assert_same_state(fleet_url, store)
+        assert _snapshots(fleet_url, store.store_id) == [(1, 4, 1, 2)]
+        # Central history still holds p0's insert of G9; the snapshot says p0 is gone, so at
+        # any instant from the snapshot on nobody holds G9 (the node says the same).
+        for when in ("12:00", "13:00"):
+            assert read.owners(fleet_url, "G9", at=at(when)).rows == []
+            assert store.owners_at("G9", at(when)) == []
+            central = [(r[2], r[3], r[4]) for r in read.owners(fleet_url, "G2", at=at(when)).rows]
+            assert central == store.owners_at("G2", at(when))
+        assert [r[2] for r in read.owners(fleet_url, "G9", at=at("09:30")).rows] == ["p0"]
+
+
+def test_pruned_newest_events_are_a_gap_too(
+    tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The last events are deletes before the cut: prune removes them, so the log ends below
+    # the newest number ever given (nothing after the gap to notice it by).
+    with PodStore.open(tmp_path / "n.db") as store, clock(monkeypatch) as now:
+        now[0] = at("10:00")
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)
+        ship(store, fleet_url, node="n")
+        store.delete(["p2"])
+        now[0] = at("12:00")
+        store.prune_history(at("11:00"))
+        assert [e[0] for e in node_events(store)] == [1]
+        report = ship(store, fleet_url, node="n")
+        assert (report.snapshots, report.missing) == (1, 1)  # seq 3, the delete of p2
+        assert_same_state(fleet_url, store)
+
+
+def test_ship_command_reports_the_snapshot(
+    tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "n.db"
+    with PodStore.open(db) as store:
+        _history(store, monkeypatch)
+        store.prune_history(at("11:30"))
+    result = CliRunner().invoke(cli, ["--db", str(db), "ship", "--to", fleet_url, "--node", "n"])
+    assert result.exit_code == 0, result.output
+    assert "gap:" in result.output and "snapshot" in result.output
+    nodes = CliRunner().invoke(cli, ["fleet", "nodes", "--url", fleet_url, "-o", "json"])
+    assert '"snapshots": 1' in nodes.output
+
+
+def test_the_gap_warning_names_the_url_without_its_password(
+    tmp_path: Path,
+    fleet_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "gap-pw-0815"
+    with_password = fleet_url.replace("postgres@", f"postgres:{secret}@")
+    with PodStore.open(tmp_path / "n.db") as store:
+        _history(store, monkeypatch)
+        store.prune_history(at("11:30"))
+        with caplog.at_level("INFO", logger="podstore.fleet"):
+            report = ship(store, with_password, node="n")
+    assert report.snapshots == 1 and "postgres:***@" in report.url
+    assert "pruned before they were shipped" in caplog.text and "postgres:***@" in caplog.text
+    assert secret not in caplog.text and secret not in repr(report)
