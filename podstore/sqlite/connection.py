@@ -40,13 +40,13 @@ DEFAULT_BUSY_TIMEOUT = 10.0
 # SQLite takes the busy timeout as an int of milliseconds.
 MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 
-#: The WAL is truncated to this size when SQLite restarts it from the beginning (after a
-#: checkpoint that copied every frame). Without a limit a WAL that grew while a long read held
-#: its snapshot keeps its size for ever. 4 MiB is just above the steady state of
-#: ``wal_autocheckpoint`` (1,000 pages of 4 KiB plus frame headers, about 4.1 MB), so normal
-#: commits never pay for a truncate and re-extend; tests/test_reliability_wal.py shows the
-#: bound.
-JOURNAL_SIZE_LIMIT = 4 * 1024 * 1024
+#: The WAL is truncated to this size when SQLite restarts it from the beginning (the first
+#: commit after a checkpoint that copied every frame). Without a limit a WAL that grew while a
+#: long read held its snapshot (or for one big import) keeps that size for ever. Twice the
+#: steady state of ``wal_autocheckpoint`` (1,000 pages plus the last commit's, about 4.2 MB
+#: with 4 KiB pages), so ordinary commits never pay for a truncate and a re-extension;
+#: tests/test_reliability_wal.py shows the bound.
+JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 #: SQLite's own checkpoint, run by the committing connection once the WAL holds this many
 #: pages (SQLite's usual default, set explicitly in case a build changed it: 0 would never
 #: checkpoint and the WAL would grow without bound).
