@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,8 +36,12 @@ from podstore import (
 )
 from podstore.storage.selfcheck import check_connection, has_errors
 
+# Half as many again as the hypothesis profile's count (conftest.py: ci 100, thorough 1000):
+# these tests guard every public argument, so they get more than a typical property test.
 FUZZ = settings(
-    max_examples=int(os.environ.get("PODSTORE_FUZZ_EXAMPLES", "150")),
+    max_examples=int(
+        os.environ.get("PODSTORE_FUZZ_EXAMPLES", str(settings.default.max_examples * 3 // 2))
+    ),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -501,3 +506,20 @@ def test_checkpoint_bytes(store: PodStore, fuzz_dir: Path) -> None:
         _call(store, lambda: store.import_checkpoint(target, merge=True))
 
     run()
+
+
+@pytest.mark.parametrize(("profile", "examples"), [("ci", 150), ("thorough", 1500)])
+def test_example_count_follows_the_hypothesis_profile(profile: str, examples: int) -> None:
+    """PODSTORE_HYPOTHESIS_PROFILE=thorough runs ten times the examples here too."""
+    env = {k: v for k, v in os.environ.items() if k != "PODSTORE_FUZZ_EXAMPLES"}
+    env["PODSTORE_HYPOTHESIS_PROFILE"] = profile
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import conftest, test_reliability_fuzz "
+        "as f; print(f.FUZZ.max_examples)"
+    )
+    here = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code, here], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == examples
