@@ -13,6 +13,7 @@ import json
 import random
 import sqlite3
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,11 +22,12 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import workload
+from harness import filled, workload
 from harness.figures import report
 
 from podstore import PodStore, StoreCorruptError
 from podstore.cli.main import cli
+from podstore.sqlite.integrity import quick_check
 from podstore.storage.selfcheck import Finding, check_store, has_errors
 
 PAGE = 4096
@@ -171,3 +173,24 @@ def test_verify_missing_file_is_an_error(tmp_path: Path) -> None:
     code, _ = _cli(tmp_path / "nope.db")
     assert code != 0
     assert not (tmp_path / "nope.db").exists(), "verify must not create the file"
+
+
+def test_what_the_open_time_check_costs(pristine: Path, filled_stores: filled.FilledStores) -> None:
+    """The figure docs/reliability.md quotes for verify="blocking": quick_check (what
+    PodStore.open runs) on this module's store and on the 10,000-entry filled store, best of
+    three. Reported, not asserted: speed targets live in bench/."""
+    figures: dict[str, object] = {}
+    for name, db in (("small", pristine), ("filled", filled_stores.head_path)):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
+        try:
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                quick_check(conn)  # raises StoreCorruptError unless the file is sound
+                best = min(best, time.perf_counter() - started)
+        finally:
+            conn.close()
+        figures[f"{name}_mb"] = round(db.stat().st_size / 1e6, 1)
+        figures[f"{name}_ms"] = round(best * 1000, 1)
+    figures["filled_entries"] = filled_stores.entries
+    report("open-check", **figures)

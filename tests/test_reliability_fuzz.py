@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.figures import report
+
 from podstore import (
     ContainerAllocateResponse,
     PodDevicesEntry,
@@ -227,6 +229,19 @@ def _sound(path: Path) -> None:
     assert not has_errors(findings), findings
 
 
+# Calls made through _call in this module: refused with a documented error (store unchanged)
+# or accepted (store verified); reported once the module is done.
+CALLS = {"refused_unchanged": 0, "accepted_verified": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    before = CALLS.copy()
+    yield
+    if before != CALLS:
+        report("fuzz", examples_per_test=FUZZ.max_examples, **CALLS)
+
+
 def _call(store: PodStore, fn: Callable[[], object]) -> None:
     db = Path(store.path)
     before = _dump(db)
@@ -234,10 +249,12 @@ def _call(store: PodStore, fn: Callable[[], object]) -> None:
         fn()
     except PodStoreError:
         assert _dump(db) == before, "a failed call changed the store"
+        CALLS["refused_unchanged"] += 1
         return
     except BaseException as exc:
         raise AssertionError(f"undocumented error escaped: {type(exc).__name__}: {exc}") from exc
     _sound(db)
+    CALLS["accepted_verified"] += 1
 
 
 # ---- one test per method ----------------------------------------------------------------------

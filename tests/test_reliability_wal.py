@@ -38,6 +38,9 @@ INSERTS = int(os.environ.get("PODSTORE_WAL_INSERTS", "10000"))
 # Commits after the reader is gone within which the WAL must be back under the limit: one
 # to checkpoint everything, one to restart (and truncate) the log.
 WITHIN = 3
+# Inserts before the reader starts: a store with a steady-state WAL (more than one
+# autocheckpoint's worth of commits).
+PREFILL = 500
 
 
 def _resp(i: int) -> bytes:
@@ -66,24 +69,24 @@ def test_wal_returns_under_the_limit_after_a_long_reader(tmp_path: Path) -> None
     db = tmp_path / "wal.db"
     started = time.monotonic()
     with PodStore.open(db) as store:  # durability="full": every insert is fsynced
-        for i in range(2000):
+        for i in range(PREFILL):
             _insert(store, i)
         steady_before = wal_size(str(db))
         reader = _pinned_reader(db)
         for i in range(INSERTS):
-            _insert(store, 2000 + i)
+            _insert(store, PREFILL + i)
         pinned = wal_size(str(db))
         snapshot_rows = reader.execute("SELECT count(*) FROM allocations").fetchone()[0]
         reader.execute("COMMIT")
         reader.close()
         after: list[int] = []
         for i in range(WITHIN):
-            _insert(store, 2000 + INSERTS + i)
+            _insert(store, PREFILL + INSERTS + i)
             after.append(wal_size(str(db)))
         # the steady state again: the bound holds without further truncation
         steady_max = 0
         for i in range(3 * WAL_AUTOCHECKPOINT // 10):
-            _insert(store, 3000 + INSERTS + i)
+            _insert(store, PREFILL + WITHIN + INSERTS + i)
             steady_max = max(steady_max, wal_size(str(db)))
     seconds = round(time.monotonic() - started, 1)
     report(
@@ -96,7 +99,7 @@ def test_wal_returns_under_the_limit_after_a_long_reader(tmp_path: Path) -> None
         wal_bytes_steady_max=steady_max,
         seconds=seconds,
     )
-    assert snapshot_rows == 2000  # the reader really kept its old snapshot
+    assert snapshot_rows == PREFILL  # the reader really kept its old snapshot
     assert pinned > 10 * JOURNAL_SIZE_LIMIT, "the reader did not pin the WAL"
     assert min(after) <= JOURNAL_SIZE_LIMIT, f"WAL still {after} bytes {WITHIN} commits later"
     assert after[-1] <= JOURNAL_SIZE_LIMIT

@@ -157,16 +157,9 @@ def fingerprint(path: Path) -> Fingerprint:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN")
-        schema = tuple(
-            (str(r[0]), str(r[1]), str(r[2]), r[3])
-            for r in conn.execute(
-                "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
-            )
-        )
+        schema, counts = _shape(conn)
         tables = []
-        for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
-        ).fetchall():
+        for name in sorted(counts):
             columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")')]
             # SQLite renders each row (quote() keeps types apart: 1, '1', X'01', NULL), so
             # hashing 100,000 rows costs one string, not 100,000 Python tuples. Every table
@@ -214,6 +207,7 @@ class Start:
 
     revision: str
     path: Path  # the filled store at this revision (never written; each round copies it)
+    digest: str  # sha256 of its bytes
     fingerprint: Fingerprint  # the old outcome is exactly this file
     head_schema: tuple[tuple[str, str, str, str | None], ...]  # of a finished upgrade
     head_counts: dict[str, int]
@@ -223,6 +217,7 @@ class Start:
 class FilledStores:
     entries: int
     head: str
+    head_path: Path  # the filled store at the head revision (never written)
     api: tuple[Any, ...]  # api_state of the store before any downgrade
     starts: dict[str, Start]
 
@@ -250,11 +245,12 @@ def build_filled_stores(directory: Path, entries: int) -> FilledStores:
         starts[rev] = Start(
             rev,
             path,
+            _digest(path),
             fingerprint(path),
             upgraded.schema,
             upgraded.counts(),
         )
-    return FilledStores(entries, head, api, starts)
+    return FilledStores(entries, head, head_path, api, starts)
 
 
 def outcome(path: Path, stores: FilledStores, start: Start) -> str:
@@ -263,28 +259,56 @@ def outcome(path: Path, stores: FilledStores, start: Start) -> str:
     from podstore.storage.selfcheck import check_connection
 
     rev = stored_revision(path)  # a plain writable connection: recovers a crashed WAL
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        if rev == start.revision:
-            # Every invariant `podstore verify` checks is a function of the rows, and the rows
-            # are the old file's (the fingerprint): what verify says of the old file, it says
-            # of this one — unless a b-tree itself is damaged, which integrity_check reads.
-            integrity = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
-            findings = None
-        else:
-            integrity = None
-            findings = [str(f) for f in check_connection(conn)]
-    finally:
-        conn.close()
     if rev == start.revision:
+        if _digest(path) == start.digest:
+            # In WAL mode only a checkpoint writes the main file, and it copies committed
+            # frames only: an upgrade that never committed leaves the file's bytes as they
+            # were (the uncommitted frames left in the -wal are ignored, as the revision
+            # just read shows).
+            return "old"
+        # Not the same bytes: then the same rows, schema and sound b-trees (every invariant
+        # `podstore verify` checks is a function of the rows, so it finds what it finds in
+        # the old file).
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            integrity = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
+        finally:
+            conn.close()
         assert integrity == ["ok"], integrity
         diff = fingerprint(path).differences(start.fingerprint)
         assert not diff, f"at the old revision {rev} but not the old file: {diff[:5]}"
         return "old"
     assert rev == stores.head, f"revision {rev}: neither the old {start.revision} nor the head"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        findings = [str(f) for f in check_connection(conn)]
+        schema, counts = _shape(conn)
+    finally:
+        conn.close()
     assert findings == [], findings
-    now = fingerprint(path)
-    assert now.schema == start.head_schema, "at the head, but its schema differs"
-    assert now.counts() == start.head_counts, "at the head, but its row counts differ"
+    assert schema == start.head_schema, "at the head, but its schema differs"
+    assert counts == start.head_counts, "at the head, but its row counts differ"
     assert api_state(path) == stores.api, "at the head, but the entries differ"
     return "new"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _shape(
+    conn: sqlite3.Connection,
+) -> tuple[tuple[tuple[str, str, str, str | None], ...], dict[str, int]]:
+    """The schema and each table's row count (what Fingerprint holds, without the digests)."""
+    schema = tuple(
+        (str(r[0]), str(r[1]), str(r[2]), r[3])
+        for r in conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        )
+    )
+    counts = {
+        str(name): int(conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0])
+        for name, kind, _, _ in schema
+        if kind == "table"
+    }
+    return schema, counts
