@@ -135,59 +135,37 @@ _ROWS: dict[str, tuple[str, str]] = {
 }
 
 
-def _migration_kill(record: Record) -> list[tuple[str, str]]:
-    rows = [
-        (
-            "kill -9 during upgrades",
-            _fill("{kills} kills of upgrades of {entries}-entry stores; {seconds} s", record),
-        )
-    ]
-    for upgrade, f in record["per_upgrade"].items():
-        rows.append(
-            (
-                f"  upgrade {upgrade}",
-                _fill(
-                    "{kills} kills in {rounds} rounds: {killed_before} before BEGIN, "
-                    "{killed_inside} inside the transaction, {killed_commit} inside COMMIT, "
-                    "{killed_after} after COMMIT returned; left the old revision {left_old}×, "
-                    "the head {left_new}×, never between; {old_then_completed} of the old "
-                    "ones then upgraded cleanly ({old_then_completed_over_uncommitted_wal} "
-                    "over a -wal of uncommitted frames); the migration: {transaction_steps} "
-                    "steps, {upgrade_seconds} s; {seconds_in_children} s in the children, "
-                    "{seconds_checking} s checking",
-                    f,
-                ),
-            )
-        )
-    return rows
+def _per_upgrade(label: str, total: str, each: str) -> Callable[[Record], list[tuple[str, str]]]:
+    """Rows for a harness that reports a total and figures per upgrade (``per_upgrade``)."""
 
+    def rows(record: Record) -> list[tuple[str, str]]:
+        out = [(label, _fill(total, record))]
+        for upgrade, figures in record["per_upgrade"].items():
+            out.append((f"  upgrade {upgrade}", _fill(each, figures)))
+        return out
 
-def _migration_powerloss(record: Record) -> list[tuple[str, str]]:
-    rows = [
-        (
-            "power loss during upgrades",
-            _fill("{entries}-entry stores upgraded by `PodStore.open`; {seconds} s", record),
-        )
-    ]
-    for upgrade, f in record["per_upgrade"].items():
-        rows.append(
-            (
-                f"  upgrade {upgrade}",
-                _fill(
-                    "{io_events} I/O events ({wal_fsyncs} WAL fsyncs, {main_file_fsyncs} of "
-                    "the main file); {images} crash images: {left_old} at the old revision, "
-                    "{left_new} at the head ({after_open_returned} of them after open "
-                    "returned), never between",
-                    f,
-                ),
-            )
-        )
     return rows
 
 
 _SPECIAL: dict[str, Callable[[Record], list[tuple[str, str]]]] = {
-    "migration-kill9": _migration_kill,
-    "migration-powerloss": _migration_powerloss,
+    "migration-kill9": _per_upgrade(
+        "kill -9 during upgrades",
+        "{kills} kills of upgrades of {entries}-entry stores; {seconds} s",
+        "{kills} kills in {rounds} rounds: {killed_before} before BEGIN, {killed_inside} inside "
+        "the transaction, {killed_commit} inside COMMIT, {killed_after} after COMMIT returned; "
+        "left the old revision {left_old}×, the head {left_new}×, never between; "
+        "{old_then_completed} of the old ones then upgraded cleanly "
+        "({old_then_completed_over_uncommitted_wal} over a -wal of uncommitted frames); the "
+        "migration: {transaction_steps} steps, {upgrade_seconds} s; {seconds_in_children} s "
+        "in the children, {seconds_checking} s checking",
+    ),
+    "migration-powerloss": _per_upgrade(
+        "power loss during upgrades",
+        "{entries}-entry stores upgraded by `PodStore.open`; {seconds} s",
+        "{io_events} I/O events ({wal_fsyncs} WAL fsyncs, {main_file_fsyncs} of the main "
+        "file); {images} crash images: {left_old} at the old revision, {left_new} at the head "
+        "({after_open_returned} of them after open returned), never between",
+    ),
 }
 # Harnesses reported once per case, rendered as a table of their own.
 _PER_CASE = {"invariant-damage"}

@@ -64,8 +64,8 @@ class IOEvent:
 class IOLog:
     def __init__(self) -> None:
         self.events: list[IOEvent] = []
-        # files as they really were after the first k events, for k in the replay's
-        # ``snapshot_at`` (the test of the disk model itself)
+        # files as they really were after the first k events (replay's ``snapshot_every``:
+        # the test of the disk model itself)
         self.snapshots: dict[int, dict[str, bytes]] = {}
 
 
@@ -101,12 +101,10 @@ class RecordingVFS(apsw.VFS):
     """SQLite's unix VFS, with the I/O on files in ``directory`` logged (each event after the
     real operation is done)."""
 
-    def __init__(
-        self, name: str, directory: Path, log: IOLog, snapshot_at: frozenset[int] = frozenset()
-    ) -> None:
+    def __init__(self, name: str, directory: Path, log: IOLog, snapshot_every: int = 0) -> None:
         self.directory = str(directory)
         self.log = log
-        self.snapshot_at = snapshot_at
+        self.snapshot_every = snapshot_every
         super().__init__(name, "unix")
 
     def tracks(self, basename: str) -> bool:
@@ -114,7 +112,7 @@ class RecordingVFS(apsw.VFS):
 
     def logged(self, event: IOEvent) -> None:
         self.log.events.append(event)
-        if len(self.log.events) in self.snapshot_at:
+        if self.snapshot_every and len(self.log.events) % self.snapshot_every == 0:
             self.log.snapshots[len(self.log.events)] = self.files()
 
     def files(self) -> dict[str, bytes]:
@@ -178,18 +176,19 @@ def replay(
     vfs_name: str,
     *,
     initial: bytes = b"",
-    snapshot_at: frozenset[int] = frozenset(),
+    snapshot_every: int = 0,
 ) -> IOLog:
     """Run the recorded statements against ``directory/dbname`` through a RecordingVFS.
 
     The main file starts durable with ``initial`` (empty: what podstore's _prepare_file
-    leaves for a new store; a filled store's bytes for an upgrade).
+    leaves for a new store; a filled store's bytes for an upgrade). With ``snapshot_every=K``
+    the real files are kept after every K-th event and at the end (``IOLog.snapshots``).
     """
     log = IOLog()
     path = directory / dbname
     path.write_bytes(initial)
     path.chmod(0o600)
-    vfs = RecordingVFS(vfs_name, directory, log, snapshot_at)
+    vfs = RecordingVFS(vfs_name, directory, log, snapshot_every)
     conns: dict[int, apsw.Connection] = {}
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     try:
@@ -225,6 +224,8 @@ def replay(
                         pass
         for conn in conns.values():
             conn.close()
+        if snapshot_every:
+            log.snapshots[len(log.events)] = vfs.files()
     finally:
         vfs.unregister()
     return log
