@@ -63,19 +63,20 @@ _ROWS: dict[str, tuple[str, str]] = {
         "{operations} operations replayed ({io_events} logged I/O events, {main_file_fsyncs} "
         "fsyncs of the main file, i.e. checkpoints); {trials} crash images: {ok} ok "
         "({in_flight_applied} with the in-flight call applied), {lost_acknowledged} lost "
-        "acknowledged commits, {corrupt_at_open} + {corrupt_by_verify} corrupt, "
-        "{other_mismatch} other",
+        "acknowledged commits, {corrupt_at_open} corrupt at open and {corrupt_by_verify} by "
+        "the self-check, {other_mismatch} other",
     ),
     "powerloss-normal-same-workload": (
         'power loss, `durability="normal"`',
         "{operations} operations, {trials} crash images: {lost_acknowledged} lost acknowledged "
-        "commits (NORMAL does not fsync the WAL at commit), {corrupt_at_open} + "
-        "{corrupt_by_verify} corrupt, {ok} ok",
+        "commits (NORMAL does not fsync the WAL at commit), {corrupt_at_open} corrupt at open "
+        "and {corrupt_by_verify} by the self-check, {ok} ok",
     ),
     "powerloss-full-same-workload": (
         'power loss, the same workload at `"full"`',
         "{operations} operations, {trials} crash images: {lost_acknowledged} lost acknowledged "
-        "commits, {corrupt_at_open} + {corrupt_by_verify} corrupt, {ok} ok",
+        "commits, {corrupt_at_open} corrupt at open and {corrupt_by_verify} by the self-check, "
+        "{ok} ok",
     ),
     "powerloss-synchronous-off": (
         "power loss, `synchronous=OFF` (teeth)",
@@ -221,7 +222,13 @@ def render(records: list[Record]) -> str:
             rows = [(label, _fill(template, record))]
         out.extend(f"| {label} | {text} |" for label, text in rows)
     if cases:
-        out += ["", "Per-invariant damage (`tests/test_reliability_invariants.py`):", ""]
+        out += [
+            "",
+            "Per-invariant damage (`tests/test_reliability_invariants.py`; `LIST` is the last "
+            "device row of the first NUMA list holding two or more, `FIRST_WITH_RESPONSE` the "
+            "first allocation with a non-empty, non-null response):",
+            "",
+        ]
         out += _invariants(cases)
     out += ["", END]
     return "\n".join(out)

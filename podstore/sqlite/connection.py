@@ -60,6 +60,7 @@ _PRAGMAS: dict[str, int] = {
     # Temp b-trees (sorts, DISTINCT) stay in memory: no stray files next to a 0600 database.
     "temp_store": 2,
     "journal_size_limit": JOURNAL_SIZE_LIMIT,
+    "wal_autocheckpoint": WAL_AUTOCHECKPOINT,
 }
 # synchronous: FULL fsyncs the WAL at every commit, so a returned call survives power loss;
 # NORMAL may lose the last commits (never corrupts) and is opt-in.
@@ -216,7 +217,6 @@ def expected_settings(options: ConnectOptions) -> dict[str, int | str]:
     """
     wanted: dict[str, int | str] = dict(_PRAGMAS)
     wanted["busy_timeout"] = int(options.busy_timeout * 1000)
-    wanted["wal_autocheckpoint"] = WAL_AUTOCHECKPOINT
     if not options.readonly:
         wanted["journal_mode"] = "wal"
         wanted["synchronous"] = _SYNCHRONOUS[options.durability]
@@ -270,7 +270,6 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
     for name, value in _PRAGMAS.items():
         conn.execute(f"PRAGMA {name} = {int(value)}")
     conn.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout * 1000)}")
-    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
     check_settings(conn, options)
 
 
