@@ -263,7 +263,10 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal":
             # WAL: readers never block the writer and a commit is one sequential append.
-            got = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+            # Processes opening a new file at once race to switch it (tests/
+            # test_reliability_concurrency.py); the loser is told busy without waiting.
+            switch = _retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
+            got = switch.fetchone()[0]
             if str(got).lower() != "wal":
                 raise StoreCorruptError(f"could not switch {options.path} to WAL (got {got})")
         conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[options.durability]}")
@@ -274,18 +277,23 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
 
 
 def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once.
+    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once."""
+    _retry_busy(conn, "BEGIN IMMEDIATE", busy_timeout)
+
+
+def _retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
+    """Run ``sql``, retried until busy_timeout when SQLite answers busy at once.
 
     The busy handler normally waits inside the call, but SQLite returns SQLITE_BUSY without
-    waiting in some cases (e.g. while another connection recovers the WAL), so a bounded retry
-    loop sits on top; past the deadline the caller gets StoreBusyError.
+    waiting in some cases (while another connection recovers the WAL; two connections of a new
+    file switching it to WAL at once, where waiting could deadlock), so a bounded retry loop
+    sits on top; past the deadline the caller gets StoreBusyError.
     """
     deadline = time.monotonic() + busy_timeout
     delay = 0.001
     while True:
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
+            return conn.execute(sql)
         except sqlite3.OperationalError as exc:
             mapped = translate(exc)
             if not isinstance(mapped, StoreBusyError) or time.monotonic() >= deadline:
@@ -313,6 +321,11 @@ def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) ->
 
     @event.listens_for(engine, "begin")
     def _begin(conn: sqlalchemy.Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if opts.readonly else "BEGIN IMMEDIATE")
+        if opts.readonly:
+            conn.exec_driver_sql("BEGIN")
+            return
+        raw = conn.connection.dbapi_connection
+        assert isinstance(raw, sqlite3.Connection)
+        begin_immediate(raw, opts.busy_timeout)  # the migration's lock, with the busy retry
 
     return engine
