@@ -110,8 +110,9 @@ _ROWS: dict[str, tuple[str, str]] = {
     ),
     "diskfull": (
         "disk full",
-        "8 MiB tmpfs: {writes_accepted_while_filling} writes accepted while filling, then "
-        "{full_errors} `StoreFullError`s across insert, transaction, bulk restore and "
+        "8 MiB tmpfs filled by a ballast file ({writes_accepted_while_filling} inserts still "
+        "fitted after it), then {full_errors} `StoreFullError`s across insert, transaction, "
+        "bulk restore and "
         "registered devices; state unchanged each time, after reopen, and writes resumed "
         "after freeing space",
     ),
