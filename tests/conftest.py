@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -46,3 +47,14 @@ def store(db_path: Path) -> Iterator[PodStore]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(scope="session")
+def filled_stores(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Filled stores (PODSTORE_MIGRATION_ENTRIES entries, default 10,000) at every schema
+    revision, built once per session for the migration crash harnesses
+    (tests/harness/filled.py)."""
+    from harness.filled import build_filled_stores
+
+    entries = int(os.environ.get("PODSTORE_MIGRATION_ENTRIES", "10000"))
+    return build_filled_stores(tmp_path_factory.mktemp("filled"), entries)

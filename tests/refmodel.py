@@ -257,7 +257,9 @@ class RefModel:
                 c,
                 r,
                 copy.deepcopy(e.devices),
-                None if e.resp_json_null else e.resp,
+                # a restored JSON-null AllocResp is an empty response (kubelet-semantics.md,
+                # fromCheckpointData / toCheckpointData); only an exported file writes null
+                e.resp,
             )
             for (p, c, r), e in self.entries.items()
             if e.resp is not None

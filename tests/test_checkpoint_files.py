@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from podstore.errors import CheckpointError, InvalidInputError
 from podstore.types import PodDevicesEntry as E
 
 DATA = dumps_checkpoint([E("p", "c", "r", {0: ["a"]}, b"\x01")], {"r": ["a"]})
+NOBODY = 65534
 
 
 @pytest.fixture
@@ -90,14 +93,62 @@ def test_missing_directory_is_an_error(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def _write_as_nobody(directory: Path) -> str:
+    """Try the write in a forked child that has dropped to ``nobody`` (root ignores directory
+    permissions, and CI runs as root); the child reports what happened over a pipe."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's outcome is what the parent asserts
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            write_checkpoint_file(directory / "cp", DATA)
+            outcome = "written"
+        except CheckpointError as exc:
+            outcome = f"CheckpointError: {exc}"
+        except BaseException as exc:
+            outcome = f"{type(exc).__name__}: {exc}"
+        os.write(write_end, outcome.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        outcome = fh.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return outcome
+
+
 def test_read_only_directory_is_an_error(tmp_path: Path) -> None:
-    tmp_path.chmod(0o500)
+    if os.geteuid() != 0:
+        tmp_path.chmod(0o500)
+        try:
+            with pytest.raises(CheckpointError, match="Permission denied"):
+                write_checkpoint_file(tmp_path / "cp", DATA)
+        finally:
+            tmp_path.chmod(0o700)
+        assert os.listdir(tmp_path) == []
+        return
+    # As root: a directory nobody may enter but not write, under a parent nobody may
+    # traverse (pytest's tmp_path is 0700).
+    base = Path(tempfile.mkdtemp(prefix="podstore-cp-", dir="/tmp"))
     try:
-        with pytest.raises(CheckpointError):
-            write_checkpoint_file(tmp_path / "cp", DATA)
+        base.chmod(0o755)
+        target = base / "ro"
+        target.mkdir()
+        os.chown(target, NOBODY, NOBODY)
+        target.chmod(0o500)
+        outcome = _write_as_nobody(target)
+        assert outcome.startswith("CheckpointError") and "Permission denied" in outcome, outcome
+        assert os.listdir(target) == []
+        # the same directory made writable for nobody: the write goes through (so the
+        # refusal above was the permission, not the dropped privileges themselves)
+        target.chmod(0o700)
+        assert _write_as_nobody(target) == "written"
+        assert (target / "cp").read_bytes() == DATA
     finally:
-        tmp_path.chmod(0o700)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_data_must_be_bytes(tmp_path: Path) -> None:

@@ -2,17 +2,18 @@
 
 Every page of a real store is overwritten in turn (and the header, and the file is cut
 short): PodStore.open — writable or read-only — must raise StoreCorruptError, never a raw
-sqlite3 error and never succeed quietly. Invariant breaks that SQLite cannot see (rows edited
-from outside) are found by podstore.storage.selfcheck / `podstore verify`, which exits 1 on errors.
+sqlite3 error and never succeed quietly; the same pages opened with ``verify="off"`` show
+how much the open-time check catches that a first read would not. Invariant breaks that
+SQLite cannot see (rows edited from outside) are tests/test_reliability_invariants.py's.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
 import sqlite3
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,11 +22,12 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import workload
+from harness import filled, workload
 from harness.figures import report
 
 from podstore import PodStore, StoreCorruptError
 from podstore.cli.main import cli
+from podstore.sqlite.integrity import quick_check
 from podstore.storage.selfcheck import Finding, check_store, has_errors
 
 PAGE = 4096
@@ -97,6 +99,7 @@ def test_every_damaged_page_is_refused_on_open(pristine: Path, tmp_path: Path) -
     open catches pages no query would read until much later, e.g. an index page)."""
     pages = pristine.stat().st_size // PAGE
     rng = random.Random(42)
+    unnoticed = 0
     for page in range(pages):
         # page 1 keeps its 100-byte file header (that case is above)
         start = page * PAGE + (100 if page == 0 else 0)
@@ -105,7 +108,27 @@ def test_every_damaged_page_is_refused_on_open(pristine: Path, tmp_path: Path) -
             with pytest.raises(StoreCorruptError):
                 PodStore.open(db, readonly=readonly, verify="blocking")
         assert has_errors(check_store(db, quick=True)), page
-    report("damage", pages_damaged=pages, refused_on_open=pages)
+        unnoticed += _unnoticed_without_the_check(db)
+    report(
+        "damage",
+        pages_damaged=pages,
+        refused_on_open=pages,
+        unnoticed_with_verify_off=unnoticed,
+    )
+    # Without the open-time check some damage goes unseen by the open and a first read: the
+    # check earns its cost.
+    assert unnoticed > 0
+
+
+def _unnoticed_without_the_check(db: Path) -> bool:
+    """Does a read-only open with verify="off" and a first read (the pod count, what an agent
+    asks first) succeed on this damaged file?"""
+    try:
+        with PodStore.open(db, readonly=True, verify="off") as store:
+            store.size()
+    except StoreCorruptError:
+        return False
+    return True
 
 
 def test_verify_reports_integrity_check_findings(pristine: Path, tmp_path: Path) -> None:
@@ -129,100 +152,6 @@ def test_clean_store_verifies(pristine: Path) -> None:
     assert code == 0 and out.strip().endswith(": ok"), out
 
 
-def _edited(pristine: Path, tmp_path: Path, *sql: str) -> Path:
-    db = tmp_path / "edited.db"
-    shutil.copy(pristine, db)
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA foreign_keys = OFF")
-    for statement in sql:
-        conn.execute(statement)
-    conn.close()
-    return db
-
-
-def _first_allocation(db: Path) -> tuple[int, int]:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute(
-            "SELECT allocation_id, numa_node FROM allocation_devices "
-            "GROUP BY allocation_id, numa_node HAVING count(*) >= 2 ORDER BY 1, 2 LIMIT 1"
-        ).fetchone()
-    finally:
-        conn.close()
-    return int(row[0]), int(row[1])
-
-
-@pytest.mark.parametrize(
-    ("check", "sql"),
-    [
-        (
-            "orphan-containers",
-            ["UPDATE containers SET pod_id = 999999 WHERE id = (SELECT min(id) FROM containers)"],
-        ),
-        (
-            "orphan-allocations",
-            [
-                "UPDATE allocations SET container_id = 999999 WHERE id = "
-                "(SELECT min(id) FROM allocations)"
-            ],
-        ),
-        (
-            "orphan-device-rows",
-            [
-                "UPDATE allocation_devices SET allocation_id = 999999 "
-                "WHERE rowid = (SELECT min(rowid) FROM allocation_devices)"
-            ],
-        ),
-        ("empty-pods", ["INSERT INTO pods (uid) VALUES ('shell-pod')"]),
-        (
-            "empty-containers",
-            ["INSERT INTO containers (pod_id, name) SELECT min(id), 'shell-container' FROM pods"],
-        ),
-        ("schema", ["UPDATE alembic_version SET version_num = 'ffffffffffff'"]),
-        ("orphan-registered-devices", ["DELETE FROM registered_resources"]),
-        ("registered-positions", ["DELETE FROM registered_devices WHERE position = 3"]),
-        (
-            "responses",
-            [
-                "UPDATE allocations SET alloc_resp = x'ffffffff' WHERE id = "
-                "(SELECT min(id) FROM allocations)"
-            ],
-        ),
-    ],
-)
-def test_verify_reports_invariant_breaks(
-    pristine: Path, tmp_path: Path, check: str, sql: list[str]
-) -> None:
-    db = _edited(pristine, tmp_path, *sql)
-    findings = check_store(db)
-    assert any(f.check == check and f.severity == "error" for f in findings), findings
-    code, out = _cli(db)
-    assert code == 1 and check in out, out
-
-
-def test_verify_reports_position_gaps_and_duplicates(pristine: Path, tmp_path: Path) -> None:
-    aid, node = _first_allocation(pristine)
-    gap = _edited(
-        pristine,
-        tmp_path,
-        f"DELETE FROM allocation_devices WHERE allocation_id = {aid} AND numa_node = {node} "
-        "AND position = 0",
-    )
-    assert any(f.check == "positions" for f in check_store(gap))
-    dup = _edited(
-        pristine,
-        tmp_path,
-        f"UPDATE allocation_devices SET device_id = (SELECT device_id FROM allocation_devices "
-        f"WHERE allocation_id = {aid} AND numa_node = {node} AND position = 0) "
-        f"WHERE allocation_id = {aid} AND numa_node = {node} AND position = 1",
-    )
-    findings = check_store(dup)
-    assert [f.check for f in findings] == ["duplicate-devices"]
-    assert findings[0].severity == "warning"
-    assert _cli(dup)[0] == 0
-    assert _cli(dup, "--strict")[0] == 1
-
-
 def test_duplicate_devices_from_a_caller_are_a_warning(tmp_path: Path) -> None:
     """podstore keeps a list as given (exports must be byte-exact), so a repeated device is
     legal input; verify flags it as a warning, not damage."""
@@ -244,3 +173,24 @@ def test_verify_missing_file_is_an_error(tmp_path: Path) -> None:
     code, _ = _cli(tmp_path / "nope.db")
     assert code != 0
     assert not (tmp_path / "nope.db").exists(), "verify must not create the file"
+
+
+def test_what_the_open_time_check_costs(pristine: Path, filled_stores: filled.FilledStores) -> None:
+    """The figure docs/reliability.md quotes for verify="blocking": quick_check (what
+    PodStore.open runs) on this module's store and on the 10,000-entry filled store, best of
+    three. Reported, not asserted: speed targets live in bench/."""
+    figures: dict[str, object] = {}
+    for name, db in (("small", pristine), ("filled", filled_stores.head_path)):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
+        try:
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                quick_check(conn)  # raises StoreCorruptError unless the file is sound
+                best = min(best, time.perf_counter() - started)
+        finally:
+            conn.close()
+        figures[f"{name}_mb"] = round(db.stat().st_size / 1e6, 1)
+        figures[f"{name}_ms"] = round(best * 1000, 1)
+    figures["filled_entries"] = filled_stores.entries
+    report("open-check", **figures)

@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.figures import report
+
 from podstore import (
     ContainerAllocateResponse,
     PodDevicesEntry,
@@ -35,8 +38,12 @@ from podstore import (
 )
 from podstore.storage.selfcheck import check_connection, has_errors
 
+# Half as many again as the hypothesis profile's count (conftest.py: ci 100, thorough 1000):
+# these tests guard every public argument, so they get more than a typical property test.
 FUZZ = settings(
-    max_examples=int(os.environ.get("PODSTORE_FUZZ_EXAMPLES", "150")),
+    max_examples=int(
+        os.environ.get("PODSTORE_FUZZ_EXAMPLES", str(settings.default.max_examples * 3 // 2))
+    ),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -222,6 +229,19 @@ def _sound(path: Path) -> None:
     assert not has_errors(findings), findings
 
 
+# Calls made through _call in this module: refused with a documented error (store unchanged)
+# or accepted (store verified); reported once the module is done.
+CALLS = {"refused_unchanged": 0, "accepted_verified": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    before = CALLS.copy()
+    yield
+    if before != CALLS:
+        report("fuzz", examples_per_test=FUZZ.max_examples, **CALLS)
+
+
 def _call(store: PodStore, fn: Callable[[], object]) -> None:
     db = Path(store.path)
     before = _dump(db)
@@ -229,10 +249,12 @@ def _call(store: PodStore, fn: Callable[[], object]) -> None:
         fn()
     except PodStoreError:
         assert _dump(db) == before, "a failed call changed the store"
+        CALLS["refused_unchanged"] += 1
         return
     except BaseException as exc:
         raise AssertionError(f"undocumented error escaped: {type(exc).__name__}: {exc}") from exc
     _sound(db)
+    CALLS["accepted_verified"] += 1
 
 
 # ---- one test per method ----------------------------------------------------------------------
@@ -501,3 +523,20 @@ def test_checkpoint_bytes(store: PodStore, fuzz_dir: Path) -> None:
         _call(store, lambda: store.import_checkpoint(target, merge=True))
 
     run()
+
+
+@pytest.mark.parametrize(("profile", "examples"), [("ci", 150), ("thorough", 1500)])
+def test_example_count_follows_the_hypothesis_profile(profile: str, examples: int) -> None:
+    """PODSTORE_HYPOTHESIS_PROFILE=thorough runs ten times the examples here too."""
+    env = {k: v for k, v in os.environ.items() if k != "PODSTORE_FUZZ_EXAMPLES"}
+    env["PODSTORE_HYPOTHESIS_PROFILE"] = profile
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import conftest, test_reliability_fuzz "
+        "as f; print(f.FUZZ.max_examples)"
+    )
+    here = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code, here], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == examples

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -356,8 +357,9 @@ def test_from_checkpoint_data_restores_a_null_alloc_resp_as_an_empty_response(
     assert store.devices() == {RES: {"a"}}
     # ... and run options exist, empty.
     assert store.device_run_container_options("p", "c") == DeviceRunContainerOptions()
-    # The entry still exports, with its null kept (so an imported file exports unchanged).
-    assert store.to_checkpoint_data() == [PodDevicesEntry("p", "c", RES, {0: ["a"]}, None)]
+    # ... and toCheckpointData marshals that empty message: empty bytes, not nil. (Only an
+    # exported file writes null back; tests/test_restored_null.py checks every output.)
+    assert store.to_checkpoint_data() == [PodDevicesEntry("p", "c", RES, {0: ["a"]}, b"")]
 
 
 def test_from_checkpoint_data_round_trips_to_checkpoint_data(tmp_path: Path) -> None:
@@ -366,13 +368,15 @@ def test_from_checkpoint_data_round_trips_to_checkpoint_data(tmp_path: Path) -> 
         PodDevicesEntry("p2", "c", "r", None, None),
         PodDevicesEntry("p1", "d", "s", {}, resp(envs={"A": "1"}).SerializeToString()),
     ]
+    # kubelet restores a null AllocResp as an empty message, which marshals to empty bytes.
+    restored = [dataclasses.replace(e, alloc_resp=e.alloc_resp or b"") for e in entries]
     with PodStore.open(tmp_path / "a.db") as a:
         a.from_checkpoint_data(entries)
         out = a.to_checkpoint_data()
-    assert out == entries
+    assert out == restored
     with PodStore.open(tmp_path / "b.db") as b:
         b.from_checkpoint_data(out)
-        assert b.to_checkpoint_data() == entries
+        assert b.to_checkpoint_data() == restored
 
 
 def test_bulk_and_single_restore_agree(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import click
 
 from podstore.cli.context import Context
+from podstore.sqlite.files import wal_size
 from podstore.sqlite.migrate import head_revision
 
 
@@ -14,7 +15,8 @@ from podstore.sqlite.migrate import head_revision
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_obj
 def status(ctx: Context, as_json: bool) -> None:
-    """Open or create the store and print pod, container, allocation and device counts."""
+    """Open or create the store and print pod, container, allocation and device counts, and
+    the size of its write-ahead log."""
     store = ctx.store()
     stats = store.stats()
     info = {
@@ -27,6 +29,7 @@ def status(ctx: Context, as_json: bool) -> None:
         "device_rows": stats.device_rows,
         "distinct_devices": stats.distinct_devices,
         "registered_resources": stats.registered_resources,
+        "wal_bytes": wal_size(store.path),
     }
     if as_json:
         click.echo(json.dumps(info, sort_keys=True))

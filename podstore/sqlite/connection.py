@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
-from podstore.errors import InvalidInputError, ReadOnlyStoreError, StoreBusyError, StoreCorruptError
+from podstore.errors import (
+    InvalidInputError,
+    PodStoreError,
+    ReadOnlyStoreError,
+    StoreBusyError,
+    StoreCorruptError,
+)
 from podstore.sqlite.files import prepare_file
 from podstore.sqlite.translate import translate, translated_errors
 
@@ -34,17 +40,45 @@ DEFAULT_BUSY_TIMEOUT = 10.0
 # SQLite takes the busy timeout as an int of milliseconds.
 MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 
-# Pragmas applied to every new connection, only where the current value differs.
+#: The WAL is truncated to this size when SQLite restarts it from the beginning (the first
+#: commit after a checkpoint that copied every frame). Without a limit a WAL that grew while a
+#: long read held its snapshot (or for one big import) keeps that size for ever. Twice the
+#: steady state of ``wal_autocheckpoint`` (1,000 pages plus the last commit's, about 4.2 MB
+#: with 4 KiB pages), so ordinary commits never pay for a truncate and a re-extension;
+#: tests/test_reliability_wal.py shows the bound.
+JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
+#: SQLite's own checkpoint, run by the committing connection once the WAL holds this many
+#: pages (SQLite's usual default, set explicitly in case a build changed it: 0 would never
+#: checkpoint and the WAL would grow without bound).
+WAL_AUTOCHECKPOINT = 1000
+
+# Settings of every new connection, set and then read back (``_configure``).
 # journal_mode is persistent in the file and needs write access, so it is handled apart.
 _PRAGMAS: dict[str, int] = {
     # ON DELETE CASCADE from pods down to device rows depends on this.
     "foreign_keys": 1,
     # Temp b-trees (sorts, DISTINCT) stay in memory: no stray files next to a 0600 database.
     "temp_store": 2,
+    "journal_size_limit": JOURNAL_SIZE_LIMIT,
+    "wal_autocheckpoint": WAL_AUTOCHECKPOINT,
 }
 # synchronous: FULL fsyncs the WAL at every commit, so a returned call survives power loss;
 # NORMAL may lose the last commits (never corrupts) and is opt-in.
 _SYNCHRONOUS = {"full": 2, "normal": 1}
+# The effective values, read back in one statement (table-valued pragma functions).
+_READ_BACK = (
+    "SELECT (SELECT * FROM pragma_journal_mode), (SELECT * FROM pragma_synchronous), "
+    "(SELECT * FROM pragma_foreign_keys), (SELECT * FROM pragma_temp_store), "
+    "(SELECT * FROM pragma_journal_size_limit), (SELECT * FROM pragma_busy_timeout)"
+)
+_READ_BACK_NAMES = (
+    "journal_mode",
+    "synchronous",
+    "foreign_keys",
+    "temp_store",
+    "journal_size_limit",
+    "busy_timeout",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,37 +209,91 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
     )
 
 
-def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
-    wanted = dict(_PRAGMAS)
+def expected_settings(options: ConnectOptions) -> dict[str, int | str]:
+    """The settings a connection made with ``options`` must run with, as SQLite reports them.
+
+    A read-only connection never writes, so its journal mode and synchronous setting do not
+    matter (a file opened ``immutable=1`` even reports ``delete``); they are left out.
+    """
+    wanted: dict[str, int | str] = dict(_PRAGMAS)
     wanted["busy_timeout"] = int(options.busy_timeout * 1000)
     if not options.readonly:
+        wanted["journal_mode"] = "wal"
         wanted["synchronous"] = _SYNCHRONOUS[options.durability]
-    for name, value in wanted.items():
-        current = conn.execute(f"PRAGMA {name}").fetchone()[0]
-        if current != value:
-            conn.execute(f"PRAGMA {name} = {int(value)}")
+    return wanted
+
+
+def effective_settings(conn: sqlite3.Connection) -> dict[str, int | str]:
+    """The settings ``conn`` runs with now, read from SQLite (not from what was asked)."""
+    row = conn.execute(_READ_BACK).fetchone()
+    out: dict[str, int | str] = dict(zip(_READ_BACK_NAMES, row, strict=True))
+    out["journal_mode"] = str(out["journal_mode"]).lower()
+    # not a table-valued pragma (it has a side effect), so read on its own
+    out["wal_autocheckpoint"] = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+    return out
+
+
+def check_settings(conn: sqlite3.Connection, options: ConnectOptions) -> None:
+    """Raise PodStoreError unless ``conn`` runs with every setting podstore relies on.
+
+    Setting a pragma is no proof that it holds: SQLite ignores some silently (foreign_keys
+    inside a transaction), a build may swap in its own defaults (SQLITE_DEFAULT_WAL_SYNCHRONOUS
+    turns FULL into NORMAL when a file is found in WAL mode, unless synchronous was set
+    explicitly), and a weaker setting is invisible until a power cut. So podstore refuses to
+    run with one rather than run without saying so.
+    """
+    wanted = expected_settings(options)
+    got = effective_settings(conn)
+    wrong = [f"{k} is {got[k]!r}, not {v!r}" for k, v in wanted.items() if got.get(k) != v]
+    if wrong:
+        raise PodStoreError(
+            f"{options.path}: SQLite did not apply podstore's settings ({'; '.join(wrong)}); "
+            "refusing to run with weaker guarantees than documented (docs/reliability.md)"
+        )
+
+
+def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
+    """Apply podstore's settings to a new connection, then read them back (check_settings).
+
+    The journal mode comes first: it reads the file, which is when a build's WAL default for
+    synchronous would apply. synchronous is then always set explicitly, which SQLite never
+    overrides, and the read-back that follows sees the value that commits will use.
+    """
     if not options.readonly:
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal":
             # WAL: readers never block the writer and a commit is one sequential append.
-            got = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+            # Processes opening a new file at once race to switch it (tests/
+            # test_reliability_concurrency.py); the loser is told busy without waiting.
+            switch = _retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
+            got = switch.fetchone()[0]
             if str(got).lower() != "wal":
                 raise StoreCorruptError(f"could not switch {options.path} to WAL (got {got})")
+        conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[options.durability]}")
+    for name, value in _PRAGMAS.items():
+        conn.execute(f"PRAGMA {name} = {int(value)}")
+    conn.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout * 1000)}")
+    check_settings(conn, options)
 
 
 def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once.
+    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once."""
+    _retry_busy(conn, "BEGIN IMMEDIATE", busy_timeout)
+
+
+def _retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
+    """Run ``sql``, retried until busy_timeout when SQLite answers busy at once.
 
     The busy handler normally waits inside the call, but SQLite returns SQLITE_BUSY without
-    waiting in some cases (e.g. while another connection recovers the WAL), so a bounded retry
-    loop sits on top; past the deadline the caller gets StoreBusyError.
+    waiting in some cases (while another connection recovers the WAL; two connections of a new
+    file switching it to WAL at once, where waiting could deadlock), so a bounded retry loop
+    sits on top; past the deadline the caller gets StoreBusyError.
     """
     deadline = time.monotonic() + busy_timeout
     delay = 0.001
     while True:
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
+            return conn.execute(sql)
         except sqlite3.OperationalError as exc:
             mapped = translate(exc)
             if not isinstance(mapped, StoreBusyError) or time.monotonic() >= deadline:
@@ -233,6 +321,11 @@ def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) ->
 
     @event.listens_for(engine, "begin")
     def _begin(conn: sqlalchemy.Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if opts.readonly else "BEGIN IMMEDIATE")
+        if opts.readonly:
+            conn.exec_driver_sql("BEGIN")
+            return
+        raw = conn.connection.dbapi_connection
+        assert isinstance(raw, sqlite3.Connection)
+        begin_immediate(raw, opts.busy_timeout)  # the migration's lock, with the busy retry
 
     return engine

@@ -105,3 +105,11 @@ def _caller_stacklevel() -> int:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level
+
+
+def wal_size(path: str) -> int:
+    """Bytes in the store's write-ahead log (``path-wal``); 0 when there is none."""
+    try:
+        return os.path.getsize(path + "-wal")
+    except FileNotFoundError:
+        return 0

@@ -231,9 +231,16 @@ class StoredEntry:
     def key(self) -> Key:
         return (self.pod_uid, self.container_name, self.resource_name)
 
-    def checkpoint_entry(self) -> PodDevicesEntry:
-        """The entry as a checkpoint holds it (a null AllocResp written back as null)."""
-        resp = None if self.alloc_resp_json_null else self.alloc_resp
+    def checkpoint_entry(self, *, file_form: bool = False) -> PodDevicesEntry:
+        """The entry as ``toCheckpointData`` gives it, or (``file_form``) as an exported file
+        writes it.
+
+        An entry restored from a JSON-null AllocResp holds an empty response: kubelet's
+        restore makes a non-nil empty message, whose ``toCheckpointData`` bytes are empty, so
+        ``alloc_resp`` is ``b""`` here. Only the file form writes ``null`` back, so that an
+        imported file exports byte for byte.
+        """
+        resp = None if file_form and self.alloc_resp_json_null else self.alloc_resp
         return PodDevicesEntry(
             self.pod_uid, self.container_name, self.resource_name, self.device_ids, resp
         )

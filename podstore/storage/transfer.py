@@ -181,7 +181,7 @@ def export_bytes(
     """The checkpoint file for the store's state, read in the caller's snapshot, and the
     number of entries it lists."""
     listed: Iterable[PodDevicesEntry] = (
-        e.checkpoint_entry() for e in entries.read_entries(conn, with_response=True)
+        e.checkpoint_entry(file_form=True) for e in entries.read_entries(conn, with_response=True)
     )
     if progress is not None:
         total = int(conn.execute(sql.COUNTS).fetchone()[2])

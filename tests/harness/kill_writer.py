@@ -2,8 +2,12 @@
 
 Run as a script. It imports podstore once, then for every line ``run SEED START COUNT DB`` on
 stdin forks a child that opens the store at DB and performs workload operations START,
-START+1, … (at most COUNT). Output lines on stdout, each written with one ``write(2)`` (atomic
-on a pipe):
+START+1, … (at most COUNT). For a line ``upgrade MODE STOP_AT DB`` the child upgrades the
+store at DB to the head revision, by ``PodStore.open`` (MODE ``open``) or by the command line's
+``podstore migrate upgrade`` (MODE ``cli``, the console script's own entry point, called in
+the child), reporting the steps of its write transaction as tests/harness/txwatch.py
+describes (and stopping itself before step STOP_AT unless it is -1). Output lines on stdout,
+each written with one ``write(2)`` (atomic on a pipe):
 
 - ``p PID``       (fork server) a child started
 - ``o``           (child) the store is open
@@ -12,6 +16,8 @@ on a pipe):
 - ``d``           (child) all COUNT operations done; it exits by itself
 - ``e I TEXT``    (child) operation I raised (the harness then fails)
 - ``x PID CODE``  (fork server) the child is gone and reaped (CODE: exit status or -signal)
+- ``s``           (upgrade child) about to upgrade; then ``t``/``q``/``k``/``c``/``z`` steps
+- ``D TEXT``      (upgrade child) the upgrade returned (TEXT: what the command printed)
 
 Forking from a warm process keeps a kill round to milliseconds, so the harness can kill a few
 hundred times within its budget; each child is still a separate process that dies by SIGKILL
@@ -20,6 +26,8 @@ with the store open, which is the crash under test.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import traceback
@@ -27,7 +35,10 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import workload
+from harness.recorder import recording
+from harness.txwatch import TransactionWatch
 from podstore import PodStore
+from podstore.cli.main import main as cli_main
 from podstore.sqlite.migrate import head_revision
 
 
@@ -57,6 +68,27 @@ def child(seed: int, start: int, count: int, db: str) -> None:
     os._exit(0)
 
 
+def upgrade_child(mode: str, stop_at: int, db: str) -> None:
+    try:
+        printed = io.StringIO()
+        with recording(TransactionWatch(say, stop_at)), contextlib.redirect_stdout(printed):
+            say("s")
+            if mode == "open":
+                PodStore.open(db).close()
+            else:
+                try:
+                    cli_main(["--db", db, "migrate", "upgrade"])
+                except SystemExit as exc:  # click's standalone mode ends with sys.exit
+                    if exc.code not in (0, None):
+                        raise
+        say(f"D {printed.getvalue().strip()}")
+    except BaseException as exc:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        say(f"e -1 {type(exc).__module__}.{type(exc).__name__}: {text!r}")
+        os._exit(3)
+    os._exit(0)
+
+
 def main() -> None:
     head_revision()  # warm Alembic's script directory before forking
     for line in sys.stdin:
@@ -65,9 +97,11 @@ def main() -> None:
             continue
         if parts[0] == "quit":
             return
-        _, seed, start, count, db = parts
         pid = os.fork()
         if pid == 0:
+            if parts[0] == "upgrade":
+                upgrade_child(parts[1], int(parts[2]), parts[3])
+            _, seed, start, count, db = parts
             child(int(seed), int(start), int(count), db)
         say(f"p {pid}")
         _, status = os.waitpid(pid, 0)

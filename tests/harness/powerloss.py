@@ -15,7 +15,9 @@ Method (docs/reliability.md, "Power loss"):
    granularity; directory changes (creating or deleting the WAL or journal) persist in
    order up to a random point after the last directory fsync. Anything fsynced stays.
    The main file is created by podstore's ``_prepare_file``, which fsyncs it and its
-   directory, so the model starts from a durable empty file.
+   directory, so the model starts from a durable empty file (or, for an upgrade, from the
+   filled store's bytes). With ``keep=1.0`` nothing is lost or torn: the image is the files
+   as they were (tests/test_reliability_powerloss.py checks that against the real files).
 4. Check. The images are opened with podstore (plain ``sqlite3``, the real unix VFS), which
    recovers the WAL; the harness then compares with the states the workload went through.
 
@@ -62,55 +64,75 @@ class IOEvent:
 class IOLog:
     def __init__(self) -> None:
         self.events: list[IOEvent] = []
+        # files as they really were after the first k events (replay's ``snapshot_every``:
+        # the test of the disk model itself)
+        self.snapshots: dict[int, dict[str, bytes]] = {}
 
 
 class _File(apsw.VFSFile):
     def __init__(self, vfs: RecordingVFS, name: Any, flags: list[int]) -> None:
-        self._log = vfs.log
+        self._vfs = vfs
         self._name = os.path.basename(name.filename() if hasattr(name, "filename") else name)
         self._tracked = vfs.tracks(self._name)
         existed = os.path.exists(os.path.join(vfs.directory, self._name))
         super().__init__("unix", name, flags)
         self._dirsync = bool(flags[0] & _DIRSYNC_TYPES) and bool(flags[0] & _CREATE)
         if self._tracked and not existed:
-            self._log.events.append(IOEvent("create", self._name))
+            vfs.logged(IOEvent("create", self._name))
 
     def xWrite(self, data: bytes, offset: int) -> None:
-        if self._tracked:
-            self._log.events.append(IOEvent("write", self._name, offset=offset, data=bytes(data)))
         super().xWrite(data, offset)
+        if self._tracked:
+            self._vfs.logged(IOEvent("write", self._name, offset=offset, data=bytes(data)))
 
     def xTruncate(self, size: int) -> None:
-        if self._tracked:
-            self._log.events.append(IOEvent("trunc", self._name, size=size))
         super().xTruncate(size)
+        if self._tracked:
+            self._vfs.logged(IOEvent("trunc", self._name, size=size))
 
     def xSync(self, flags: int) -> None:
         super().xSync(flags)
         if self._tracked:
-            self._log.events.append(IOEvent("sync", self._name, dirsync=self._dirsync))
+            self._vfs.logged(IOEvent("sync", self._name, dirsync=self._dirsync))
             self._dirsync = False
 
 
 class RecordingVFS(apsw.VFS):
-    """SQLite's unix VFS, with the I/O on files in ``directory`` logged."""
+    """SQLite's unix VFS, with the I/O on files in ``directory`` logged (each event after the
+    real operation is done)."""
 
-    def __init__(self, name: str, directory: Path, log: IOLog) -> None:
+    def __init__(self, name: str, directory: Path, log: IOLog, snapshot_every: int = 0) -> None:
         self.directory = str(directory)
         self.log = log
+        self.snapshot_every = snapshot_every
         super().__init__(name, "unix")
 
     def tracks(self, basename: str) -> bool:
         return not basename.endswith("-shm")
+
+    def logged(self, event: IOEvent) -> None:
+        self.log.events.append(event)
+        if self.snapshot_every and len(self.log.events) % self.snapshot_every == 0:
+            self.log.snapshots[len(self.log.events)] = self.files()
+
+    def files(self) -> dict[str, bytes]:
+        """The tracked files as they are now."""
+        out = {}
+        for name in sorted(os.listdir(self.directory)):
+            if self.tracks(name):
+                with open(os.path.join(self.directory, name), "rb") as fh:
+                    out[name] = fh.read()
+        return out
 
     def xOpen(self, name: Any, flags: list[int]) -> _File:
         return _File(self, name, flags)
 
     def xDelete(self, name: str, syncdir: bool) -> None:
         base = os.path.basename(name)
-        if self.tracks(base) and os.path.exists(name):
-            self.log.events.append(IOEvent("unlink", base, dirsync=bool(syncdir)))
+        existed = os.path.exists(name)
         super().xDelete(name, syncdir)
+        if self.tracks(base) and existed:
+            self.logged(IOEvent("unlink", base, dirsync=bool(syncdir)))
 
 
 # ---- replaying podstore's statements ------------------------------------------------------------
@@ -135,32 +157,53 @@ class ReplayOptions:
     wal_autocheckpoint: int | None = None  # checkpoint-heavy variant
 
 
+def _override(sql: str, options: ReplayOptions) -> str:
+    """The statement, or the replay's own value for a setting it forces (podstore sets both
+    on every connection, after the replay's settings at open)."""
+    head = sql.strip().upper()
+    if options.synchronous is not None and head.startswith("PRAGMA SYNCHRONOUS ="):
+        return f"PRAGMA synchronous = {int(options.synchronous)}"
+    if options.wal_autocheckpoint is not None and head.startswith("PRAGMA WAL_AUTOCHECKPOINT ="):
+        return f"PRAGMA wal_autocheckpoint = {int(options.wal_autocheckpoint)}"
+    return sql
+
+
 def replay(
     events: Sequence[Event],
     directory: Path,
     dbname: str,
     options: ReplayOptions,
     vfs_name: str,
+    *,
+    initial: bytes = b"",
+    snapshot_every: int = 0,
 ) -> IOLog:
-    """Run the recorded statements against ``directory/dbname`` through a RecordingVFS."""
+    """Run the recorded statements against ``directory/dbname`` through a RecordingVFS.
+
+    The main file starts durable with ``initial`` (empty: what podstore's _prepare_file
+    leaves for a new store; a filled store's bytes for an upgrade). With ``snapshot_every=K``
+    the real files are kept after every K-th event and at the end (``IOLog.snapshots``).
+    """
     log = IOLog()
-    (directory / dbname).touch(mode=0o600)  # what podstore's _prepare_file leaves
-    vfs = RecordingVFS(vfs_name, directory, log)
+    path = directory / dbname
+    path.write_bytes(initial)
+    path.chmod(0o600)
+    vfs = RecordingVFS(vfs_name, directory, log, snapshot_every)
     conns: dict[int, apsw.Connection] = {}
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     try:
         for ev in events:
             if ev.kind == "ack":
-                log.events.append(IOEvent("ack", ack=ev.ack))
+                vfs.logged(IOEvent("ack", ack=ev.ack))
             elif ev.kind == "open":
                 conn = apsw.Connection(str(directory / dbname), flags=flags, vfs=vfs_name)
                 conns[ev.conn] = conn
                 if options.synchronous is not None:
                     conn.execute(f"PRAGMA synchronous = {int(options.synchronous)}")
                 else:
-                    # podstore sets synchronous only where the default differs; apsw's SQLite
-                    # must then have the system SQLite's default (FULL) for the replay to mean
-                    # the same thing.
+                    # The statements before podstore's own PRAGMA synchronous (Alembic's
+                    # engine, the probe) run with the build's default: apsw's SQLite must have
+                    # the system SQLite's (FULL) for the replay to mean the same thing.
                     row = conn.execute("PRAGMA synchronous").fetchone()
                     assert row is not None and row[0] == 2
                 if options.wal_autocheckpoint is not None:
@@ -169,11 +212,7 @@ def replay(
                 conns.pop(ev.conn).close()
             else:
                 conn = conns[ev.conn]
-                sql = ev.sql
-                if options.synchronous is not None and sql.strip().upper().startswith(
-                    "PRAGMA SYNCHRONOUS ="
-                ):
-                    sql = f"PRAGMA synchronous = {int(options.synchronous)}"
+                sql = _override(ev.sql, options)
                 cur = conn.cursor()
                 if ev.kind == "many":
                     rows = [_bind(p) for p in ev.params]
@@ -185,6 +224,8 @@ def replay(
                         pass
         for conn in conns.values():
             conn.close()
+        if snapshot_every:
+            log.snapshots[len(log.events)] = vfs.files()
     finally:
         vfs.unregister()
     return log
@@ -225,8 +266,8 @@ def _apply(buf: bytearray, op: tuple[str, int, bytes], rng: random.Random | None
 class DiskModel:
     """Durable and pending state of every file, advanced one I/O event at a time."""
 
-    def __init__(self, dbname: str) -> None:
-        main = _Inc()
+    def __init__(self, dbname: str, initial: bytes = b"") -> None:
+        main = _Inc(bytearray(initial))
         self.names: dict[str, _Inc | None] = {dbname: main}
         self.durable_names: dict[str, _Inc | None] = {dbname: main}
         self.meta_pending: list[tuple[str, _Inc | None]] = []
@@ -268,7 +309,10 @@ class DiskModel:
 
     def crash_images(self, rng: random.Random, keep: float) -> dict[str, bytes]:
         """File name → bytes after a power loss now. ``keep``: chance an unsynced write (or
-        truncate, or directory change) reached the disk."""
+        truncate, or directory change) reached the disk; a write that did is torn at sector
+        boundaries — except with ``keep=1.0``, which keeps everything whole: the files as
+        they were when the power failed."""
+        tear = rng if keep < 1.0 else None
         names = dict(self.durable_names)
         cut = 0
         while cut < len(self.meta_pending) and rng.random() < keep:
@@ -282,14 +326,17 @@ class DiskModel:
             buf = bytearray(inc.durable)
             for op in inc.pending:
                 if rng.random() < keep:
-                    _apply(buf, op, rng if op[0] == "w" else None)
+                    _apply(buf, op, tear if op[0] == "w" else None)
             out[name] = bytes(buf)
         return out
 
 
-def walk(log: IOLog, dbname: str, crash_points: Sequence[int]) -> Iterator[tuple[int, DiskModel]]:
-    """Advance a DiskModel through the log, yielding it at each crash point (event counts)."""
-    model = DiskModel(dbname)
+def walk(
+    log: IOLog, dbname: str, crash_points: Sequence[int], initial: bytes = b""
+) -> Iterator[tuple[int, DiskModel]]:
+    """Advance a DiskModel through the log, yielding it at each crash point (event counts:
+    the model then holds the first k events)."""
+    model = DiskModel(dbname, initial)
     points = sorted(crash_points)
     i = 0
     for k, ev in enumerate(log.events):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +53,10 @@ class Recording:
             self._next_id += 1
             return self._next_id
 
+    def done(self, event: Event) -> None:
+        """Called after the driver returned from ``event`` (a statement, COMMIT or ROLLBACK);
+        the recording itself has nothing to do then (tests/harness/txwatch.py has)."""
+
     def ack(self, index: int) -> None:
         """Mark that workload operation ``index`` returned (acknowledged to its caller)."""
         self.add(Event("ack", ack=index))
@@ -83,8 +87,11 @@ def _factory(rec: Recording) -> type[sqlite3.Connection]:
         def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
             conn = self.connection
             assert isinstance(conn, RecordingConnection)
-            rec.add(Event("exec", conn.rec_id, sql, _freeze(parameters)))
-            return super().execute(sql, parameters)
+            event = Event("exec", conn.rec_id, sql, _freeze(parameters))
+            rec.add(event)
+            cur = super().execute(sql, parameters)
+            rec.done(event)
+            return cur
 
         def executemany(  # type: ignore[override]
             self, sql: str, seq_of_parameters: Iterable[Any], /
@@ -92,8 +99,11 @@ def _factory(rec: Recording) -> type[sqlite3.Connection]:
             conn = self.connection
             assert isinstance(conn, RecordingConnection)
             rows = [_freeze(p) for p in seq_of_parameters]
-            rec.add(Event("many", conn.rec_id, sql, rows))
-            return super().executemany(sql, rows)
+            event = Event("many", conn.rec_id, sql, rows)
+            rec.add(event)
+            cur = super().executemany(sql, rows)
+            rec.done(event)
+            return cur
 
     class RecordingConnection(sqlite3.Connection):
         rec_id: int
@@ -115,18 +125,26 @@ def _factory(rec: Recording) -> type[sqlite3.Connection]:
             return cur
 
         def executescript(self, script: str, /) -> sqlite3.Cursor:
-            rec.add(Event("exec", self.rec_id, script, ()))
-            return super().executescript(script)
+            event = Event("exec", self.rec_id, script, ())
+            rec.add(event)
+            cur = super().executescript(script)
+            rec.done(event)
+            return cur
 
         def commit(self) -> None:
-            if self.in_transaction:
-                rec.add(Event("exec", self.rec_id, "COMMIT", ()))
-            super().commit()
+            self._end("COMMIT", super().commit)
 
         def rollback(self) -> None:
-            if self.in_transaction:
-                rec.add(Event("exec", self.rec_id, "ROLLBACK", ()))
-            super().rollback()
+            self._end("ROLLBACK", super().rollback)
+
+        def _end(self, sql: str, call: Callable[[], None]) -> None:
+            if not self.in_transaction:
+                call()
+                return
+            event = Event("exec", self.rec_id, sql, ())
+            rec.add(event)
+            call()
+            rec.done(event)
 
         def close(self) -> None:
             rec.add(Event("close", self.rec_id))
@@ -136,9 +154,10 @@ def _factory(rec: Recording) -> type[sqlite3.Connection]:
 
 
 @contextmanager
-def recording() -> Iterator[Recording]:
-    """Record every connection opened through ``sqlite3.connect`` inside the block."""
-    rec = Recording()
+def recording(rec: Recording | None = None) -> Iterator[Recording]:
+    """Record every connection opened through ``sqlite3.connect`` inside the block (into
+    ``rec``, a Recording or a subclass, when given)."""
+    rec = Recording() if rec is None else rec
     factory = _factory(rec)
 
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:

@@ -1,0 +1,83 @@
+"""The kill harnesses' fork server (tests/harness/kill_writer.py), driven line by line.
+
+The test sends one command line per round and reads the server's lines with deadlines; see
+kill_writer.py for the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import time
+
+from harness.paths import script
+
+
+class ForkServer:
+    """The kill_writer fork server and a line reader with deadlines."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            script("kill_writer.py"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._out = self.proc.stdout
+        os.set_blocking(self._out.fileno(), False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._out, selectors.EVENT_READ)
+        self._buf = b""
+        self._pending: list[str] = []
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((line + "\n").encode())
+        self.proc.stdin.flush()
+
+    def lines(self, until: float, stop: str | tuple[str, ...] | None = None) -> list[str]:
+        """Complete lines that arrive before the monotonic time ``until`` (or until one
+        starting with ``stop``, or with any of several prefixes, has arrived)."""
+        out, self._pending = self._pending, []
+        if stop and any(line.startswith(stop) for line in out):
+            return out
+        stops = tuple(p.encode() for p in ((stop,) if isinstance(stop, str) else stop or ()))
+        while True:
+            timeout = until - time.monotonic()
+            if not self._sel.select(max(timeout, 0)):
+                break
+            chunk = os.read(self._out.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"fork server exited ({self.proc.poll()})")
+            self._buf += chunk
+            *done, self._buf = self._buf.split(b"\n")
+            out.extend(d.decode() for d in done)
+            if timeout <= 0 or (stops and any(d.startswith(stops) for d in done)):
+                break
+        return out
+
+    def until_line(
+        self, prefix: str | tuple[str, ...], timeout: float = 60.0
+    ) -> tuple[list[str], str]:
+        """The lines before the first one starting with ``prefix`` (or with any of several),
+        and that line."""
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.lines(deadline, stop=prefix)
+            for i, line in enumerate(got):
+                if line.startswith(prefix):
+                    self._pending = got[i + 1 :]
+                    return seen + got[:i], line
+            seen.extend(got)
+        raise AssertionError(f"no {prefix!r} line within {timeout}s; saw {seen[-5:]}")
+
+    def close(self) -> None:
+        try:
+            self.send("quit")
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):  # pragma: no cover
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,252 @@
+"""Every check of the self-check (`podstore verify`) finds the damage it is there for.
+
+For each check in podstore/storage/selfcheck.py, a clean store (every shape the checkpoint
+knows: null and empty NUMA maps and lists, null and empty responses, nil responses, registered
+devices) is copied and broken with raw SQL the way only an edit from outside, or a bug, could
+break it; then `check_store` must report that check — that check alone, with its severity —
+and `podstore verify` must exit 1 for an error (0 for a warning, 1 with ``--strict``). A check
+added to selfcheck.py without a case here fails ``test_every_check_has_a_damage_case``.
+
+Damage SQLite itself sees (bytes over a page, a cut file) is tests/test_reliability_damage.py's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import workload
+from harness.figures import report
+
+from podstore import PodDevicesEntry, PodStore
+from podstore.cli.main import cli
+from podstore.storage import selfcheck
+from podstore.storage.selfcheck import check_store
+
+# An allocation with device rows in a NUMA list of at least two, the last of them.
+_LIST = (
+    "SELECT allocation_id, numa_node, max(position) AS last FROM allocation_devices "
+    "GROUP BY allocation_id, numa_node HAVING count(*) >= 2 ORDER BY 1, 2 LIMIT 1"
+)
+_WITH_RESPONSE = (
+    "SELECT min(id) FROM allocations WHERE length(alloc_resp) > 0 AND NOT alloc_resp_json_null"
+)
+
+# check → (severity, damage statements, words the finding must contain)
+CASES: dict[str, tuple[str, list[str], str]] = {
+    "orphan-containers": (
+        "error",
+        ["INSERT INTO containers (pod_id, name) VALUES (999999, 'ghost')"],
+        "container 'ghost'",
+    ),
+    "orphan-allocations": (
+        "error",
+        [
+            "INSERT INTO allocations (container_id, resource, device_ids_null, alloc_resp, "
+            "alloc_resp_json_null) VALUES (999999, 'ghost.com/r', 1, NULL, 0)"
+        ],
+        "'ghost.com/r'",
+    ),
+    "orphan-device-rows": (
+        "error",
+        ["INSERT INTO allocation_devices VALUES (999999, 0, 0, 'ghost-dev')"],
+        "'ghost-dev'",
+    ),
+    "orphan-empty-lists": (
+        "error",
+        ["INSERT INTO empty_numa_lists VALUES (999999, 3, 0)"],
+        "allocation 999999 NUMA 3",
+    ),
+    "orphan-registered-devices": (
+        "error",
+        ["INSERT INTO registered_devices VALUES ('ghost.com/r', 0, 'ghost-dev')"],
+        "'ghost-dev' of 'ghost.com/r'",
+    ),
+    "empty-pods": ("error", ["INSERT INTO pods (uid) VALUES ('shell-pod')"], "'shell-pod'"),
+    "empty-containers": (
+        "error",
+        ["INSERT INTO containers (pod_id, name) SELECT min(id), 'shell' FROM pods"],
+        "/shell",
+    ),
+    "positions": (
+        "error",
+        [
+            f"UPDATE allocation_devices SET position = position + 10 WHERE (allocation_id, "
+            f"numa_node, position) = (SELECT allocation_id, numa_node, last FROM ({_LIST}))"
+        ],
+        "positions 0..",
+    ),
+    "registered-positions": (
+        "error",
+        ["UPDATE registered_devices SET position = 99 WHERE position = 3"],
+        "positions 0..99",
+    ),
+    "empty-list-with-devices": (
+        "error",
+        [
+            f"INSERT INTO empty_numa_lists SELECT allocation_id, numa_node, 0 FROM ({_LIST})",
+        ],
+        "NUMA",
+    ),
+    "null-map-with-devices": (
+        "error",
+        [
+            "UPDATE allocations SET device_ids_null = 1 "
+            f"WHERE id = (SELECT allocation_id FROM ({_LIST}))"
+        ],
+        "1 entries whose device map is null",
+    ),
+    "null-response-flag": (
+        "error",
+        [f"UPDATE allocations SET alloc_resp_json_null = 1 WHERE id = ({_WITH_RESPONSE})"],
+        "1 entries flagged as a null AllocResp",
+    ),
+    "duplicate-devices": (
+        "warning",
+        [
+            f"UPDATE allocation_devices SET device_id = (SELECT device_id FROM "
+            f"allocation_devices d WHERE (d.allocation_id, d.numa_node, d.position) = "
+            f"(SELECT allocation_id, numa_node, 0 FROM ({_LIST}))) WHERE (allocation_id, "
+            f"numa_node, position) = (SELECT allocation_id, numa_node, last FROM ({_LIST}))"
+        ],
+        "x2 in",
+    ),
+    "store-meta": (
+        "warning",
+        ["UPDATE store_meta SET value = 'maybe' WHERE key = 'registered_json_null'"],
+        "registered_json_null='maybe'",
+    ),
+    "responses": (
+        "error",
+        [f"UPDATE allocations SET alloc_resp = x'ffffffff' WHERE id = ({_WITH_RESPONSE})"],
+        "do not decode",
+    ),
+    "store-id": ("error", ["DELETE FROM store_meta WHERE key = 'store_id'"], "no store_id"),
+    "foreign-keys": (
+        "error",
+        ["INSERT INTO response_envs VALUES (999999, 0, 'GHOST', 'x')"],
+        "response_envs",
+    ),
+    "schema": ("error", ["UPDATE alembic_version SET version_num = '0000'"], "revision 0000"),
+    "journal_mode": ("warning", ["PRAGMA journal_mode = DELETE"], "'delete'"),
+}
+# A second case for checks that tell several kinds of break apart.
+MORE_CASES: list[tuple[str, str, list[str], str]] = [
+    (
+        "responses",
+        "error",
+        [f"UPDATE allocations SET alloc_resp = 'text' WHERE id = ({_WITH_RESPONSE})"],
+        "not a BLOB",
+    ),
+    (
+        "store-id",
+        "error",
+        ["UPDATE store_meta SET value = 'node-7' WHERE key = 'store_id'"],
+        "not a UUID",
+    ),
+    (
+        "store-meta",
+        "warning",
+        ["UPDATE store_meta SET value = '{}' WHERE key = 'entries_json'"],
+        "entries_json='{}'",
+    ),
+    (
+        "null-response-flag",
+        "error",
+        ["UPDATE allocations SET alloc_resp_json_null = 1 WHERE alloc_resp IS NULL"],
+        "flagged as a null AllocResp",
+    ),
+    ("schema", "error", ["DROP TABLE registered_devices"], "missing tables: registered_devices"),
+    ("schema", "error", ["DROP TABLE alembic_version"], "no alembic_version table"),
+    (
+        "foreign-keys",
+        "error",
+        ["INSERT INTO allocation_event_devices VALUES (999999, 'ghost')"],
+        "allocation_event_devices",
+    ),
+]
+# Checks whose damage SQLite itself sees, tested byte by byte in test_reliability_damage.py.
+SQLITE_CHECKS = {"integrity_check", "quick_check", "open"}
+
+ALL_CASES = [pytest.param(c, *v, id=c) for c, v in CASES.items()] + [
+    pytest.param(*case, id=f"{case[0]}-{i}") for i, case in enumerate(MORE_CASES, 2)
+]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("invariants") / "pristine.db"
+    with PodStore.open(db) as store:
+        for i in range(200):
+            workload.apply(store, workload.make_op(7, i))
+        store.insert("shape-null-map", "c", "r", None, b"")
+        store.insert("shape-nil-response", "c", "r", {0: ["n-0", "n-1"]}, None)
+        store.insert("shape-empty-lists", "c", "r", {0: [], 1: None, 2: ["e-0", "e-1"]}, b"")
+        store.from_checkpoint_data([PodDevicesEntry("shape-null-resp", "c", "r", {}, None)])
+        store.set_registered_devices({"example.com/gpu": [f"dev-{i}" for i in range(6)]})
+    assert check_store(db) == []
+    return db
+
+
+def _broken(pristine: Path, tmp_path: Path, statements: list[str]) -> Path:
+    db = tmp_path / "broken.db"
+    shutil.copy(pristine, db)
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA foreign_keys = OFF")  # an edit from outside: nothing cascades
+        for sql in statements:
+            cur = conn.execute(sql)
+            assert sql.startswith(("PRAGMA", "DROP")) or cur.rowcount > 0, f"changed nothing: {sql}"
+    finally:
+        conn.close()
+    return db
+
+
+def _verify(db: Path, *options: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--db", str(db), "verify", *options])
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(("check", "severity", "statements", "words"), ALL_CASES)
+def test_each_check_finds_its_damage(
+    pristine: Path, tmp_path: Path, check: str, severity: str, statements: list[str], words: str
+) -> None:
+    db = _broken(pristine, tmp_path, statements)
+    findings = check_store(db)
+    assert {(f.check, f.severity) for f in findings} == {(check, severity)}, findings
+    assert any(words in f.message for f in findings), findings
+    code, out = _verify(db)
+    strict, _ = _verify(db, "--strict")
+    assert check in out
+    assert code == (1 if severity == "error" else 0), out
+    assert strict == 1
+    report(
+        "invariant-damage",
+        check=check,
+        severity=severity,
+        damage=[_shown(sql) for sql in statements],
+        finding=str(findings[0]),
+        verify_exit=code,
+        strict_exit=strict,
+    )
+
+
+def _shown(sql: str) -> str:
+    """The statement as docs/reliability.md shows it, its target subqueries named."""
+    return sql.replace(f"({_LIST})", "LIST").replace(f"({_WITH_RESPONSE})", "FIRST_WITH_RESPONSE")
+
+
+def test_every_check_has_a_damage_case() -> None:
+    names = {name for name, _ in selfcheck._INVARIANTS} | {"schema", "journal_mode"}
+    assert names == set(CASES), f"checks without a damage case: {names - set(CASES)}"
+    # and the ones SQLite sees are tested where bytes are damaged
+    damage = (Path(__file__).parent / "test_reliability_damage.py").read_text()
+    assert all(name in damage for name in ("integrity_check", "quick", "StoreCorruptError"))
+    assert {"integrity_check", "quick_check", "open"} == SQLITE_CHECKS
