@@ -18,14 +18,18 @@ from podstore.errors import (
     CheckpointError,
     CheckpointFormatError,
     CheckpointNotFoundError,
+    ImportRefusedError,
     InvalidInputError,
     PodStoreError,
+    QueryLimitError,
     ReadOnlyStoreError,
     SchemaError,
     StoreBusyError,
     StoreCorruptError,
     StoreFullError,
 )
+from podstore.reading import Reader
+from podstore.sqlite.guarded import RowStream
 from podstore.storage.events import ReplayState
 from podstore.storage.events import replay as replay_history
 from podstore.storage.selfcheck import Finding, check_store
@@ -68,6 +72,7 @@ __all__ = [
     "DeviceSpec",
     "EnvVar",
     "Finding",
+    "ImportRefusedError",
     "ImportReport",
     "InvalidInputError",
     "Mount",
@@ -75,10 +80,13 @@ __all__ = [
     "PodDevicesEntry",
     "PodStore",
     "PodStoreError",
+    "QueryLimitError",
     "QueryResult",
     "ReadOnlyStoreError",
+    "Reader",
     "ReplayState",
     "ResourceDeviceInstances",
+    "RowStream",
     "RuntimeCDIDevice",
     "RuntimeMount",
     "SchemaError",

@@ -41,6 +41,21 @@ class CheckpointCorruptError(CheckpointError):
         )
 
 
+class ImportRefusedError(CheckpointError):
+    """A replacing import was refused: every entry of the file was skipped (its AllocResp does
+    not decode), so it would have dropped the store's entries and put nothing in their place.
+
+    Raised only when asked for (``import_checkpoint(allow_all_skipped=False)``, the command
+    line's default); ``skipped`` is the number of skipped entries, ``existing`` the number of
+    entries the store holds (and still holds).
+    """
+
+    def __init__(self, message: str, *, skipped: int, existing: int) -> None:
+        self.skipped = skipped
+        self.existing = existing
+        super().__init__(message)
+
+
 class SchemaError(PodStoreError):
     """The database schema is too old (and upgrading was refused), too new, or not podstore's."""
 
@@ -59,3 +74,15 @@ class StoreBusyError(PodStoreError):
 
 class ReadOnlyStoreError(PodStoreError):
     """A write was attempted on a store opened read-only, or on a read-only file."""
+
+
+class QueryLimitError(PodStoreError):
+    """A read-only query ran past its time limit or returned more rows than its row limit; it
+    was stopped (nothing was changed).
+
+    ``limit`` says which: ``"timeout"`` or ``"max_rows"``.
+    """
+
+    def __init__(self, limit: str, message: str) -> None:
+        self.limit = limit
+        super().__init__(message)
