@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
 from podstore.errors import InvalidInputError, ReadOnlyStoreError, StoreBusyError, StoreCorruptError
-from podstore.sqlite.files import prepare_file
+from podstore.sqlite.files import check_readable_store_file, prepare_file
 from podstore.sqlite.translate import translate, translated_errors
 
 if TYPE_CHECKING:
@@ -141,8 +141,7 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
     an old state (https://sqlite.org/wal.html#readonly; tests/test_reliability_security.py).
     """
     path = os.path.abspath(options.path)
-    if not os.path.exists(path):
-        raise InvalidInputError(f"database: {options.path} does not exist (opened read-only)")
+    check_readable_store_file(options.path)
     uri = "file:" + quote(path) + "?mode=ro"
     conn = sqlite3.connect(
         uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
