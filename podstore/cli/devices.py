@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -26,22 +27,21 @@ def devices(ctx: Context, resource: str | None, output: str) -> None:
     NUMA_NODES are the NUMA ids the holder's entry lists the device under (-1: no topology);
     REGISTERED says whether the device plugin registered it.
     """
-    store = ctx.store(readonly=True)
-    rows: list[dict[str, Any]] = []
-    for res, device_id, nodes, registered, pod_uid, container in store.query(
-        audit.DEVICES, {"resource": resource}
-    ).rows:
-        rows.append(
-            {
-                "resource": res,
-                "device_id": device_id,
-                "numa_nodes": sorted(int(n) for n in str(nodes).split(",")) if nodes else [],
-                "registered": bool(registered),
-                "pod_uid": pod_uid,
-                "container": container,
-            }
-        )
-    emit(rows, DEVICES_COLUMNS, output)
+    with ctx.store(readonly=True).reader() as reader:
+        rows = reader.stream(audit.DEVICES, {"resource": resource})
+        emit(map(_device_row, rows), DEVICES_COLUMNS, output)
+
+
+def _device_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    res, device_id, nodes, registered, pod_uid, container = row
+    return {
+        "resource": res,
+        "device_id": device_id,
+        "numa_nodes": sorted(int(n) for n in str(nodes).split(",")) if nodes else [],
+        "registered": bool(registered),
+        "pod_uid": pod_uid,
+        "container": container,
+    }
 
 
 @click.command()
@@ -62,8 +62,13 @@ def owners(ctx: Context, device_id: str, at: str | None, output: str) -> None:
     No holder is an empty answer, not an error (exit status 0).
     """
     store = ctx.store(readonly=True)
-    if at is None:
-        found = [tuple(r) for r in store.query(audit.OWNERS_NOW, {"device": device_id}).rows]
-    else:
-        found = [tuple(r) for r in store.owners_at(device_id, at)]
-    emit([dict(zip(OWNERS_COLUMNS, r, strict=True)) for r in found], OWNERS_COLUMNS, output)
+    if at is not None:
+        # The holders at one instant: a handful of rows.
+        _emit_owners(store.owners_at(device_id, at), output)
+        return
+    with store.reader() as reader:
+        _emit_owners(reader.stream(audit.OWNERS_NOW, {"device": device_id}), output)
+
+
+def _emit_owners(found: Iterable[tuple[Any, ...]], output: str) -> None:
+    emit((dict(zip(OWNERS_COLUMNS, r, strict=True)) for r in found), OWNERS_COLUMNS, output)

@@ -1,11 +1,17 @@
 """The SQL of the operator commands (``podstore pods``, ``devices``, ``owners``, completion).
 
-They run through ``PodStore.query``, on the guarded read-only connection, over the views of
-docs/sql.md and the tables.
+They run on the guarded read-only connection (``PodStore.reader``) and stream: each is one
+pass whose joins are index look-ups, with no full scan inside a correlated sub-query, so its
+cost grows as n log n with the store (tests/test_cli_scale.py checks the query plans).
 """
 
 from __future__ import annotations
 
+# One row per pod in uid order (the uq_pods_uid index): its containers, entries, distinct
+# (resource, device) pairs and resources — each a look-up through the (pod_id, name) and
+# (container_id, resource) unique indexes. Resources come hex-encoded and comma-separated, in
+# no particular order (the caller decodes and sorts them): hex keeps any resource name,
+# commas included, intact.
 PODS = """
     SELECT p.uid,
            (SELECT count(*) FROM containers c WHERE c.pod_id = p.id),
@@ -16,41 +22,50 @@ PODS = """
                 FROM containers c
                 JOIN allocations a ON a.container_id = c.id
                 JOIN allocation_devices d ON d.allocation_id = a.id
-                WHERE c.pod_id = p.id))
+                WHERE c.pod_id = p.id)),
+           (SELECT group_concat(DISTINCT hex(a.resource))
+            FROM containers c JOIN allocations a ON a.container_id = c.id
+            WHERE c.pod_id = p.id)
     FROM pods p
     ORDER BY p.uid
 """
-POD_RESOURCES = """
-    SELECT DISTINCT p.uid, a.resource
-    FROM pods p
-    JOIN containers c ON c.pod_id = p.id
-    JOIN allocations a ON a.container_id = c.id
-    ORDER BY p.uid, a.resource
-"""
-# Every held device once per holder (with its NUMA ids and whether it is registered), then
-# every registered device nobody holds.
+
+# Every held device once per holder, with the NUMA ids its entry lists it under (comma-
+# separated, in no particular order) and whether it is registered; then every registered
+# device nobody holds. "Registered" is a row-value IN over registered_devices, which SQLite
+# answers from one temporary index built once — not a probe per row of the (resource,
+# position) primary key, which cannot find a device id. "Nobody holds it" is a probe of the
+# device_id index per registered device.
 DEVICES = """
-    SELECT o.resource, o.device_id,
-           (SELECT group_concat(DISTINCT v.numa_node) FROM v_allocations v
-            WHERE v.resource = o.resource AND v.device_id = o.device_id
-              AND v.pod_uid = o.pod_uid AND v.container = o.container),
-           EXISTS (SELECT 1 FROM registered_devices r
-                   WHERE r.resource = o.resource AND r.device_id = o.device_id),
-           o.pod_uid, o.container
-    FROM v_device_owners o
-    WHERE :resource IS NULL OR o.resource = :resource
+    SELECT a.resource, d.device_id, group_concat(DISTINCT d.numa_node),
+           (a.resource, d.device_id) IN (SELECT resource, device_id FROM registered_devices),
+           p.uid, c.name
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE :resource IS NULL OR a.resource = :resource
+    GROUP BY a.resource, d.device_id, p.uid, c.name
     UNION ALL
     SELECT DISTINCT r.resource, r.device_id, NULL, 1, NULL, NULL
     FROM registered_devices r
     WHERE (:resource IS NULL OR r.resource = :resource)
-      AND NOT EXISTS (SELECT 1 FROM v_device_owners o
-                      WHERE o.resource = r.resource AND o.device_id = r.device_id)
+      AND NOT EXISTS (SELECT 1 FROM allocation_devices d
+                      JOIN allocations a ON a.id = d.allocation_id
+                      WHERE d.device_id = r.device_id AND a.resource = r.resource)
     ORDER BY 1, 2, 5, 6
 """
+
+# The holders of one device (any resource): a probe of the device_id index.
 OWNERS_NOW = """
-    SELECT pod_uid, container, resource FROM v_device_owners WHERE device_id = :device
+    SELECT DISTINCT p.uid, c.name, a.resource
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE d.device_id = :device
     ORDER BY 1, 2, 3
 """
 CONTAINERS_OF_POD = """
-    SELECT DISTINCT container FROM v_allocations WHERE pod_uid = ? ORDER BY 1
+    SELECT c.name FROM pods p JOIN containers c ON c.pod_id = p.id WHERE p.uid = ? ORDER BY 1
 """
