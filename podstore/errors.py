@@ -77,10 +77,10 @@ class ReadOnlyStoreError(PodStoreError):
 
 
 class QueryLimitError(PodStoreError):
-    """A read-only query ran past its time limit or returned more rows than its row limit; it
-    was stopped (nothing was changed).
+    """A read-only query ran past its time limit, returned more rows than its row limit, or
+    built a value larger than a read-only query may; it was stopped (nothing was changed).
 
-    ``limit`` says which: ``"timeout"`` or ``"max_rows"``.
+    ``limit`` says which: ``"timeout"``, ``"max_rows"`` or ``"value_size"``.
     """
 
     def __init__(self, limit: str, message: str) -> None:

@@ -18,7 +18,8 @@ Formats:
   ``json.dumps(rows, indent=2)`` would print it, but strict: a non-finite float (which SQL can
   produce) is written as the string ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``, never as a
   bare token that JSON parsers refuse.
-- ``yaml``: the same list as YAML (``.inf``/``.nan`` are valid YAML).
+- ``yaml``: the same list as block YAML (``cli/yaml_text.py``; ``.inf``/``.nan`` are valid
+  YAML).
 - ``csv``: a header row, then the rows; lists joined with commas, None empty.
 """
 
@@ -36,13 +37,17 @@ from itertools import islice
 from typing import Any, TextIO, TypeVar
 
 import click
-import yaml
+
+from podstore.cli import yaml_text
 
 FORMATS = ("table", "json", "yaml", "csv")
 
 #: A table is sized and written this many rows at a time (or fewer, if they are wide).
 TABLE_WINDOW_ROWS = 1000
 TABLE_WINDOW_CHARS = 1 << 20
+#: A column is padded to at most this width: a longer cell overflows its own line only,
+#: rather than pushing every other row of the column out with spaces.
+TABLE_MAX_PAD = 100
 #: JSON, YAML and CSV rows are written in batches of this many.
 BATCH_ROWS = 256
 
@@ -103,9 +108,12 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+_SCALARS = frozenset({str, int, float, bool})
+
+
 def plain(value: Any) -> Any:
     """A value as JSON and YAML hold it: sequences as lists, mapping keys as strings."""
-    if value is None or isinstance(value, (str, int, float)):
+    if value is None or type(value) in _SCALARS or isinstance(value, (str, int, float)):
         return value
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
@@ -190,7 +198,11 @@ def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
 
 
 def _line(cells: list[str], cell_widths: list[int], widths: list[int]) -> str:
-    parts = [c + " " * (widths[i] - cell_widths[i]) for i, c in enumerate(cells)]
+    last = len(cells) - 1
+    parts = [
+        c if i == last else c + " " * (min(widths[i], TABLE_MAX_PAD) - cell_widths[i])
+        for i, c in enumerate(cells)
+    ]
     return "  ".join(parts).rstrip(" ")
 
 
@@ -254,15 +266,12 @@ def _json_object(value: Mapping[Any, Any], level: int) -> str:
     return "{" + inner + body + "\n" + "  " * level + "}"
 
 
-_YAML_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
 def _yaml(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     count = 0
     for batch in _batches(rows):
         items = [{c: plain(row.get(c)) for c in columns} for row in batch]
         # A block sequence written in pieces is the same text as written whole.
-        out.write(yaml.dump(items, Dumper=_YAML_DUMPER, sort_keys=False, allow_unicode=True))
+        out.write(yaml_text.sequence_items(items))
         count += len(items)
     if not count:
         out.write("[]\n")
@@ -303,14 +312,7 @@ def emit_object(info: Mapping[str, Any], fmt: str, *, out: TextIO | None = None)
     elif fmt == "json":
         stream.write(_json_object(info, 0) + "\n")
     elif fmt == "yaml":
-        stream.write(
-            yaml.dump(
-                {k: plain(v) for k, v in info.items()},
-                Dumper=_YAML_DUMPER,
-                sort_keys=False,
-                allow_unicode=True,
-            )
-        )
+        stream.write(yaml_text.mapping({k: plain(v) for k, v in info.items()}))
     else:
         emit([info], list(info), fmt, out=stream)
         return

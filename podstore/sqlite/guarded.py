@@ -19,7 +19,8 @@ allowed (a real ``UPDATE sqlite_master`` still fails: the schema table is not wr
 Limits (:class:`Limits`): a time limit counts only the time SQLite spends computing rows —
 enforced by a progress handler that interrupts the statement — not the time the caller takes
 between rows, so a slow reader of a pipe is never cut off; a row limit stops a statement at
-its first row past the limit. Either raises QueryLimitError. Rows are fetched in pages, so a
+its first row past the limit; and no statement may build a string or blob larger than
+:data:`MAX_VALUE_BYTES`. Each raises QueryLimitError. Rows are fetched in pages, so a
 caller that streams holds one page at a time, however large the answer.
 """
 
@@ -46,6 +47,11 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 # Rows fetched per call into SQLite: large enough that the Python overhead per row is small,
 # small enough that a page of wide rows stays a few hundred kB.
 PAGE_ROWS = 256
+#: The largest string or blob a guarded statement may build (SQLITE_LIMIT_LENGTH; SQLite's own
+#: default is 1 GB). Stored values are far smaller — a response is a few hundred bytes, the
+#: history's largest row a registered-device list — while a runaway ``s || s`` doubles its
+#: value in a single step, too fast for any time limit to catch.
+MAX_VALUE_BYTES = 32 << 20
 # The progress handler runs every this many virtual-machine instructions (a few hundred µs):
 # fine enough for a timely stop, coarse enough to cost nothing measurable.
 _PROGRESS_STEPS = 10_000
@@ -135,6 +141,7 @@ class Guarded:
                 if snapshot:
                     conn.execute("BEGIN")
             conn.set_authorizer(_authorize)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
             if limits.timeout is not None:
                 conn.set_progress_handler(self._progress, _PROGRESS_STEPS)
         except BaseException:
@@ -174,6 +181,12 @@ class Guarded:
                 "timeout",
                 f"the statement was stopped after {self.limits.timeout:g} s of work (its time "
                 "limit); nothing was changed",
+            )
+        if name == "SQLITE_TOOBIG":
+            return QueryLimitError(
+                "value_size",
+                f"the statement built a value larger than {MAX_VALUE_BYTES >> 20} MiB (the "
+                "largest a read-only query may build) and was stopped; nothing was changed",
             )
         if name == "SQLITE_AUTH" or "not authorized" in text or name.startswith("SQLITE_READONLY"):
             return ReadOnlyStoreError(
