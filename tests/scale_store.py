@@ -184,8 +184,8 @@ args = [a for a in sys.argv[3:] if "=" not in a]
 kwargs = dict(a.split("=", 1) for a in sys.argv[3:] if "=" in a)
 store = podstore.PodStore.open(db, readonly=True, verify="off")
 result = getattr(store, call)(*args, **kwargs)
-n = len(result.rows) if hasattr(result, "rows") else len(result) if hasattr(result, "__len__") else 1
-print(n)
+rows = getattr(result, "rows", result)
+print(len(rows) if hasattr(rows, "__len__") else 1)
 """
 
 
