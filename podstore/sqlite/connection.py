@@ -171,7 +171,30 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
         timeout=options.busy_timeout,
         isolation_level=None,
         check_same_thread=False,
+        factory=ImmutableConnection,
     )
+
+
+class ImmutableConnection(sqlite3.Connection):
+    """A read-only connection opened ``immutable=1`` (see :func:`_connect_readonly`)."""
+
+
+def journal_mode(conn: sqlite3.Connection) -> str:
+    """The database's journal mode as stored in the file ('wal', 'delete', ...).
+
+    ``PRAGMA journal_mode`` answers 'delete' on an immutable connection whatever the file
+    says, so there the file header is read instead (bytes 18-19 are 2 for WAL).
+    """
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    if not isinstance(conn, ImmutableConnection):
+        return mode
+    path = next((str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return mode
+    return "wal" if header[18:20] == b"\x02\x02" else mode
 
 
 def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
