@@ -22,7 +22,7 @@ from podstore.cli.progress import progress
 from podstore.sqlite import schema_change
 from podstore.sqlite.backup import online_backup
 from podstore.sqlite.connection import ConnectOptions
-from podstore.sqlite.migrate import script_directory
+from podstore.sqlite.migrate import HEAD_REVISION, script_directory
 
 #: A store at least this large gets progress bars for its backup and migration steps.
 LARGE_STORE_BYTES = 4 << 20
@@ -124,7 +124,7 @@ def current(ctx: Context) -> None:
     """Print the stored revision and whether it is the newest (read-only; a missing store
     is an error and is not created)."""
     rev = schema_change.stored_revision(ctx.options(readonly=True))
-    head = schema_change.revisions()[-1]
+    head = HEAD_REVISION if rev == HEAD_REVISION else schema_change.revisions()[-1]
     click.echo(rev + (" (head)" if rev == head else f" (head is {head})"))
 
 

@@ -16,33 +16,40 @@ not carry raw (a control character, a line break, a BOM …) double-quoted with 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml.resolver
+Resolvers = dict[str | None, list[tuple[str, re.Pattern[str]]]]
 
-_RESOLVERS: dict[str | None, list[tuple[str, re.Pattern[str]]]] = (
-    yaml.resolver.Resolver.yaml_implicit_resolvers
-)
+
+@functools.cache
+def _resolvers() -> Resolvers:
+    # PyYAML files its resolvers under the first characters they can match (None: any);
+    # imported on first use, so that commands printing no YAML do not pay for it.
+    import yaml.resolver
+
+    table: Resolvers = yaml.resolver.Resolver.yaml_implicit_resolvers
+    return table
+
+
 _STR_TAG = "tag:yaml.org,2002:str"
 # Characters a plain scalar may start with and contain, kept well inside YAML's rules: no
 # indicator (-?:,[]{}#&*!|>'"%@`) at the start, no space, no ': ' or ' #' possible.
 _PLAIN = re.compile(r"[A-Za-z0-9_./(][A-Za-z0-9_./()+=@:~^$-]*\Z")
 
 
-# PyYAML files its resolvers under the first characters they can match (None: any).
-_ANY_FIRST = _RESOLVERS.get(None, [])
-
-
 def _resolves_to_other(text: str) -> bool:
     """True when PyYAML would read ``text``, unquoted, as something other than a string
     (a number, bool, null, timestamp, ...)."""
-    candidates = _RESOLVERS.get(text[0] if text else "")
-    if candidates is None and not _ANY_FIRST:
+    resolvers = _resolvers()
+    candidates = resolvers.get(text[0] if text else "")
+    any_first = resolvers.get(None, [])
+    if candidates is None and not any_first:
         return False  # e.g. any text starting with a capital G
-    for tag, regexp in (candidates or []) + _ANY_FIRST:
+    for tag, regexp in (candidates or []) + any_first:
         if tag != _STR_TAG and regexp.match(text):
             return True
     return False

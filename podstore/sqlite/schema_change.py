@@ -22,7 +22,13 @@ from podstore.sqlite.connection import (
     create_sqlalchemy_engine,
     database_url,
 )
-from podstore.sqlite.migrate import BASE, alembic_config, current_revision, script_directory
+from podstore.sqlite.migrate import (
+    BASE,
+    HEAD_REVISION,
+    alembic_config,
+    current_revision,
+    script_directory,
+)
 from podstore.sqlite.translate import translated_errors
 
 if TYPE_CHECKING:
@@ -76,7 +82,7 @@ def stored_revision(options: ConnectOptions) -> str:
         conn.close()
     if rev is None or rev == BASE:
         return BASE
-    if rev not in revisions():
+    if rev != HEAD_REVISION and rev not in revisions():  # HEAD_REVISION: no Alembic needed
         raise SchemaError(
             f"the store is at revision {rev!r}, which this podstore does not know (it was "
             "written by a newer podstore); upgrade podstore instead"
