@@ -33,12 +33,13 @@ wrong: int = store.pods()
 
 
 def _editable_install() -> bool:
-    try:
-        dist = importlib.metadata.distribution("podstore")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    text = dist.read_text("direct_url.json")
-    return bool(text) and bool(json.loads(text).get("dir_info", {}).get("editable"))
+    # Every podstore distribution on the path: a build's podstore.egg-info in the source tree
+    # may be found first, and it records no install.
+    for dist in importlib.metadata.distributions(name="podstore"):
+        text = dist.read_text("direct_url.json")
+        if text and json.loads(text).get("dir_info", {}).get("editable"):
+            return True
+    return False
 
 
 def test_the_package_directory_holds_the_migrations() -> None:
