@@ -8,6 +8,8 @@ import csv
 import io
 import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,6 +147,26 @@ def test_sql_limits(
     assert message in err
     if code == 0:
         assert len(list(csv.reader(io.StringIO(out)))) == 1 + 4
+
+
+def test_a_closed_pipe_ends_the_listing_quietly(node: Path) -> None:
+    """``podstore sql ... | head``: the reader goes away; no traceback, exit 1."""
+    many = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 300000) "
+        "SELECT i FROM n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from podstore.cli import main; main()", "--db", str(node),
+         "sql", many],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err
 
 
 # ---- import that cannot empty a store ----------------------------------------------------------

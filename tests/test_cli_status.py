@@ -102,6 +102,12 @@ def test_status_of_dev_null_is_one_clear_line(tmp_path: Path) -> None:
     assert "Warning" not in out.stderr
     assert set(os.listdir("/dev")) - before == set()
     assert not os.path.exists("/dev/null-journal")
+    # A writing command is refused the same way, before SQLite could create a journal.
+    example = Path(__file__).parent.parent / "examples" / "kubelet_internal_checkpoint"
+    out = podstore("--db", "/dev/null", "import", str(example), cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr == "podstore: error: database: /dev/null is not a regular file\n"
+    assert set(os.listdir("/dev")) - before == set()
 
 
 def test_status_json_counts_zero_then_the_inserted_rows(tmp_path: Path) -> None:
