@@ -184,7 +184,8 @@ def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
         size = 0
 
     for row in rows:
-        line = [escape_controls(cell(row.get(c))) for c in columns]
+        values = [row.get(c) for c in columns]
+        line = [escape_controls(v if type(v) is str else cell(v)) for v in values]
         window.append(line)
         size += sum(len(c) for c in line)
         count += 1
@@ -283,7 +284,10 @@ def _csv(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     writer.writerow(columns)
     count = 0
     for batch in _batches(rows):
-        writer.writerows([cell(row.get(c)) for c in columns] for row in batch)
+        writer.writerows(
+            [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
+            for row in batch
+        )
         count += len(batch)
     return count
 

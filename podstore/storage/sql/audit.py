@@ -30,30 +30,41 @@ PODS = """
     ORDER BY p.uid
 """
 
-# Every held device once per holder, with the NUMA ids its entry lists it under (comma-
-# separated, in no particular order) and whether it is registered; then every registered
-# device nobody holds. "Registered" is a row-value IN over registered_devices, which SQLite
-# answers from one temporary index built once — not a probe per row of the (resource,
-# position) primary key, which cannot find a device id. "Nobody holds it" is a probe of the
-# device_id index per registered device.
-DEVICES = """
-    SELECT a.resource, d.device_id, group_concat(DISTINCT d.numa_node),
-           (a.resource, d.device_id) IN (SELECT resource, device_id FROM registered_devices),
-           p.uid, c.name
+# ``podstore devices``, resource by resource (in byte order): the resources held or registered,
+# then for each the held device rows in device_id order and the registered devices nobody
+# holds; the caller merges the two by device id and groups a device's rows by holder.
+#
+# HELD_DEVICES walks the device_id index in order and looks each row's entry up by rowid, so
+# its rows stream with no sort at all, however many there are. "Registered" is an IN over
+# the resource's registered devices, which SQLite answers from one temporary index built
+# once — not a probe per row of the (resource, position) primary key, which cannot find a
+# device id (round 1's quadratic query). That temporary index, and the sort of
+# FREE_REGISTERED, hold one resource's registered devices: a node's worth of hardware.
+DEVICE_RESOURCES = """
+    SELECT resource FROM (SELECT DISTINCT resource FROM allocations
+                          WHERE :resource IS NULL OR resource = :resource)
+    UNION
+    SELECT resource FROM registered_resources WHERE :resource IS NULL OR resource = :resource
+    ORDER BY 1
+"""
+HELD_DEVICES = """
+    SELECT d.device_id, d.numa_node, p.uid, c.name,
+           d.device_id IN (SELECT device_id FROM registered_devices WHERE resource = :resource)
     FROM allocation_devices d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
-    WHERE :resource IS NULL OR a.resource = :resource
-    GROUP BY a.resource, d.device_id, p.uid, c.name
-    UNION ALL
-    SELECT DISTINCT r.resource, r.device_id, NULL, 1, NULL, NULL
+    WHERE a.resource = :resource
+    ORDER BY d.device_id
+"""
+FREE_REGISTERED = """
+    SELECT DISTINCT r.device_id
     FROM registered_devices r
-    WHERE (:resource IS NULL OR r.resource = :resource)
+    WHERE r.resource = :resource
       AND NOT EXISTS (SELECT 1 FROM allocation_devices d
                       JOIN allocations a ON a.id = d.allocation_id
                       WHERE d.device_id = r.device_id AND a.resource = r.resource)
-    ORDER BY 1, 2, 5, 6
+    ORDER BY 1
 """
 
 # The holders of one device (any resource): a probe of the device_id index.
