@@ -7,26 +7,25 @@ cost grows as n log n with the store (tests/test_cli_scale.py checks the query p
 
 from __future__ import annotations
 
-# One row per pod in uid order (the uq_pods_uid index): its containers, entries, distinct
-# (resource, device) pairs and resources — each a look-up through the (pod_id, name) and
-# (container_id, resource) unique indexes. Resources come hex-encoded and comma-separated, in
-# no particular order (the caller decodes and sorts them): hex keeps any resource name,
-# commas included, intact.
+# One row per pod in uid order: its containers, entries, distinct (resource, device) pairs and
+# resources. One pass: the uq_pods_uid index gives the order (so the GROUP BY needs no sort),
+# and the joins below it are look-ups through the (pod_id, name), (container_id, resource)
+# and (allocation_id, ...) unique indexes; the DISTINCT aggregates start afresh for every
+# pod, so they hold one pod's rows. Resources and device keys are hex: it keeps any name,
+# commas included, intact. Resources come comma-separated in no particular order (the caller
+# decodes and sorts them).
 PODS = """
     SELECT p.uid,
-           (SELECT count(*) FROM containers c WHERE c.pod_id = p.id),
-           (SELECT count(*) FROM containers c JOIN allocations a ON a.container_id = c.id
-            WHERE c.pod_id = p.id),
-           (SELECT count(*) FROM (
-                SELECT DISTINCT a.resource, d.device_id
-                FROM containers c
-                JOIN allocations a ON a.container_id = c.id
-                JOIN allocation_devices d ON d.allocation_id = a.id
-                WHERE c.pod_id = p.id)),
-           (SELECT group_concat(DISTINCT hex(a.resource))
-            FROM containers c JOIN allocations a ON a.container_id = c.id
-            WHERE c.pod_id = p.id)
+           count(DISTINCT c.id),
+           count(DISTINCT a.id),
+           count(DISTINCT CASE WHEN d.device_id IS NOT NULL
+                               THEN hex(a.resource) || ',' || hex(d.device_id) END),
+           group_concat(DISTINCT hex(a.resource))
     FROM pods p
+    LEFT JOIN containers c ON c.pod_id = p.id
+    LEFT JOIN allocations a ON a.container_id = c.id
+    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    GROUP BY p.uid
     ORDER BY p.uid
 """
 
