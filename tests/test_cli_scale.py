@@ -15,6 +15,7 @@ session, tests/scale_store.py), each command in each output format as a real chi
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import scale_store as ss
 
+from podstore import PodStore
 from podstore.storage.sql import audit, entries, events, views
 
 ENTRIES = 20_000
@@ -108,7 +110,6 @@ def test_listing_at_scale_is_bounded_in_memory_and_time(
 
 def test_listing_output_matches_the_api(big_store: Path, tmp_path: Path) -> None:
     """The streamed commands list what the API holds (spot checks on the big store)."""
-    from podstore import PodStore
 
     def listed(*args: str) -> Any:
         out = tmp_path / "out.json"
@@ -292,3 +293,46 @@ def test_a_doubling_value_stops_at_the_value_limit(big_store: Path) -> None:
     assert run.code == 1
     assert "larger than 32 MiB" in run.stderr
     assert run.peak_rss_mib < 400
+
+
+# ---- migrate safety at scale ---------------------------------------------------------------
+
+#: The migrate commands load Alembic and SQLAlchemy (about 40 MiB more than a listing).
+MIGRATE_RSS_BOUND_MIB = 150
+
+
+def _revision_and_events(path: Path) -> tuple[str, int]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rev = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+        return str(rev), int(conn.execute("SELECT count(*) FROM allocation_events").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_the_downgrade_dry_run_at_scale(big_store: Path) -> None:
+    before = big_store.stat().st_mtime_ns, _revision_and_events(big_store)
+    run = ss.measure(ss.podstore_argv("--db", str(big_store), "migrate", "downgrade", "base"))
+    assert run.code == 1
+    assert (big_store.stat().st_mtime_ns, _revision_and_events(big_store)) == before
+    events_count = before[1][1]
+    assert f"  table allocation_events ({events_count:,} rows)" in run.stderr.splitlines()
+    assert run.peak_rss_mib < MIGRATE_RSS_BOUND_MIB
+
+
+def test_backup_and_migration_at_scale(big_store: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy.db"
+    shutil.copy(big_store, copy)
+    backup = tmp_path / "backup.db"
+    run = ss.measure(ss.podstore_argv("--db", str(copy), "migrate", "downgrade", "0002",
+                                      "--yes", "--backup", str(backup)))  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert run.peak_rss_mib < MIGRATE_RSS_BOUND_MIB
+    with (
+        PodStore.open(backup, readonly=True) as saved,
+        PodStore.open(big_store, readonly=True) as orig,
+    ):
+        assert saved.stats() == orig.stats()
+        assert saved.store_id == orig.store_id
+    assert _revision_and_events(backup) == _revision_and_events(big_store)
+    assert _revision_and_events(copy)[0] == "0002"
