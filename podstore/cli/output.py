@@ -103,6 +103,8 @@ def cell(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
+    if type(value) is list and all(type(v) is str for v in value):
+        return ",".join(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         return ",".join("" if v is None else str(v) for v in value)
     return str(value)
@@ -171,7 +173,7 @@ def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
 
     def flush() -> None:
         nonlocal started, size
-        cells = [[display_width(c) for c in line] for line in window]
+        cells = [[len(c) if c.isascii() else display_width(c) for c in line] for line in window]
         for line_widths in cells:
             for i, w in enumerate(line_widths):
                 if w > widths[i]:
@@ -184,8 +186,8 @@ def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
         size = 0
 
     for row in rows:
-        values = [row.get(c) for c in columns]
-        line = [escape_controls(v if type(v) is str else cell(v)) for v in values]
+        texts = [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
+        line = [t if t.isprintable() else escape_controls(t) for t in texts]
         window.append(line)
         size += sum(len(c) for c in line)
         count += 1
@@ -214,12 +216,27 @@ def _batches(rows: Iterator[Row]) -> Iterator[list[Row]]:
 
 def _json(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     count = 0
+    # Each row is an object at nesting level 1; its keys, with their indent, are the same on
+    # every row, so they are encoded once.
+    heads = [f"\n    {_encode_str(c)}: " for c in columns]
+    heads[0] = "{" + heads[0]
     out.write("[")
     for batch in _batches(rows):
         parts = []
         for row in batch:
             parts.append("\n  " if count == 0 else ",\n  ")
-            parts.append(_json_object({c: row.get(c) for c in columns}, 1))
+            if columns:
+                parts.append(
+                    ",".join(
+                        [
+                            head + _json_value(row.get(c), 2)
+                            for head, c in zip(heads, columns, strict=True)
+                        ]
+                    )
+                )
+                parts.append("\n  }")
+            else:
+                parts.append("{}")
             count += 1
         out.write("".join(parts))
     out.write("\n]\n" if count else "]\n")
@@ -231,7 +248,8 @@ _encode_str = json.encoder.encode_basestring_ascii
 
 def _json_value(value: Any, level: int) -> str:
     """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level`` (strict)."""
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str:
         return str(_encode_str(value))
     if value is None:
         return "null"
@@ -239,8 +257,19 @@ def _json_value(value: Any, level: int) -> str:
         return "true"
     if value is False:
         return "false"
-    if isinstance(value, int):
+    if kind is int:
         return int.__repr__(value)
+    if kind is list and value:
+        inner = "\n" + "  " * (level + 1)
+        if all(type(v) is str for v in value):  # device lists: the common case, in C
+            body = ("," + inner).join(map(_encode_str, value))
+        else:
+            body = ("," + inner).join([_json_value(v, level + 1) for v in value])
+        return "[" + inner + body + "\n" + "  " * level + "]"
+    if isinstance(value, str):
+        return str(_encode_str(value))
+    if isinstance(value, int):
+        return int.__repr__(int(value))
     if isinstance(value, float):
         if math.isfinite(value):
             return float.__repr__(value)

@@ -195,7 +195,19 @@ def sequence_items(items: Sequence[Mapping[str, Any]]) -> str:
     """Mappings as items of a top-level block sequence (``- a: 1`` …), newline-terminated;
     pieces written one after another form one sequence."""
     out: list[str] = []
-    _sequence_lines(items, "", out)
+    for item in items:
+        # _sequence_lines, unrolled for the common case: a mapping of scalars and lists.
+        lead = "- "
+        for key, value in item.items():
+            head = lead + scalar(key) + ":"
+            lead = "  "
+            if type(value) is str:
+                text = _CACHE.get(value)
+                out.append(head + " " + (text if text is not None else scalar(value)))
+            else:
+                _value_after(value, head, "  ", out)
+        if lead == "- ":
+            out.append("- {}")
     return "\n".join(out) + "\n" if out else ""
 
 
