@@ -5,9 +5,9 @@ API call that answers the same question (run it, not collected by pytest):
 
 Both sides are whole child processes (tests/scale_store.py: the same start-up, the store
 opened read-only without the open-time check); the rounds interleave them, so a busy machine
-slows both alike. Prints a Markdown table: median wall time of the command per format, the
-API call's median beside it, their ratio, and the command's peak RSS (the largest of its
-rounds).
+slows both alike. Prints a Markdown table: the command's median wall and CPU (user + system)
+time per format and its peak RSS (the largest of its rounds), the API call's beside them, and
+the ratio of CPU times (steadier than wall time on a shared machine) and of wall times.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
         print(f"built {db} ({args.entries} entries) in {time.perf_counter() - start:.1f} s",
               file=sys.stderr)  # fmt: skip
     walls: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
     peaks: dict[tuple[str, str], int] = {}
     for round_ in range(args.rounds):
         for name, cli_args, call in LISTINGS:
@@ -48,20 +49,25 @@ def main(argv: list[str]) -> int:
                 if m.code != 0:
                     raise SystemExit(f"{name} {kind}: exit {m.code}: {m.stderr}")
                 walls.setdefault((name, kind), []).append(m.wall_s)
+                cpus.setdefault((name, kind), []).append(m.cpu_s)
                 peaks[(name, kind)] = max(peaks.get((name, kind), 0), m.peak_rss_kib)
         print(f"round {round_ + 1} of {args.rounds} done", file=sys.stderr)
-    print(f"{args.entries:,} entries, {args.rounds} rounds (median wall time; peak RSS)\n")
-    print("| command | format | command (s) | peak RSS (MiB) | API call | API (s) | API RSS "
-          "(MiB) | ratio |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"{args.entries:,} entries, {args.rounds} rounds: medians of wall and CPU time, the "
+          "largest peak RSS\n")  # fmt: skip
+    print("| command | format | wall (s) | CPU (s) | peak RSS (MiB) | API call | API wall (s) "
+          "| API CPU (s) | API RSS (MiB) | CPU ratio | wall ratio |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, _cli_args, call in LISTINGS:
-        api = statistics.median(walls[(name, "api")])
+        api_wall = statistics.median(walls[(name, "api")])
+        api_cpu = statistics.median(cpus[(name, "api")])
         api_rss = peaks[(name, "api")] / 1024
         for fmt in FORMATS:
             wall = statistics.median(walls[(name, fmt)])
+            cpu = statistics.median(cpus[(name, fmt)])
             print(
-                f"| `{name}` | {fmt} | {wall:.2f} | {peaks[(name, fmt)] / 1024:.1f} | "
-                f"`{call[0]}` | {api:.2f} | {api_rss:.1f} | {wall / api:.1f}× |"
+                f"| `{name}` | {fmt} | {wall:.2f} | {cpu:.2f} | {peaks[(name, fmt)] / 1024:.1f} "
+                f"| `{call[0]}` | {api_wall:.2f} | {api_cpu:.2f} | {api_rss:.1f} "
+                f"| {cpu / api_cpu:.1f}× | {wall / api_wall:.1f}× |"
             )
     return 0
 

@@ -113,16 +113,18 @@ _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
 with open(report, "w") as f:
     json.dump({"code": os.waitstatus_to_exitcode(status), "wall_s": wall,
-               "peak_rss_kib": usage.ru_maxrss}, f)
+               "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_kib": usage.ru_maxrss}, f)
 """
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One run of a command: exit code, wall time, peak RSS, stderr, stdout size."""
+    """One run of a command: exit code, wall time, CPU time (user + system), peak RSS, stderr,
+    stdout size."""
 
     code: int
     wall_s: float
+    cpu_s: float
     peak_rss_kib: int
     stderr: str
     stdout_bytes: int
@@ -159,6 +161,7 @@ def measure(
         return Measured(
             int(data["code"]),
             float(data["wall_s"]),
+            float(data["cpu_s"]),
             int(data["peak_rss_kib"]),
             stderr,
             out_path.stat().st_size,
