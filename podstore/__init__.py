@@ -20,14 +20,18 @@ from podstore.errors import (
     CheckpointNotFoundError,
     FleetError,
     FleetUnavailableError,
+    ImportRefusedError,
     InvalidInputError,
     PodStoreError,
+    QueryLimitError,
     ReadOnlyStoreError,
     SchemaError,
     StoreBusyError,
     StoreCorruptError,
     StoreFullError,
 )
+from podstore.reading import Reader
+from podstore.sqlite.guarded import RowStream
 from podstore.storage.events import ReplayState
 from podstore.storage.events import replay as replay_history
 from podstore.storage.selfcheck import Finding, check_store
@@ -73,6 +77,7 @@ __all__ = [
     "Finding",
     "FleetError",
     "FleetUnavailableError",
+    "ImportRefusedError",
     "ImportReport",
     "InvalidInputError",
     "Mount",
@@ -80,10 +85,13 @@ __all__ = [
     "PodDevicesEntry",
     "PodStore",
     "PodStoreError",
+    "QueryLimitError",
     "QueryResult",
     "ReadOnlyStoreError",
+    "Reader",
     "ReplayState",
     "ResourceDeviceInstances",
+    "RowStream",
     "RuntimeCDIDevice",
     "RuntimeMount",
     "SchemaError",

@@ -41,6 +41,21 @@ class CheckpointCorruptError(CheckpointError):
         )
 
 
+class ImportRefusedError(CheckpointError):
+    """A replacing import was refused: every entry of the file was skipped (its AllocResp does
+    not decode), so it would have dropped the store's entries and put nothing in their place.
+
+    Raised only when asked for (``import_checkpoint(allow_all_skipped=False)``, the command
+    line's default); ``skipped`` is the number of skipped entries, ``existing`` the number of
+    entries the store holds (and still holds).
+    """
+
+    def __init__(self, message: str, *, skipped: int, existing: int) -> None:
+        self.skipped = skipped
+        self.existing = existing
+        super().__init__(message)
+
+
 class SchemaError(PodStoreError):
     """The database schema is too old (and upgrading was refused), too new, or not podstore's."""
 
@@ -69,3 +84,15 @@ class FleetError(PodStoreError):
 class FleetUnavailableError(FleetError):
     """The fleet database cannot be reached (server down, refused, or the connection broke);
     nothing was changed on the node, and whatever the call had not committed there is undone."""
+
+
+class QueryLimitError(PodStoreError):
+    """A read-only query ran past its time limit, returned more rows than its row limit, or
+    built a value larger than a read-only query may; it was stopped (nothing was changed).
+
+    ``limit`` says which: ``"timeout"``, ``"max_rows"`` or ``"value_size"``.
+    """
+
+    def __init__(self, limit: str, message: str) -> None:
+        self.limit = limit
+        super().__init__(message)

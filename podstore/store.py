@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from podstore.errors import InvalidInputError, PodStoreError
+from podstore.reading import Reader, history_query
 from podstore.rules import validate
 from podstore.rules.alloc_resp import AllocRespInput
 from podstore.rules.alloc_resp import from_argument as response_from_argument
@@ -27,6 +28,7 @@ from podstore.sqlite.connection import (
     Durability,
     database_path,
 )
+from podstore.sqlite.guarded import Guarded, Limits, RowStream
 from podstore.sqlite.migrate import ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.sqlite.translate import translated_errors
@@ -428,6 +430,7 @@ class PodStore:
         strict: bool = False,
         max_bytes: int | None = None,
         progress: Callable[[int, int], None] | None = None,
+        allow_all_skipped: bool = True,
     ) -> ImportReport:
         """Load a ``kubelet_internal_checkpoint`` file, all or nothing, in one transaction.
 
@@ -438,12 +441,16 @@ class PodStore:
         not decode are skipped and reported (kubelet skips them too); ``strict=True`` refuses
         the whole file instead. Files over ``max_bytes`` (default 256 MiB) are refused.
         ``progress(done, total)`` is called as entries are decoded (for a progress bar).
+        ``allow_all_skipped=False`` refuses (ImportRefusedError, store unchanged) a replacing
+        import whose every entry was skipped while the store holds entries it would drop.
         """
         # Parse and verify before taking the write lock: a large file must not stall writers.
         prepared = transfer.prepare_import(
             path, strict=bool(strict), max_bytes=max_bytes, progress=progress
         )
         with self._sessions.write() as conn:
+            if not allow_all_skipped:
+                transfer.refuse_if_emptying(conn, prepared, merge=bool(merge))
             return transfer.load(conn, prepared, merge=bool(merge))
 
     def sync_checkpoint(
@@ -511,16 +518,8 @@ class PodStore:
         Times are datetimes (naive = UTC) or ISO 8601 strings; storage/events.py lists the
         operations. Raises InvalidInputError for a bad argument.
         """
-        params: dict[str, str] = {}
-        if pod_uid is not None:
-            params["pod_uid"] = validate.text(pod_uid, "pod_uid")
-        if device_id is not None:
-            params["device_id"] = validate.text(device_id, "device_id")
-        if since is not None:
-            params["since"] = parse_time(since, "since")
-        if until is not None:
-            params["until"] = parse_time(until, "until")
-        return [events.to_event(r) for r in self._rows(events_sql.history_sql(params), params)]
+        sql, params = history_query(pod_uid, device_id, since, until)
+        return [events.to_event(r) for r in self._rows(sql, params)]
 
     def owners_at(self, device_id: str, when: TimeArg) -> list[tuple[str, str, str]]:
         """Who held ``device_id`` at the instant ``when``: (pod UID, container, resource) of
@@ -550,7 +549,12 @@ class PodStore:
             return int(conn.execute("SELECT changes()").fetchone()[0])
 
     def query(
-        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+        self,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        max_rows: int | None = None,
     ) -> QueryResult:
         """Run one read-only SQL statement (the views of docs/sql.md, the tables) and return
         its columns and rows.
@@ -559,14 +563,52 @@ class PodStore:
         authorizer), so it sees committed data only, not an open transaction's changes. Any
         statement that would write — INSERT, UPDATE, DELETE, DDL, ATTACH, a PRAGMA with a
         value — raises ReadOnlyStoreError; bad SQL or parameters raise InvalidInputError.
+        ``timeout`` (seconds of SQLite's work) and ``max_rows`` stop a statement that runs
+        longer or returns more rows with QueryLimitError.
         """
+        limits = Limits(timeout, max_rows)
+        self._check_open()
+        return guarded.run(self._sessions.options, sql, params, limits)
+
+    def reader(self, *, timeout: float | None = None, max_rows: int | None = None) -> Reader:
+        """A read-only snapshot on a connection of its own, whose statements stream their
+        rows (``reader.stream(sql, params)``, ``reader.history(...)``); use it in a ``with``
+        block.
+
+        It sees committed data only, all of it as of its first read. ``timeout``: seconds
+        SQLite may spend on its statements in all (time spent by the caller between rows
+        does not count); ``max_rows``: rows any one statement may return. Past either, the
+        statement stops with QueryLimitError. Raises InvalidInputError for a bad limit.
+        """
+        limits = Limits(timeout, max_rows)
+        self._check_open()
+        return Reader(self._sessions.options, limits)
+
+    def stream(
+        self,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        max_rows: int | None = None,
+    ) -> RowStream[tuple[Any, ...]]:
+        """:meth:`query` streamed: a RowStream (``.columns``, iterate for the rows, ``with``
+        to close) on a reader of its own, closed with the stream. Same errors as
+        :meth:`query`, QueryLimitError also while iterating."""
+        limits = Limits(timeout, max_rows)
+        self._check_open()
+        reader = Guarded(self._sessions.options, limits, snapshot=False)
+        try:
+            rows = reader.rows(sql, params)
+        except BaseException:
+            reader.close()
+            raise
+        rows.on_close(reader.close)
+        return rows
+
+    def _check_open(self) -> None:
         if self._sessions.closed:
             raise PodStoreError("the store is closed")
-        conn = guarded.open_guarded(self._sessions.options)
-        try:
-            return guarded.run(conn, sql, params)
-        finally:
-            conn.close()
 
     def stats(self) -> StoreStats:
         """Row counts: pods, containers, allocations, device rows, distinct devices."""

@@ -26,6 +26,7 @@ LAYERS = {
     "podstore.sqlite": 3,
     "podstore.storage": 4,
     "podstore.store": 5,
+    "podstore.reading": 5,  # the facade's streaming reads (PodStore.reader)
     "podstore": 6,  # the package's __init__: the public face
     # Optional features over the facade (import podstore never loads them).
     "podstore.watch": 6,

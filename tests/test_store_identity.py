@@ -60,6 +60,7 @@ def test_upgrading_an_older_store_gives_it_an_id_and_keeps_its_data(tmp_path: Pa
 
 
 def test_status_shows_the_store_id(tmp_path: Path) -> None:
+    PodStore.open(tmp_path / "podstore.db").close()  # status only reads: the store must exist
     info = status_json(cwd=tmp_path)
     with PodStore.open(tmp_path / "podstore.db") as store:
         assert info["store_id"] == store.store_id

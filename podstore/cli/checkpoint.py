@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
 from podstore.cli.context import Context
-from podstore.cli.output import emit, output_option
-from podstore.errors import CheckpointCorruptError, CheckpointError
+from podstore.cli.output import emit, escape_controls, output_option
+from podstore.cli.progress import progress
+from podstore.errors import CheckpointCorruptError, CheckpointError, ImportRefusedError
+
+#: How many skipped entries the import report names one by one before it says "and N more".
+SKIPPED_SHOWN = 20
 
 
 @click.command("import")
@@ -18,27 +23,51 @@ from podstore.errors import CheckpointCorruptError, CheckpointError
 @click.option("--merge", is_flag=True, help="Insert the file's entries over the existing ones.")
 @click.option("--strict", is_flag=True, help="Refuse the file if any entry would be skipped.")
 @click.option(
+    "--allow-skipped",
+    is_flag=True,
+    help="Replace the store's entries even when every entry of the file was skipped.",
+)
+@click.option(
     "--max-bytes",
     type=click.IntRange(min=1),
     default=None,
     help="Refuse larger files (default 256 MiB).",
 )
 @click.pass_obj
-def import_(ctx: Context, file: Path, merge: bool, strict: bool, max_bytes: int | None) -> None:
-    """Load a kubelet_internal_checkpoint FILE into the store, all or nothing."""
+def import_(
+    ctx: Context,
+    file: Path,
+    merge: bool,
+    strict: bool,
+    allow_skipped: bool,
+    max_bytes: int | None,
+) -> None:
+    """Load a kubelet_internal_checkpoint FILE into the store, all or nothing.
+
+    Entries whose AllocResp does not decode are skipped, as kubelet skips them; the report
+    (stdout) says how many and why. Without --merge the file replaces the store's entries,
+    but if every entry of the file was skipped and the store holds entries, the import is
+    refused (exit 1, nothing changed) unless --allow-skipped. --strict refuses a file with
+    any skipped entry. Exit status 0 when imported (skips included), 1 when refused or the
+    file is unreadable, corrupt or too large.
+    """
     store = ctx.store()
-    if sys.stdout.isatty():
-        with click.progressbar(length=1, label="decoding entries", file=sys.stdout) as bar:
-
-            def progress(done: int, total: int) -> None:
-                bar.length = max(total, 1)
-                bar.update(done - bar.pos)
-
+    try:
+        with progress("decoding entries") as bar:
             report = store.import_checkpoint(
-                file, merge=merge, strict=strict, max_bytes=max_bytes, progress=progress
+                file,
+                merge=merge,
+                strict=strict,
+                max_bytes=max_bytes,
+                progress=bar,
+                allow_all_skipped=allow_skipped,
             )
-    else:
-        report = store.import_checkpoint(file, merge=merge, strict=strict, max_bytes=max_bytes)
+    except ImportRefusedError as exc:
+        raise ImportRefusedError(
+            f"{exc}; --allow-skipped imports it anyway, --merge keeps the existing entries",
+            skipped=exc.skipped,
+            existing=exc.existing,
+        ) from None
     click.echo(
         f"imported {report.imported} of {report.entries} entries ({report.pods} pods, "
         f"{report.registered_resources} registered resources) from {file} "
@@ -47,12 +76,20 @@ def import_(ctx: Context, file: Path, merge: bool, strict: bool, max_bytes: int 
         + ("; merged" if report.merged else "")
         + "]"
     )
-    for s in report.skipped:
+    skipped = report.skipped
+    if skipped:
         click.echo(
-            f"skipped entry {s.index} ({s.pod_uid}/{s.container_name}/{s.resource_name}): "
-            f"{s.reason}",
-            err=True,
+            f"skipped {len(skipped)} {'entry' if len(skipped) == 1 else 'entries'} whose "
+            "AllocResp does not decode (kubelet skips them too):"
         )
+        for s in skipped[:SKIPPED_SHOWN]:
+            click.echo(
+                f"  skipped entry {s.index} ({escape_controls(s.pod_uid)}/"
+                f"{escape_controls(s.container_name)}/{escape_controls(s.resource_name)}): "
+                f"{escape_controls(s.reason)}"
+            )
+        if len(skipped) > SKIPPED_SHOWN:
+            click.echo(f"  ... and {len(skipped) - SKIPPED_SHOWN} more")
 
 
 @click.command("export")
@@ -60,18 +97,14 @@ def import_(ctx: Context, file: Path, merge: bool, strict: bool, max_bytes: int 
 @click.option("--boot-id", default=None, help="Add a top-level BootID (unmerged kubelet PR).")
 @click.pass_obj
 def export(ctx: Context, file: Path, boot_id: str | None) -> None:
-    """Write the store as a kubelet_internal_checkpoint FILE (atomic, mode 0600)."""
-    store = ctx.store(readonly=False)
-    if sys.stdout.isatty():
-        with click.progressbar(length=1, label="reading entries", file=sys.stdout) as bar:
+    """Write the store as a kubelet_internal_checkpoint FILE (atomic, mode 0600).
 
-            def progress(done: int, total: int) -> None:
-                bar.length = max(total, 1)
-                bar.update(done - bar.pos)
-
-            count = store.export_checkpoint(file, boot_id=boot_id, progress=progress)
-    else:
-        count = store.export_checkpoint(file, boot_id=boot_id)
+    Reads the store read-only: write access to the store is not needed, only to FILE's
+    directory.
+    """
+    store = ctx.store(readonly=True)
+    with progress("reading entries") as bar:
+        count = store.export_checkpoint(file, boot_id=boot_id, progress=bar)
     click.echo(f"exported {count} entries to {file}")
 
 
@@ -85,27 +118,32 @@ def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
     """
     from podstore.checkpoint import read_checkpoint
 
-    rows: list[dict[str, Any]] = []
     failed = False
-    for path in files:
-        row: dict[str, Any] = {"file": str(path)}
-        try:
-            cp = read_checkpoint(path)
-        except CheckpointCorruptError as exc:
-            failed = True
-            row.update(status="MISMATCH", stored=exc.expected, computed=exc.actual, error=str(exc))
-        except CheckpointError as exc:
-            failed = True
-            row.update(status="UNREADABLE", error=str(exc))
-        else:
-            row.update(
-                status="OK",
-                format=f"v{cp.version}",
-                entries=len(cp.entries),
-                stored=cp.checksum,
-                computed=cp.checksum,
-            )
-        rows.append(row)
-    emit(rows, ["file", "status", "format", "entries", "stored", "computed", "error"], output)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        nonlocal failed
+        for path in files:
+            row: dict[str, Any] = {"file": str(path)}
+            try:
+                cp = read_checkpoint(path)
+            except CheckpointCorruptError as exc:
+                failed = True
+                row.update(
+                    status="MISMATCH", stored=exc.expected, computed=exc.actual, error=str(exc)
+                )
+            except CheckpointError as exc:
+                failed = True
+                row.update(status="UNREADABLE", error=str(exc))
+            else:
+                row.update(
+                    status="OK",
+                    format=f"v{cp.version}",
+                    entries=len(cp.entries),
+                    stored=cp.checksum,
+                    computed=cp.checksum,
+                )
+            yield row
+
+    emit(rows(), ["file", "status", "format", "entries", "stored", "computed", "error"], output)
     if failed:
         sys.exit(1)

@@ -35,7 +35,8 @@ def not_found(message: str) -> NoReturn:
 
 def _completion_store(ctx: click.Context) -> Any:
     db = ctx.find_root().params.get("db") or os.environ.get("PODSTORE_DB") or DEFAULT_DB
-    return PodStore.open(db, readonly=True)
+    # A key press must not wait for the open-time check of every page.
+    return PodStore.open(db, readonly=True, verify="off")
 
 
 def complete_pods(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:

@@ -1,9 +1,11 @@
-"""State shared by the commands of one ``podstore`` invocation."""
+"""State shared by the commands of one ``podstore`` invocation: the store and how to open it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from podstore.errors import ReadOnlyStoreError
+from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, ConnectOptions, database_path
 from podstore.store import PodStore
 
 #: The store when neither --db nor $PODSTORE_DB names one.
@@ -12,16 +14,48 @@ DEFAULT_DB = "podstore.db"
 
 @dataclass
 class Context:
-    """The ``--db`` target and the store, opened lazily by the first command that needs it."""
+    """The global options (``--db``, ``--readonly``, ``--busy-timeout``, given before or after
+    the command) and the store, opened lazily by the first command that needs it."""
 
     db: str
+    readonly: bool = False
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     _stores: dict[bool, PodStore] = field(default_factory=dict)
 
     def store(self, *, readonly: bool = False) -> PodStore:
+        """The store, opened on first use.
+
+        ``readonly=True`` (every command that only reads): opened read-only — never created,
+        never migrated, no write permission needed; a missing store is an error. The
+        open-time integrity check is skipped there: a read cannot damage the file, a damaged
+        page still fails the read that meets it, and ``podstore verify`` is the check.
+        Otherwise opened for writing (created and migrated if needed); under ``--readonly``
+        that is refused with ReadOnlyStoreError before anything is opened.
+        """
+        if not readonly:
+            self.require_writable()
         store = self._stores.get(readonly)
         if store is None:
-            store = self._stores[readonly] = PodStore.open(self.db, readonly=readonly)
+            store = self._stores[readonly] = PodStore.open(
+                self.db,
+                readonly=readonly,
+                busy_timeout=self.busy_timeout,
+                verify="off" if readonly else "blocking",
+            )
         return store
+
+    def options(self, *, readonly: bool) -> ConnectOptions:
+        """Connection options for the store (for commands that work below ``PodStore``)."""
+        if not readonly:
+            self.require_writable()
+        return ConnectOptions(
+            path=database_path(self.db), readonly=readonly, busy_timeout=self.busy_timeout
+        )
+
+    def require_writable(self) -> None:
+        """Raise ReadOnlyStoreError when ``--readonly`` was given (the command writes)."""
+        if self.readonly:
+            raise ReadOnlyStoreError("--readonly was given, and this command writes the store")
 
     def close(self) -> None:
         for store in self._stores.values():

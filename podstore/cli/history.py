@@ -71,7 +71,7 @@ def history_(
 
     Times are ISO 8601 (2026-12-02T10:32:00Z; UTC unless an offset is given).
     """
-    store = ctx.store(readonly=True)
-    events = store.history(pod_uid=pod, device_id=device, since=since, until=until)
     flat = output in ("table", "csv")
-    emit([_row(ev, flat) for ev in events], COLUMNS, output)
+    with ctx.store(readonly=True).reader() as reader:
+        events = reader.history(pod_uid=pod, device_id=device, since=since, until=until)
+        emit((_row(ev, flat) for ev in events), COLUMNS, output)

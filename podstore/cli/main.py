@@ -1,13 +1,14 @@
 """The ``podstore`` command group, its shared options and error handling.
 
-Exit codes: 0 success, 1 a failed check or something not found, 2 bad usage (click's own).
+Exit codes: 0 success, 1 a failed check, a refusal or an error, 2 bad usage (click's own).
 """
 
 from __future__ import annotations
 
-import os
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 import click
 
@@ -26,34 +27,47 @@ from podstore.cli import (
     verify,
     watch,
 )
-from podstore.cli.context import DEFAULT_DB, Context
+from podstore.cli.context import Context
+from podstore.cli.global_options import PodstoreGroup, group_options
 from podstore.errors import PodStoreError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--db",
-    "db",
-    metavar="PATH",
-    default=lambda: os.environ.get("PODSTORE_DB") or DEFAULT_DB,
-    show_default="$PODSTORE_DB, else ./podstore.db",
-    help="The store: a file path or an sqlite:/// URL.",
-)
+@click.group(cls=PodstoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@group_options
 @click.version_option(package_name="podstore")
 @click.pass_context
-def cli(ctx: click.Context, db: str) -> None:
-    """podstore: kubelet device allocations (podDevices) in a crash-safe SQLite store."""
-    ctx.obj = Context(db=db)
+def cli(ctx: click.Context, db: str, readonly: bool, busy_timeout: float) -> None:
+    """podstore: kubelet device allocations (podDevices) in a crash-safe SQLite store.
+
+    The global options --db, --readonly and --busy-timeout may also follow the command.
+    """
+    ctx.obj = Context(db=db, readonly=readonly, busy_timeout=busy_timeout)
     ctx.call_on_close(ctx.obj.close)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    # A warning is for the operator: one line, not Python's file:line report.
+    click.echo(f"podstore: warning: {message}", err=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: podstore errors become one line on stderr and exit code 1."""
+    shown = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="podstore")
     except PodStoreError as exc:
         click.echo(f"podstore: error: {exc}", err=True)
         sys.exit(1)
+    finally:
+        warnings.showwarning = shown
 
 
 # Each command module defines its commands and knows nothing of this group; the group is

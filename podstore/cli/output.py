@@ -1,7 +1,26 @@
-"""One output option for every command that lists things: ``-o table|json|yaml|csv``.
+"""One output option for every command that lists things: ``-o table|json|yaml|csv``, and
+:func:`emit`, which writes rows in that format as they come.
 
-Rows are dicts with the same keys in the same order. JSON output is a list of objects with
-stable key order (the column order), so scripts can rely on it.
+Rows are mappings with the same keys (the columns) in any order; any iterable of them will do,
+a generator included. Nothing is built whole in memory: JSON, YAML and CSV are written row by
+row (in small batches), and a table is written a window of rows at a time — the column widths
+come from the first window and only grow after it — so the memory a listing needs does not
+depend on how many rows it has.
+
+Formats:
+
+- ``table``: a header of upper-case column names, then one line per row, columns left-aligned
+  two spaces apart; lists are joined with commas, None is blank, and control characters
+  (C0, DEL, C1, the Unicode line and paragraph separators and the bidirectional overrides) are
+  escaped as ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e`` … so that a value cannot break a line,
+  fake a row or recolour the terminal. No rows: ``(none)``.
+- ``json``: a list of objects, keys in column order, two-space indent, exactly as
+  ``json.dumps(rows, indent=2)`` would print it, but strict: a non-finite float (which SQL can
+  produce) is written as the string ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``, never as a
+  bare token that JSON parsers refuse.
+- ``yaml``: the same list as block YAML (``cli/yaml_text.py``; ``.inf``/``.nan`` are valid
+  YAML).
+- ``csv``: a header row, then the rows; lists joined with commas, None empty.
 """
 
 from __future__ import annotations
@@ -9,16 +28,32 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+import math
+import re
+import sys
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any, TextIO, TypeVar
 
 import click
-import yaml
-from tabulate import tabulate
+
+from podstore.cli import yaml_text
 
 FORMATS = ("table", "json", "yaml", "csv")
 
+#: A table is sized and written this many rows at a time (or fewer, if they are wide).
+TABLE_WINDOW_ROWS = 1000
+TABLE_WINDOW_CHARS = 1 << 20
+#: A column is padded to at most this width: a longer cell overflows its own line only,
+#: rather than pushing every other row of the column out with spaces.
+TABLE_MAX_PAD = 100
+#: JSON, YAML and CSV rows are written in batches of this many.
+BATCH_ROWS = 256
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+Row = Mapping[str, Any]
 
 
 def output_option(fn: F) -> F:
@@ -33,38 +68,285 @@ def output_option(fn: F) -> F:
     )(fn)
 
 
-def _cell(value: Any) -> Any:
+def emit(
+    rows: Iterable[Row], columns: Sequence[str], fmt: str, *, out: TextIO | None = None
+) -> int:
+    """Write ``rows`` (mappings keyed by ``columns``) to ``out`` (default: stdout) in ``fmt``,
+    as they come; returns the number of rows written.
+
+    An exception raised by ``rows`` while it is iterated propagates after the rows before it
+    were written (a table: after the last full window); the output is then incomplete.
+    """
+    stream = out if out is not None else sys.stdout
+    writer = _WRITERS.get(fmt)
+    if writer is None:
+        raise ValueError(f"unknown output format {fmt!r}")
+    count = writer(iter(rows), list(columns), stream)
+    stream.flush()
+    return count
+
+
+def render(rows: Iterable[Row], columns: Sequence[str], fmt: str) -> str:
+    """Rows in the chosen format as one string, without the final newline (for small outputs
+    and tests; commands use :func:`emit`)."""
+    buf = io.StringIO()
+    emit(rows, columns, fmt, out=buf)
+    return buf.getvalue().rstrip("\n")
+
+
+# ---- values ------------------------------------------------------------------------------------
+
+
+def cell(value: Any) -> str:
+    """A value as table and CSV cells show it: lists joined by commas, None blank."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if type(value) is list and all(type(v) is str for v in value):
+        return ",".join(value)
     if isinstance(value, (list, tuple, set, frozenset)):
-        return ",".join(str(v) for v in value)
-    return "" if value is None else value
+        return ",".join("" if v is None else str(v) for v in value)
+    return str(value)
 
 
-def render(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str) -> str:
-    """Rows in the chosen format (no trailing newline for table, csv ends its lines)."""
-    if fmt == "json":
-        return json.dumps([{c: r.get(c) for c in columns} for r in rows], indent=2)
-    if fmt == "yaml":
-        out: str = yaml.safe_dump(
-            [{c: r.get(c) for c in columns} for r in rows], sort_keys=False, allow_unicode=True
-        )
-        return out.rstrip("\n")
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(columns)
-        for r in rows:
-            writer.writerow([_cell(r.get(c)) for c in columns])
-        return buf.getvalue().rstrip("\n")
-    if not rows:
-        return "(none)"
-    table: str = tabulate(
-        [[_cell(r.get(c)) for c in columns] for r in rows],
-        headers=[c.upper() for c in columns],
-        tablefmt="plain",
-        disable_numparse=True,
+_SCALARS = frozenset({str, int, float, bool})
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON and YAML hold it: sequences as lists, mapping keys as strings."""
+    if value is None or type(value) in _SCALARS or isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [plain(v) for v in sorted(value, key=str)]
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    return str(value)
+
+
+# Characters that move the cursor, end a line, switch terminal modes or reorder the text around
+# them when printed.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    ch = match.group()
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``, …)."""
+    if text.isprintable():  # the common case, in C
+        return text
+    return _CONTROL.sub(_escape_char, text)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide East Asian characters count 2, combining marks 0."""
+    if text.isascii():
+        return len(text)
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+# ---- writers -----------------------------------------------------------------------------------
+
+
+def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
+    header = [c.upper() for c in columns]
+    widths = [display_width(h) for h in header]
+    count = 0
+    started = False
+    window: list[list[str]] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal started, size
+        cells = [[len(c) if c.isascii() else display_width(c) for c in line] for line in window]
+        for line_widths in cells:
+            for i, w in enumerate(line_widths):
+                if w > widths[i]:
+                    widths[i] = w
+        lines = [] if started else [_line(header, [len(h) for h in header], widths)]
+        started = True
+        lines.extend(_line(line, w, widths) for line, w in zip(window, cells, strict=True))
+        out.write("\n".join(lines) + "\n")
+        window.clear()
+        size = 0
+
+    for row in rows:
+        texts = [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
+        line = [t if t.isprintable() else escape_controls(t) for t in texts]
+        window.append(line)
+        size += sum(len(c) for c in line)
+        count += 1
+        if len(window) >= TABLE_WINDOW_ROWS or size >= TABLE_WINDOW_CHARS:
+            flush()
+    if window:
+        flush()
+    if not count:
+        out.write("(none)\n")
+    return count
+
+
+def _line(cells: list[str], cell_widths: list[int], widths: list[int]) -> str:
+    last = len(cells) - 1
+    parts = [
+        c if i == last else c + " " * (min(widths[i], TABLE_MAX_PAD) - cell_widths[i])
+        for i, c in enumerate(cells)
+    ]
+    return "  ".join(parts).rstrip(" ")
+
+
+def _batches(rows: Iterator[Row]) -> Iterator[list[Row]]:
+    while batch := list(islice(rows, BATCH_ROWS)):
+        yield batch
+
+
+def _json(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
+    count = 0
+    # Each row is an object at nesting level 1; its keys, with their indent, are the same on
+    # every row, so they are encoded once.
+    heads = [f"\n    {_encode_str(c)}: " for c in columns]
+    heads[0] = "{" + heads[0]
+    out.write("[")
+    for batch in _batches(rows):
+        parts = []
+        for row in batch:
+            parts.append("\n  " if count == 0 else ",\n  ")
+            if columns:
+                parts.append(
+                    ",".join(
+                        [
+                            head + _json_value(row.get(c), 2)
+                            for head, c in zip(heads, columns, strict=True)
+                        ]
+                    )
+                )
+                parts.append("\n  }")
+            else:
+                parts.append("{}")
+            count += 1
+        out.write("".join(parts))
+    out.write("\n]\n" if count else "]\n")
+    return count
+
+
+_encode_str = json.encoder.encode_basestring_ascii
+
+
+def _json_value(value: Any, level: int) -> str:
+    """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level`` (strict)."""
+    kind = type(value)
+    if kind is str:
+        return str(_encode_str(value))
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is list and value:
+        inner = "\n" + "  " * (level + 1)
+        if all(type(v) is str for v in value):  # device lists: the common case, in C
+            body = ("," + inner).join(map(_encode_str, value))
+        else:
+            body = ("," + inner).join([_json_value(v, level + 1) for v in value])
+        return "[" + inner + body + "\n" + "  " * level + "]"
+    if isinstance(value, str):
+        return str(_encode_str(value))
+    if isinstance(value, int):
+        return int.__repr__(int(value))
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float.__repr__(value)
+        return '"NaN"' if math.isnan(value) else '"Infinity"' if value > 0 else '"-Infinity"'
+    if isinstance(value, Mapping):
+        return _json_object(value, level)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = plain(value) if isinstance(value, (set, frozenset)) else value
+        if not items:
+            return "[]"
+        inner = "\n" + "  " * (level + 1)
+        body = ("," + inner).join(_json_value(v, level + 1) for v in items)
+        return "[" + inner + body + "\n" + "  " * level + "]"
+    return str(_encode_str(str(value)))
+
+
+def _json_object(value: Mapping[Any, Any], level: int) -> str:
+    if not value:
+        return "{}"
+    inner = "\n" + "  " * (level + 1)
+    body = ("," + inner).join(
+        f"{_encode_str(str(k))}: {_json_value(v, level + 1)}" for k, v in value.items()
     )
-    return table
+    return "{" + inner + body + "\n" + "  " * level + "}"
 
 
-def emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str) -> None:
-    click.echo(render(rows, columns, fmt))
+def _yaml(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
+    count = 0
+    for batch in _batches(rows):
+        items = [{c: plain(row.get(c)) for c in columns} for row in batch]
+        # A block sequence written in pieces is the same text as written whole.
+        out.write(yaml_text.sequence_items(items))
+        count += len(items)
+    if not count:
+        out.write("[]\n")
+    return count
+
+
+def _csv(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    count = 0
+    for batch in _batches(rows):
+        writer.writerows(
+            [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
+            for row in batch
+        )
+        count += len(batch)
+    return count
+
+
+_WRITERS: dict[str, Callable[[Iterator[Row], list[str], TextIO], int]] = {
+    "table": _table,
+    "json": _json,
+    "yaml": _yaml,
+    "csv": _csv,
+}
+
+
+def emit_object(info: Mapping[str, Any], fmt: str, *, out: TextIO | None = None) -> None:
+    """Write one record (``podstore status``): as ``key  value`` lines for a table (keys with
+    spaces for underscores, aligned), as one JSON object or YAML mapping, or as a CSV header
+    and row."""
+    stream = out if out is not None else sys.stdout
+    if fmt == "table":
+        width = max((len(k) for k in info), default=0)
+        stream.write(
+            "".join(
+                f"{k.replace('_', ' '):<{width}}  {escape_controls(cell(v))}\n"
+                for k, v in info.items()
+            )
+        )
+    elif fmt == "json":
+        stream.write(_json_object(info, 0) + "\n")
+    elif fmt == "yaml":
+        stream.write(yaml_text.mapping({k: plain(v) for k, v in info.items()}))
+    else:
+        emit([info], list(info), fmt, out=stream)
+        return
+    stream.flush()

@@ -16,26 +16,27 @@ PODS_COLUMNS = ["pod_uid", "containers", "entries", "devices", "resources"]
 GET_COLUMNS = ["container", "resource", "numa_node", "device_ids"]
 
 
+def _pod_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    uid, containers, entries, devices, resources = row
+    return {
+        "pod_uid": uid,
+        "containers": containers,
+        "entries": entries,
+        "devices": devices,
+        # Code point order is UTF-8 byte order: SQLite's BINARY collation.
+        "resources": sorted(bytes.fromhex(h).decode("utf-8") for h in resources.split(","))
+        if resources
+        else [],
+    }
+
+
 @click.command()
 @output_option
 @click.pass_obj
 def pods(ctx: Context, output: str) -> None:
     """List the pods: containers, entries, distinct devices and resources of each."""
-    store = ctx.store(readonly=True)
-    resources: dict[str, list[str]] = {}
-    for uid, resource in store.query(audit.POD_RESOURCES).rows:
-        resources.setdefault(uid, []).append(resource)
-    rows = [
-        {
-            "pod_uid": uid,
-            "containers": containers,
-            "entries": entries,
-            "devices": devices,
-            "resources": resources.get(uid, []),
-        }
-        for uid, containers, entries, devices in store.query(audit.PODS).rows
-    ]
-    emit(rows, PODS_COLUMNS, output)
+    with ctx.store(readonly=True).reader() as reader:
+        emit(map(_pod_row, reader.stream(audit.PODS)), PODS_COLUMNS, output)
 
 
 @click.command()
@@ -49,7 +50,7 @@ def get(ctx: Context, pod_uid: str, output: str) -> None:
     status 1 if the pod is unknown.
     """
     store = ctx.store(readonly=True)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []  # one pod's entries: a handful of rows
     listed = sorted(store.pod_entries(pod_uid), key=lambda e: (e.container_name, e.resource_name))
     for entry in listed:
         where = {"container": entry.container_name, "resource": entry.resource_name}

@@ -39,6 +39,10 @@ def _value(value: Any) -> Any:
     return value
 
 
+#: ``podstore sql --timeout`` default: seconds of SQLite's work a statement may take.
+DEFAULT_TIMEOUT = 5.0
+
+
 @click.command()
 @click.argument("query")
 @click.option(
@@ -50,17 +54,42 @@ def _value(value: Any) -> Any:
     callback=_param,
     help="Bind :NAME to VALUE (text; SQLite applies column affinity). Repeatable.",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop the statement after this much work (0: no limit); exit 1.",
+)
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Stop with exit 1 if the statement returns more than N rows.",
+)
 @output_option
 @click.pass_obj
-def sql(ctx: Context, query: str, params: dict[str, str], output: str) -> None:
-    """Run one read-only SQL statement and print its rows.
+def sql(
+    ctx: Context,
+    query: str,
+    params: dict[str, str],
+    timeout: float,
+    max_rows: int | None,
+    output: str,
+) -> None:
+    """Run one read-only SQL statement and print its rows as they come.
 
     The connection can only read: the file is opened read-only, with PRAGMA query_only and an
     authorizer that refuses every write, ATTACH/DETACH and any PRAGMA that sets a value.
     A refused statement exits with status 1 and changes nothing. BLOB values print as base64.
+
+    --timeout counts the time SQLite spends computing rows (not the time a slow reader of the
+    output takes); a statement past it, or past --max-rows, is stopped with exit status 1 —
+    the rows printed before that are an incomplete answer.
     """
     store = ctx.store(readonly=True)
-    result = store.query(query, params)
-    columns = _unique(result.columns)
-    rows = [dict(zip(columns, map(_value, row), strict=True)) for row in result.rows]
-    emit(rows, columns, output)
+    with store.stream(query, params, timeout=timeout or None, max_rows=max_rows) as rows:
+        columns = _unique(rows.columns)
+        emit((dict(zip(columns, map(_value, row), strict=True)) for row in rows), columns, output)

@@ -1,28 +1,32 @@
-"""``podstore status``: open (creating if needed) the store and print its counts."""
+"""``podstore status``: the store's identity, schema revision and counts (read-only)."""
 
 from __future__ import annotations
-
-import json
 
 import click
 
 from podstore.cli.context import Context
+from podstore.cli.output import emit_object, output_option
 from podstore.sqlite.files import wal_size
-from podstore.sqlite.migrate import head_revision
+from podstore.sqlite.migrate import HEAD_REVISION
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@output_option
+@click.option("--json", "as_json", is_flag=True, help="Same as -o json.")
 @click.pass_obj
-def status(ctx: Context, as_json: bool) -> None:
-    """Open or create the store and print pod, container, allocation and device counts, and
-    the size of its write-ahead log."""
-    store = ctx.store()
+def status(ctx: Context, output: str, as_json: bool) -> None:
+    """Print the store's id, schema revision, pod, container, allocation and device counts,
+    and the size of its write-ahead log.
+
+    Read-only: the store must exist (exit 1 if not) and is never created or changed.
+    """
+    store = ctx.store(readonly=True)
     stats = store.stats()
     info = {
         "database": store.path,
         "store_id": store.store_id,
-        "schema_revision": head_revision(),
+        # A read-only open succeeds only at the current revision.
+        "schema_revision": HEAD_REVISION,
         "pods": stats.pods,
         "containers": stats.containers,
         "allocations": stats.allocations,
@@ -31,9 +35,4 @@ def status(ctx: Context, as_json: bool) -> None:
         "registered_resources": stats.registered_resources,
         "wal_bytes": wal_size(store.path),
     }
-    if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
-        return
-    width = max(len(k) for k in info)
-    for key, value in info.items():
-        click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
+    emit_object(info, "json" if as_json else output)

@@ -23,7 +23,7 @@ from podstore.errors import (
     StoreBusyError,
     StoreCorruptError,
 )
-from podstore.sqlite.files import prepare_file
+from podstore.sqlite.files import check_readable_store_file, prepare_file
 from podstore.sqlite.translate import translate, translated_errors
 
 if TYPE_CHECKING:
@@ -175,8 +175,7 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
     an old state (https://sqlite.org/wal.html#readonly; tests/test_reliability_security.py).
     """
     path = os.path.abspath(options.path)
-    if not os.path.exists(path):
-        raise InvalidInputError(f"database: {options.path} does not exist (opened read-only)")
+    check_readable_store_file(options.path)
     uri = "file:" + quote(path) + "?mode=ro"
     conn = sqlite3.connect(
         uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
@@ -206,7 +205,30 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
         timeout=options.busy_timeout,
         isolation_level=None,
         check_same_thread=False,
+        factory=ImmutableConnection,
     )
+
+
+class ImmutableConnection(sqlite3.Connection):
+    """A read-only connection opened ``immutable=1`` (see :func:`_connect_readonly`)."""
+
+
+def journal_mode(conn: sqlite3.Connection) -> str:
+    """The database's journal mode as stored in the file ('wal', 'delete', ...).
+
+    ``PRAGMA journal_mode`` answers 'delete' on an immutable connection whatever the file
+    says, so there the file header is read instead (bytes 18-19 are 2 for WAL).
+    """
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    if not isinstance(conn, ImmutableConnection):
+        return mode
+    path = next((str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return mode
+    return "wal" if header[18:20] == b"\x02\x02" else mode
 
 
 def expected_settings(options: ConnectOptions) -> dict[str, int | str]:

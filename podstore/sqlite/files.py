@@ -9,7 +9,13 @@ import stat
 import sys
 import warnings
 
-from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreFullError
+from podstore.errors import (
+    InvalidInputError,
+    PodStoreError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreFullError,
+)
 from podstore.fsutil import fsync_directory
 
 
@@ -29,6 +35,7 @@ def prepare_file(path: str) -> None:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
         except FileExistsError:
+            _check_regular(path, path)
             _check_writable(path)
             return
         try:
@@ -38,6 +45,42 @@ def prepare_file(path: str) -> None:
         fsync_directory(parent)
     except OSError as exc:
         raise _os_error(exc, path) from None
+
+
+def check_readable_store_file(path: str) -> None:
+    """What a read-only open needs before SQLite sees the path: an existing regular file
+    holding something. Nothing is created, whatever the answer.
+
+    Raises InvalidInputError for a missing path or one that is not a regular file (a device
+    such as /dev/null, a directory: SQLite would read it as an empty database, and a writable
+    open would create ``-journal`` or ``-wal`` files next to it), SchemaError for an empty
+    file (no database in it, and a read-only open never creates one).
+    """
+    full = os.path.abspath(path)
+    try:
+        st = os.stat(full)
+    except FileNotFoundError:
+        raise InvalidInputError(f"database: {path} does not exist (opened read-only)") from None
+    except OSError as exc:
+        raise _os_error(exc, full, "open") from None
+    _check_regular(full, path, st.st_mode)
+    if st.st_size == 0:
+        try:
+            wal = os.path.getsize(full + "-wal")
+        except OSError:
+            wal = 0
+        if wal == 0:  # a new store's pages may all be in its WAL still
+            raise SchemaError(f"database: {path} is an empty file, not a podstore store")
+
+
+def _check_regular(full: str, shown: str, mode: int | None = None) -> None:
+    if mode is None:
+        try:
+            mode = os.stat(full).st_mode
+        except OSError as exc:
+            raise _os_error(exc, full, "open") from None
+    if not stat.S_ISREG(mode):
+        raise InvalidInputError(f"database: {shown} is not a regular file")
 
 
 def _make_private_dirs(directory: str) -> None:
@@ -68,12 +111,12 @@ def _check_writable(path: str) -> None:
             )
 
 
-def _os_error(exc: OSError, path: str) -> PodStoreError:
+def _os_error(exc: OSError, path: str, action: str = "create") -> PodStoreError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StoreFullError(f"cannot create {path}: the disk is full ({exc.strerror})")
+        return StoreFullError(f"cannot {action} {path}: the disk is full ({exc.strerror})")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return ReadOnlyStoreError(f"cannot create {path}: {exc.strerror}")
-    return PodStoreError(f"cannot create {path}: {exc.strerror or exc}")
+        return ReadOnlyStoreError(f"cannot {action} {path}: {exc.strerror}")
+    return PodStoreError(f"cannot {action} {path}: {exc.strerror or exc}")
 
 
 def warn_if_writable_by_others(path: str) -> None:
@@ -84,7 +127,9 @@ def warn_if_writable_by_others(path: str) -> None:
             mode = os.stat(candidate).st_mode
         except OSError:
             continue
-        if mode & (stat.S_IWOTH | stat.S_IWGRP):
+        # Only a store file can be rewritten through; a device such as /dev/null is refused
+        # at open, with its own error.
+        if stat.S_ISREG(mode) and mode & (stat.S_IWOTH | stat.S_IWGRP):
             warnings.warn(
                 f"{candidate} is writable by other users (mode {stat.S_IMODE(mode):o}); anyone "
                 "with that access can rewrite the node's device allocations",

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules import alloc_resp
-from podstore.sqlite.connection import ConnectOptions, connect, database_path
+from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
 from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
 from podstore.storage.sql import checks as sql
@@ -149,7 +149,7 @@ _STORE_TABLES = (
 
 def _schema(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     out: list[Finding] = []
-    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    mode = journal_mode(conn)
     if mode != "wal":
         out.append(
             Finding("warning", "journal_mode", f"journal mode is {mode!r}, podstore uses 'wal'")

@@ -19,7 +19,7 @@ from podstore.checkpoint import (
     write_checkpoint_file,
 )
 from podstore.checkpoint.incremental import EntryCache, read_cached
-from podstore.errors import CheckpointFormatError, InvalidInputError
+from podstore.errors import CheckpointFormatError, ImportRefusedError, InvalidInputError
 from podstore.rules import alloc_resp
 from podstore.storage import entries
 from podstore.storage.entries import Row
@@ -129,6 +129,23 @@ def prepare_import(
             f"({len(prepared.skipped)} such entries)"
         )
     return prepared
+
+
+def refuse_if_emptying(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> None:
+    """Raise ImportRefusedError when a replacing import would drop the store's entries because
+    every entry of the file was skipped (run in the import's transaction, before ``load``)."""
+    if merge or prepared.rows or not prepared.skipped:
+        return
+    existing = int(conn.execute(sql.ENTRY_COUNT).fetchone()[0])
+    if existing:
+        n = len(prepared.skipped)
+        raise ImportRefusedError(
+            f"{prepared.path}: all {n} of its entries were skipped (AllocResp does not decode), "
+            f"so replacing the store's content with it would drop all {existing} entries the "
+            "store holds and put none in their place; refused, nothing was changed",
+            skipped=n,
+            existing=existing,
+        )
 
 
 def load(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> ImportReport:

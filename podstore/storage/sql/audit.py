@@ -1,56 +1,81 @@
 """The SQL of the operator commands (``podstore pods``, ``devices``, ``owners``, completion).
 
-They run through ``PodStore.query``, on the guarded read-only connection, over the views of
-docs/sql.md and the tables.
+They run on the guarded read-only connection (``PodStore.reader``) and stream: each is one
+pass whose joins are index look-ups, with no full scan inside a correlated sub-query, so its
+cost grows as n log n with the store (tests/test_cli_scale.py checks the query plans).
 """
 
 from __future__ import annotations
 
+# One row per pod in uid order: its containers, entries, distinct (resource, device) pairs and
+# resources. One pass: the uq_pods_uid index gives the order (so the GROUP BY needs no sort),
+# and the joins below it are look-ups through the (pod_id, name), (container_id, resource)
+# and (allocation_id, ...) unique indexes; the DISTINCT aggregates start afresh for every
+# pod, so they hold one pod's rows. Resources and device keys are hex: it keeps any name,
+# commas included, intact. Resources come comma-separated in no particular order (the caller
+# decodes and sorts them).
 PODS = """
     SELECT p.uid,
-           (SELECT count(*) FROM containers c WHERE c.pod_id = p.id),
-           (SELECT count(*) FROM containers c JOIN allocations a ON a.container_id = c.id
-            WHERE c.pod_id = p.id),
-           (SELECT count(*) FROM (
-                SELECT DISTINCT a.resource, d.device_id
-                FROM containers c
-                JOIN allocations a ON a.container_id = c.id
-                JOIN allocation_devices d ON d.allocation_id = a.id
-                WHERE c.pod_id = p.id))
+           count(DISTINCT c.id),
+           count(DISTINCT a.id),
+           count(DISTINCT CASE WHEN d.device_id IS NOT NULL
+                               THEN hex(a.resource) || ',' || hex(d.device_id) END),
+           group_concat(DISTINCT hex(a.resource))
     FROM pods p
+    LEFT JOIN containers c ON c.pod_id = p.id
+    LEFT JOIN allocations a ON a.container_id = c.id
+    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    GROUP BY p.uid
     ORDER BY p.uid
 """
-POD_RESOURCES = """
-    SELECT DISTINCT p.uid, a.resource
-    FROM pods p
-    JOIN containers c ON c.pod_id = p.id
-    JOIN allocations a ON a.container_id = c.id
-    ORDER BY p.uid, a.resource
+
+# ``podstore devices``, resource by resource (in byte order): the resources held or registered,
+# then for each the held device rows in device_id order and the registered devices nobody
+# holds; the caller merges the two by device id and groups a device's rows by holder.
+#
+# HELD_DEVICES walks the device_id index in order and looks each row's entry up by rowid, so
+# its rows stream with no sort at all, however many there are. "Registered" is an IN over
+# the resource's registered devices, which SQLite answers from one temporary index built
+# once — not a probe per row of the (resource, position) primary key, which cannot find a
+# device id (round 1's quadratic query). That temporary index, and the sort of
+# FREE_REGISTERED, hold one resource's registered devices: a node's worth of hardware.
+DEVICE_RESOURCES = """
+    SELECT resource FROM (SELECT DISTINCT resource FROM allocations
+                          WHERE :resource IS NULL OR resource = :resource)
+    UNION
+    SELECT resource FROM registered_resources WHERE :resource IS NULL OR resource = :resource
+    ORDER BY 1
 """
-# Every held device once per holder (with its NUMA ids and whether it is registered), then
-# every registered device nobody holds.
-DEVICES = """
-    SELECT o.resource, o.device_id,
-           (SELECT group_concat(DISTINCT v.numa_node) FROM v_allocations v
-            WHERE v.resource = o.resource AND v.device_id = o.device_id
-              AND v.pod_uid = o.pod_uid AND v.container = o.container),
-           EXISTS (SELECT 1 FROM registered_devices r
-                   WHERE r.resource = o.resource AND r.device_id = o.device_id),
-           o.pod_uid, o.container
-    FROM v_device_owners o
-    WHERE :resource IS NULL OR o.resource = :resource
-    UNION ALL
-    SELECT DISTINCT r.resource, r.device_id, NULL, 1, NULL, NULL
+HELD_DEVICES = """
+    SELECT d.device_id, d.numa_node, p.uid, c.name,
+           d.device_id IN (SELECT device_id FROM registered_devices WHERE resource = :resource)
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE a.resource = :resource
+    ORDER BY d.device_id
+"""
+FREE_REGISTERED = """
+    SELECT DISTINCT r.device_id
     FROM registered_devices r
-    WHERE (:resource IS NULL OR r.resource = :resource)
-      AND NOT EXISTS (SELECT 1 FROM v_device_owners o
-                      WHERE o.resource = r.resource AND o.device_id = r.device_id)
-    ORDER BY 1, 2, 5, 6
+    WHERE r.resource = :resource
+      AND NOT EXISTS (SELECT 1 FROM allocation_devices d
+                      JOIN allocations a ON a.id = d.allocation_id
+                      WHERE d.device_id = r.device_id AND a.resource = r.resource)
+    ORDER BY 1
 """
+
+# The holders of one device (any resource): a probe of the device_id index.
 OWNERS_NOW = """
-    SELECT pod_uid, container, resource FROM v_device_owners WHERE device_id = :device
+    SELECT DISTINCT p.uid, c.name, a.resource
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE d.device_id = :device
     ORDER BY 1, 2, 3
 """
 CONTAINERS_OF_POD = """
-    SELECT DISTINCT container FROM v_allocations WHERE pod_uid = ? ORDER BY 1
+    SELECT c.name FROM pods p JOIN containers c ON c.pod_id = p.id WHERE p.uid = ? ORDER BY 1
 """

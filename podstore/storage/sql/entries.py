@@ -220,6 +220,8 @@ REGISTERED = """
     ORDER BY r.resource, d.position
 """
 
+ENTRY_COUNT = "SELECT count(*) FROM allocations"
+
 COUNTS = """
     SELECT (SELECT count(*) FROM pods),
            (SELECT count(*) FROM containers),

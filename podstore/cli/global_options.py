@@ -1,0 +1,105 @@
+"""The options every command takes — ``--db``, ``--readonly``, ``--busy-timeout`` — accepted
+before the command (``podstore --db x.db pods``) and after it (``podstore pods --db x.db``).
+
+click parses a group's options only before the sub-command's name, so each command gets a copy
+of them as well; its copy writes into the shared :class:`Context` the group created, and a
+value given after the command wins over one given before it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from podstore.cli.context import DEFAULT_DB, Context
+from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, MAX_BUSY_TIMEOUT
+
+DB_HELP = "The store: a file path or an sqlite:/// URL."
+READONLY_HELP = "Open the store read-only; a command that would write it fails instead."
+BUSY_HELP = "Seconds to wait for another writer's lock before failing."
+
+BUSY_TIMEOUT = click.FloatRange(0, MAX_BUSY_TIMEOUT)
+
+
+def group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The group's own copies: they fill ``db``, ``readonly`` and ``busy_timeout``."""
+    fn = click.option(
+        "--busy-timeout",
+        "busy_timeout",
+        type=BUSY_TIMEOUT,
+        default=DEFAULT_BUSY_TIMEOUT,
+        show_default=True,
+        metavar="SECONDS",
+        help=BUSY_HELP,
+    )(fn)
+    fn = click.option("--readonly", is_flag=True, help=READONLY_HELP)(fn)
+    return click.option(
+        "--db",
+        "db",
+        metavar="PATH",
+        default=lambda: os.environ.get("PODSTORE_DB") or DEFAULT_DB,
+        show_default="$PODSTORE_DB, else ./podstore.db",
+        help=DB_HELP,
+    )(fn)
+
+
+def _setter(attribute: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value is False:
+            return  # not given after the command: the group's value stands
+        obj = ctx.find_object(Context)
+        if obj is not None:
+            setattr(obj, attribute, value)
+
+    return callback
+
+
+def _command_options() -> list[click.Option]:
+    return [
+        click.Option(
+            ["--db"],
+            metavar="PATH",
+            default=None,
+            expose_value=False,
+            callback=_setter("db"),
+            help=DB_HELP,
+        ),
+        click.Option(
+            ["--readonly"],
+            is_flag=True,
+            default=False,
+            expose_value=False,
+            callback=_setter("readonly"),
+            help=READONLY_HELP,
+        ),
+        click.Option(
+            ["--busy-timeout"],
+            type=BUSY_TIMEOUT,
+            default=None,
+            metavar="SECONDS",
+            expose_value=False,
+            callback=_setter("busy_timeout"),
+            help=BUSY_HELP,
+        ),
+    ]
+
+
+def add_global_options(command: click.Command) -> None:
+    """Give ``command`` (and, for a group, its commands so far) the global options it does
+    not define itself."""
+    taken = {opt for p in command.params for opt in getattr(p, "opts", ())}
+    command.params.extend(o for o in _command_options() if not taken & set(o.opts))
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_global_options(sub)
+
+
+class PodstoreGroup(click.Group):
+    """A group whose commands all accept the global options after their name too."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        add_global_options(cmd)
+        super().add_command(cmd, name)

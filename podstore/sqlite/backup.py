@@ -1,0 +1,81 @@
+"""A copy of a store taken while it is in use: SQLite's online backup API, into a new file.
+
+``podstore migrate --backup FILE`` takes one before changing the schema. The copy is one
+consistent snapshot (the backup restarts by itself if another connection writes meanwhile),
+is written to a temporary file beside FILE, made self-contained (rollback journal, no -wal
+to lose), fsynced, and only then given its name — never over an existing file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sqlite3
+from collections.abc import Callable
+
+from podstore.errors import InvalidInputError
+from podstore.fsutil import fsync_directory
+from podstore.sqlite.connection import ConnectOptions, connect
+from podstore.sqlite.translate import translated_errors
+
+#: Pages copied per backup step when progress is reported (4 MiB of 4 KiB pages).
+STEP_PAGES = 1024
+
+
+def online_backup(
+    options: ConnectOptions, dest: str, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """Copy the store to the new file ``dest`` (mode 0600); returns the pages copied.
+
+    ``progress(done, total)`` is called after each step of :data:`STEP_PAGES` pages.
+    Raises InvalidInputError when ``dest`` exists, what opening the store raises, and
+    ReadOnlyStoreError / StoreFullError when ``dest`` cannot be written.
+    """
+    target = os.path.abspath(dest)
+    if os.path.lexists(target):
+        raise InvalidInputError(f"backup: {dest} already exists; name a new file")
+    directory = os.path.dirname(target)
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.backup")
+    pages = 0
+    with translated_errors():
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            raise InvalidInputError(f"backup: cannot create {dest}: {exc.strerror}") from None
+        try:
+            source = connect(dataclasses.replace(options, readonly=True))
+            try:
+                copy = sqlite3.connect(tmp, isolation_level=None)
+                try:
+
+                    def step(_status: int, remaining: int, total: int) -> None:
+                        nonlocal pages
+                        pages = total
+                        if progress is not None:
+                            progress(total - remaining, total)
+
+                    source.backup(
+                        copy, pages=STEP_PAGES if progress is not None else -1, progress=step
+                    )
+                    # A self-contained file: its content all in it, none in a -wal beside it.
+                    copy.execute("PRAGMA journal_mode = DELETE")
+                finally:
+                    copy.close()
+            finally:
+                source.close()
+            fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, target)  # never replaces an existing file
+            except FileExistsError:
+                raise InvalidInputError(f"backup: {dest} already exists; name a new file") from None
+            fsync_directory(directory)
+        finally:
+            for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+    return pages
