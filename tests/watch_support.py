@@ -276,9 +276,22 @@ def canonical_event(ev: Any) -> Event:
 
 def store_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]]:
     """The store's entries and registered devices, canonical (order-free)."""
+    # A restored null AllocResp reads as b"" through the API (kubelet's toCheckpointData);
+    # the store keeps the null for export, and a sync must carry it over from the file.
+    null_flag = {
+        (r[0], r[1], r[2]): bool(r[3])
+        for r in store.query(
+            "SELECT p.uid, c.name, a.resource, a.alloc_resp_json_null FROM allocations a "
+            "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id"
+        ).rows
+    }
     entries = {}
     for e in store.to_checkpoint_data():
-        entries[(e.pod_uid, e.container_name, e.resource_name)] = canonical_entry(e)
+        key = (e.pod_uid, e.container_name, e.resource_name)
+        if null_flag[key]:
+            assert e.alloc_resp == b"", e
+            e = PodDevicesEntry(e.pod_uid, e.container_name, e.resource_name, e.device_ids, None)
+        entries[key] = canonical_entry(e)
     reg = store.query("SELECT resource, is_null FROM registered_resources").rows
     registered: dict[str, Any] = {}
     stored = store.registered_devices()

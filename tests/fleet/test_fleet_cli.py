@@ -199,6 +199,7 @@ def test_server_down_exit_1_store_untouched_password_hidden(
 
 def test_node_side_never_imports_the_driver(tmp_path: Path) -> None:
     db = tmp_path / "n.db"
+    PodStore.open(db).close()  # read commands need an existing store
     code = (
         "import sys\n"
         "import podstore\n"
