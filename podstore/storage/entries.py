@@ -59,38 +59,42 @@ def _device_rows(
 def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
     """Create or replace one (pod, container, resource) entry, with its decoded response rows
     and its history event (``op``, by default 'insert' or 'replace')."""
-    found = conn.execute(sql.POD_ID, (row.pod_uid,)).fetchone()
-    pod_id = found[0] if found else conn.execute(sql.INSERT_POD, (row.pod_uid,)).lastrowid
-    found = conn.execute(sql.CONTAINER_ID, (pod_id, row.container_name)).fetchone()
-    if found:
-        container_id = found[0]
+    key = (row.pod_uid, row.container_name, row.resource_name)
+    found = conn.execute(sql.ENTRY_IDS, key).fetchone()
+    if found is None:
+        pod_id = conn.execute(sql.INSERT_POD, (row.pod_uid,)).lastrowid
+        container_id = allocation_id = None
     else:
+        pod_id, container_id, allocation_id = found
+    if container_id is None:
         container_id = conn.execute(sql.INSERT_CONTAINER, (pod_id, row.container_name)).lastrowid
-    flags = (row.devices is None, row.alloc_resp, row.alloc_resp_json_null)
-    found = conn.execute(sql.ALLOCATION_ID, (container_id, row.resource_name)).fetchone()
-    if found:
-        allocation_id = int(found[0])
-        conn.execute(sql.UPDATE_ALLOCATION, (*flags, allocation_id))
+    response = row.response
+    raw = None if response is None else response.raw
+    if allocation_id is None:
+        allocation_id = conn.execute(
+            sql.INSERT_ALLOCATION,
+            (container_id, row.resource_name, row.devices is None, raw, row.alloc_resp_json_null),
+        ).lastrowid
+        assert allocation_id is not None
+        replacing = False
+    else:
+        conn.execute(
+            sql.UPDATE_ALLOCATION,
+            (row.devices is None, raw, row.alloc_resp_json_null, allocation_id),
+        )
         conn.execute(sql.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         responses.clear(conn, [(allocation_id,)])
-    else:
-        cur = conn.execute(sql.INSERT_ALLOCATION, (container_id, row.resource_name, *flags))
-        assert cur.lastrowid is not None
-        allocation_id = cur.lastrowid
-    devices, empty = _device_rows(allocation_id, row.devices)
-    if devices:
-        conn.executemany(sql.INSERT_DEVICE, devices)
-    if empty:
-        conn.executemany(sql.INSERT_EMPTY_LIST, empty)
-    responses.write(conn, allocation_id, row.response)
-    pending = events.Pending()
-    pending.entry(
-        op or ("replace" if found else "insert"),
-        (row.pod_uid, row.container_name, row.resource_name),
-        row.devices,
-    )
-    pending.write(conn)
+        replacing = True
+    if row.devices:
+        devices, empty = _device_rows(allocation_id, row.devices)
+        if devices:
+            conn.executemany(sql.INSERT_DEVICE, devices)
+        if empty:
+            conn.executemany(sql.INSERT_EMPTY_LIST, empty)
+    if response is not None:
+        responses.write(conn, allocation_id, response)
+    events.append_entry(conn, op or ("replace" if replacing else "insert"), key, row.devices)
 
 
 def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
@@ -166,10 +170,41 @@ def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
     uids = list(dict.fromkeys(pod_uids))
     pending = events.Pending()
     for uid in uids:
-        for entry in read_entries(conn, uid):
-            pending.entry("delete", entry.key, entry.device_ids)
+        for key, devices in _pod_maps(conn, uid):
+            pending.entry("delete", key, devices)
     pending.write(conn)
-    conn.executemany(sql.DELETE_POD, [(u,) for u in uids])
+    if len(uids) == 1:
+        conn.execute(sql.DELETE_POD, (uids[0],))
+    else:
+        conn.executemany(sql.DELETE_POD, [(u,) for u in uids])
+
+
+def _pod_maps(
+    conn: sqlite3.Connection, pod_uid: str
+) -> Iterator[tuple[Key, DevicesPerNUMA | None]]:
+    """One pod's entries, in position order, with their NUMA maps (one statement, whose row
+    order puts NUMA ids in ascending order)."""
+    current: int | None = None
+    key: Key = ("", "", "")
+    per_numa: DevicesPerNUMA | None = None
+    for aid, name, resource, ids_null, node, _pos, device_id, empty in conn.execute(
+        sql.ENTRY_LISTS_OF_POD, {"pod": pod_uid}
+    ):
+        if aid != current:
+            if current is not None:
+                yield key, per_numa
+            current, key = aid, (pod_uid, name, resource)
+            per_numa = None if ids_null else {}
+        if per_numa is None or node is None:
+            continue
+        if empty is not None:
+            per_numa[int(node)] = None if empty else []
+        else:
+            lst = per_numa.setdefault(int(node), [])
+            assert lst is not None
+            lst.append(device_id)
+    if current is not None:
+        yield key, per_numa
 
 
 def delete_all(conn: sqlite3.Connection, keep: Iterable[Key] = ()) -> None:
