@@ -20,14 +20,14 @@ from podstore.rules import run_options, validate
 from podstore.rules.alloc_resp import AllocRespInput
 from podstore.rules.alloc_resp import from_argument as response_from_argument
 from podstore.rules.times import TimeArg, parse_time
-from podstore.sqlite import guarded
+from podstore.sqlite import guarded, integrity
 from podstore.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,
     ConnectOptions,
     Durability,
     database_path,
 )
-from podstore.sqlite.migrate import ensure_schema
+from podstore.sqlite.migrate import Check, ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.sqlite.translate import translated_errors
 from podstore.storage import entries as entry_store
@@ -46,6 +46,10 @@ from podstore.types import (
 )
 
 log = logging.getLogger("podstore")
+
+#: PodStore.open's integrity check modes (docs/reliability.md, "What is checked at open").
+Verify = Literal["auto", "blocking", "background", "off"]
+VERIFY_MODES = ("auto", "blocking", "background", "off")
 
 # PodStore(...) is refused: only open() sets a store up (schema checked, connections made).
 _OPEN_TOKEN = object()
@@ -76,7 +80,7 @@ class PodStore:
         upgrade: bool = True,
         durability: Durability = "full",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        verify: Literal["blocking", "background", "off"] = "blocking",
+        verify: Verify = "auto",
     ) -> PodStore:
         """Open (creating if needed, mode 0600) the store at ``path`` (a path or sqlite URL).
 
@@ -85,19 +89,22 @@ class PodStore:
         writes, never migrates). ``durability="normal"`` trades the last commits on power loss
         for speed; the default "full" fsyncs every commit.
 
-        ``verify``: ``PRAGMA quick_check`` reads every page (~2 ms per MB: a few ms for a
-        node's worth of pods, ~300 ms for a synthetic store of 100,000 entries). "blocking"
-        (default) runs it before returning, so a damaged file is refused at open.
-        "background" runs it in a daemon thread on its own connection so the first answer
-        does not wait: damage is logged when found and every later call raises
-        StoreCorruptError; :meth:`wait_verified` blocks until the check is done. "off" skips
-        it (``podstore verify`` can run it later).
+        ``verify`` (docs/reliability.md, "What is checked at open, and when"): "auto"
+        (default) runs the full ``PRAGMA quick_check`` before returning when the last close was
+        not clean (a ``-wal`` holds frames); otherwise a structural check of the header, the
+        schema and every root page (about a millisecond), with the full check in a background
+        thread that every write waits for: the first answer does not wait, a write never
+        lands on a file not yet checked. "blocking" always runs the full check before
+        returning (~1.5 ms per MB). "background" runs it in a daemon thread only (reads and
+        writes do not wait). "off" skips it (``podstore verify`` can run it later). Damage a
+        background check finds is logged, and every later call raises StoreCorruptError;
+        :meth:`wait_verified` blocks until the check is done.
 
         Raises InvalidInputError, SchemaError, StoreCorruptError or StoreBusyError.
         """
-        if verify not in ("blocking", "background", "off"):
+        if verify not in VERIFY_MODES:
             raise InvalidInputError(
-                f"verify: expected 'blocking', 'background' or 'off', got {verify!r}"
+                f"verify: expected 'auto', 'blocking', 'background' or 'off', got {verify!r}"
             )
         if durability not in ("full", "normal"):
             raise InvalidInputError(f"durability: expected 'full' or 'normal', got {durability!r}")
@@ -108,18 +115,24 @@ class PodStore:
             durability=durability,
             busy_timeout=busy_timeout,
         )
-        ensure_schema(options, upgrade=upgrade, check=verify == "blocking")
+        check: Check = "none"
+        if verify == "blocking" or (verify == "auto" and integrity.crash_evidence(options.path)):
+            check = "full"
+        elif verify == "auto":
+            check = "structural"
+        ensure_schema(options, upgrade=upgrade, check=check)
         sessions = Sessions(options)
         sessions.conn()  # fail now, not on first use
-        if verify == "background":
-            sessions.start_background_check()
+        if verify == "background" or check == "structural":
+            sessions.start_background_check(gate_writes=verify == "auto")
         return cls(sessions, _token=_OPEN_TOKEN)
 
     def wait_verified(self, timeout: float | None = None) -> bool:
         """Wait for the open-time quick_check; True once it has passed, False on timeout.
 
-        Raises StoreCorruptError if it found damage. Returns True at once when the store was
-        opened with ``verify="blocking"`` or ``"off"``.
+        Raises StoreCorruptError if it found damage. Returns True at once when no check runs
+        in the background (``verify="blocking"`` or ``"off"``, or ``"auto"`` after an unclean
+        close, which checked before returning).
         """
         return self._sessions.wait_checked(timeout)
 

@@ -39,6 +39,8 @@ class Sessions:
         self._checker: threading.Thread | None = None
         self._checker_conn: sqlite3.Connection | None = None
         self._damage: PodStoreError | None = None
+        # verify="auto": writes wait until the background check has passed.
+        self._gate_writes = False
 
     @property
     def closed(self) -> bool:
@@ -86,6 +88,8 @@ class Sessions:
         """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one."""
         if self.options.readonly:
             raise ReadOnlyStoreError("the store was opened read-only")
+        if self._gate_writes:
+            self._wait_for_check()
         conn = self.conn()
         state = self._local
         with translated_errors():
@@ -135,8 +139,10 @@ class Sessions:
 
     # ---- the background integrity check (open(verify="background")) ------------------------
 
-    def start_background_check(self) -> None:
-        """Run ``quick_check`` on a connection of its own, in a daemon thread."""
+    def start_background_check(self, *, gate_writes: bool = False) -> None:
+        """Run ``quick_check`` on a connection of its own, in a daemon thread; with
+        ``gate_writes`` every write first waits for it to pass (and raises what it found)."""
+        self._gate_writes = gate_writes
         self._checker = threading.Thread(
             target=self._background_check, name="podstore-quick-check", daemon=True
         )
@@ -160,6 +166,14 @@ class Sessions:
             with self._lock:
                 self._checker_conn = None
             conn.close()
+
+    def _wait_for_check(self) -> None:
+        checker = self._checker
+        if checker is not None and checker is not threading.current_thread():
+            checker.join()
+        if self._damage is not None:
+            raise self._damage
+        self._gate_writes = False  # passed: later writes need not look again
 
     def wait_checked(self, timeout: float | None) -> bool:
         """True once the background check passed (at once when none runs), False on timeout;
