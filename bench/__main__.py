@@ -3,6 +3,10 @@
 Writes ``<out>/latest.json`` and ``<out>/latest.md`` (default ``bench/results``) and the plot
 ``docs/perf-scaling.png``; prints the tables and a PASS/MISS line per target. Exit status 0
 even when a target is missed (the numbers are the output); 2 on bad usage.
+
+``python -m bench --check`` measures nothing: it exits 1 when the committed results were
+measured on another source tree than the current ``podstore/`` (bench/digest.py); CI runs it.
+``--only NAME[,NAME]`` runs some sections (bench/sections.py; ``--list`` names them).
 """
 
 from __future__ import annotations
@@ -75,6 +79,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=20240601, help="workload RNG seed")
     p.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated sections to run (see --list); results then hold only those",
+    )
+    p.add_argument("--list", action="store_true", help="list the sections and exit")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="measure nothing: exit 1 unless <out>/latest.* were measured on this source tree",
+    )
+    p.add_argument(
         "--render",
         action="store_true",
         help="measure nothing: redraw the tables, latest.md and the plot from <out>/latest.json",
@@ -87,8 +102,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # Imported here so that --help works without the project's dependencies.
-    from bench import machine, report, runner, targets
+    if args.check:
+        from bench import digest
+
+        ok, message = digest.check(REPO, args.out)
+        print(message, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
+    # Imported here so that --help and --check work without the project's dependencies.
+    from bench import digest, machine, report, runner, sections, targets
+
+    sections.load_extensions()
+    if args.list:
+        for section in sections.SECTIONS.values():
+            kind = "per size" if section.per_size else "once"
+            print(f"{section.name:10} {kind:9} {section.help}")
+        return 0
+    only = tuple(x.strip() for x in args.only.split(",") if x.strip()) if args.only else None
+    sections.selected(only)  # unknown names fail before anything is measured
 
     if args.render:
         with open(os.path.join(args.out, "latest.json"), encoding="utf-8") as f:
@@ -120,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "config": dataclasses.asdict(cfg),
         "machine": machine.describe(workdir, REPO),
+        "source_digest": digest.source_digest(REPO),
+        "only": list(only) if only else None,
     }
     log(f"sizes {', '.join(map(str, cfg.sizes))}; files in {workdir}")
     try:
-        results: dict[str, Any] = runner.run(cfg, workdir, log)
+        results: dict[str, Any] = runner.run(cfg, workdir, log, only)
     finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -141,27 +141,28 @@ class Sessions:
 
     def start_background_check(self, *, gate_writes: bool = False) -> None:
         """Run ``quick_check`` on a connection of its own, in a daemon thread; with
-        ``gate_writes`` every write first waits for it to pass (and raises what it found)."""
+        ``gate_writes`` every write first waits for it to pass (and raises what it found).
+
+        The connection is made here, so that the thread goes straight into SQLite (which
+        runs without the GIL) and does not compete with the caller's first calls for it.
+        """
+        conn = connect(self.options)  # raises like the store's own connection would
         self._gate_writes = gate_writes
+        self._checker_conn = conn
         self._checker = threading.Thread(
-            target=self._background_check, name="podstore-quick-check", daemon=True
+            target=self._background_check, args=(conn,), name="podstore-quick-check", daemon=True
         )
         self._checker.start()
 
-    def _background_check(self) -> None:
-        try:
-            conn = connect(self.options)
-        except (PodStoreError, sqlite3.Error):
-            return  # the store's own connection opened; its calls will report the problem
-        with self._lock:
-            self._checker_conn = conn
+    def _background_check(self, conn: sqlite3.Connection) -> None:
         try:
             quick_check(conn)
         except PodStoreError as exc:
-            log.error("%s: %s", self.options.path, exc)
-            self._damage = exc
+            if not self._closed:  # close() interrupts the check: that is not a finding
+                log.error("%s: %s", self.options.path, exc)
+                self._damage = exc
         except sqlite3.Error:
-            pass  # interrupted by close()
+            pass
         finally:
             with self._lock:
                 self._checker_conn = None

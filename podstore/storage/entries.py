@@ -52,7 +52,7 @@ def _device_rows(
             if not ids:
                 empty.append((allocation_id, node, ids is None))
                 continue
-            rows.extend((allocation_id, node, pos, dev) for pos, dev in enumerate(ids))
+            rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(ids)]
     return rows, empty
 
 
@@ -97,12 +97,20 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
     events.append_entry(conn, op or ("replace" if replacing else "insert"), key, row.devices)
 
 
+#: Entries per round of executemany calls in write_many: the rows of one chunk are built,
+#: written and dropped before the next, so an import of 100,000 entries never holds all its
+#: SQL rows at once (its peak memory stays that of reading the file).
+CHUNK = 2048
+
+
 def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
-    """Write entries in order with a handful of executemany calls; returns the entry count.
+    """Write entries in order with a handful of executemany calls per chunk of entries;
+    returns the entry count.
 
     Same meaning as calling write_one for each: a later duplicate replaces an earlier one and
     keeps its position. Ids are assigned here (max + 1 onwards), so new rows need no
-    round trip each. Response rows and one ``op`` history event per entry go with them.
+    round trip each. Response rows and one ``op`` history event per entry go with them, all
+    events stamped with one time.
     """
     final: dict[Key, Row] = {}
     for row in rows:
@@ -116,7 +124,29 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import"
     existing: dict[tuple[int, str], int] = {
         (c, r): i for c, r, i in conn.execute(sql.ALL_ALLOCATION_IDS)
     }
-    max_pod, max_container, max_allocation = conn.execute(sql.MAX_IDS).fetchone()
+    ids = list(conn.execute(sql.MAX_IDS).fetchone())
+    stamp = events.next_stamp(conn)
+    items = list(final.items())
+    del final
+    for start in range(0, len(items), CHUNK):
+        stamp = _write_chunk(
+            conn, items[start : start + CHUNK], op, pods, containers, existing, ids, stamp
+        )
+    return len(items)
+
+
+def _write_chunk(
+    conn: sqlite3.Connection,
+    items: list[tuple[Key, Row]],
+    op: str,
+    pods: dict[str, int],
+    containers: dict[tuple[int, str], int],
+    existing: dict[tuple[int, str], int],
+    ids: list[int],
+    stamp: tuple[int, str],
+) -> tuple[int, str]:
+    """One chunk of write_many; ``ids`` holds the highest pod, container and allocation ids
+    so far and is advanced in place. Returns the stamp for the next chunk's events."""
     new_pods: list[tuple[int, str]] = []
     new_containers: list[tuple[int, int, str]] = []
     new_allocations: list[tuple[int, int, str, bool, bytes | None, bool]] = []
@@ -126,43 +156,58 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import"
     empty_rows: list[tuple[int, int, bool]] = []
     response_rows = responses.ResponseRows()
     pending = events.Pending()
-    for (uid, name, resource), row in final.items():
+    for (uid, name, resource), row in items:
         pod_id = pods.get(uid)
         if pod_id is None:
-            max_pod += 1
-            pod_id = pods[uid] = max_pod
+            ids[0] += 1
+            pod_id = pods[uid] = ids[0]
             new_pods.append((pod_id, uid))
         container_id = containers.get((pod_id, name))
         if container_id is None:
-            max_container += 1
-            container_id = containers[(pod_id, name)] = max_container
+            ids[1] += 1
+            container_id = containers[(pod_id, name)] = ids[1]
             new_containers.append((container_id, pod_id, name))
-        flags = (row.devices is None, row.alloc_resp, row.alloc_resp_json_null)
+        response = row.response
+        raw = None if response is None else response.raw
         allocation_id = existing.get((container_id, resource))
         if allocation_id is None:
-            max_allocation += 1
-            allocation_id = max_allocation
-            new_allocations.append((allocation_id, container_id, resource, *flags))
+            ids[2] += 1
+            allocation_id = existing[(container_id, resource)] = ids[2]
+            new_allocations.append(
+                (
+                    allocation_id,
+                    container_id,
+                    resource,
+                    row.devices is None,
+                    raw,
+                    row.alloc_resp_json_null,
+                )
+            )
         else:
-            updates.append((*flags, allocation_id))
+            updates.append((row.devices is None, raw, row.alloc_resp_json_null, allocation_id))
             cleared.append((allocation_id,))
-        devices, empty = _device_rows(allocation_id, row.devices)
-        device_rows.extend(devices)
-        empty_rows.extend(empty)
-        response_rows.add(allocation_id, row.response)
+        if row.devices:
+            for node, lst in row.devices.items():
+                if lst:
+                    device_rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(lst)]
+                else:
+                    empty_rows.append((allocation_id, node, lst is None))
+        if response is not None:
+            response_rows.add(allocation_id, response)
         pending.entry(op, (uid, name, resource), row.devices)
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
-    conn.executemany(sql.UPDATE_ALLOCATION, updates)
-    conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
-    conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
+    if updates:
+        conn.executemany(sql.UPDATE_ALLOCATION, updates)
+        conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
+        conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
+        responses.clear(conn, cleared)
     conn.executemany(sql.INSERT_DEVICE, device_rows)
-    conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
-    responses.clear(conn, cleared)
+    if empty_rows:
+        conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
     response_rows.write(conn)
-    pending.write(conn)
-    return len(final)
+    return pending.write(conn, stamp)
 
 
 def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:

@@ -63,17 +63,21 @@ class Pending:
     )
 
     def entry(self, op: str, key: Key, devices: DevicesPerNUMA | None) -> None:
-        ids: list[str] = [d for lst in (devices or {}).values() for d in lst or ()]
+        ids: list[str] = [d for lst in devices.values() if lst for d in lst] if devices else []
         self.events.append((op, key[0], key[1], key[2], numa_json(devices), ids))
 
     def registered(self, op: str, resource: str, ids: Sequence[str] | None) -> None:
         text = None if ids is None else _JSON.encode(list(ids))
         self.events.append((op, None, None, resource, text, ids or ()))
 
-    def write(self, conn: sqlite3.Connection) -> None:
+    def write(
+        self, conn: sqlite3.Connection, stamp: tuple[int, str] | None = None
+    ) -> tuple[int, str]:
+        """Append the queued events, from ``stamp`` (the first seq and the time, as
+        :func:`next_stamp` gives them) or from a fresh one; returns the stamp that follows."""
         if not self.events:
-            return
-        first, ts = _next(conn)
+            return stamp if stamp is not None else next_stamp(conn)
+        first, ts = stamp if stamp is not None else next_stamp(conn)
         rows: list[tuple[int, str, str, str | None, str | None, str, str | None]] = []
         devices: list[tuple[int, str]] = []
         for seq, (op, pod, container, resource, text, ids) in enumerate(self.events, start=first):
@@ -82,10 +86,12 @@ class Pending:
         conn.executemany(sql.INSERT_EVENT, rows)
         if devices:
             conn.executemany(sql.INSERT_EVENT_DEVICE, devices)
+        after = (first + len(self.events), ts)
         self.events.clear()
+        return after
 
 
-def _next(conn: sqlite3.Connection) -> tuple[int, str]:
+def next_stamp(conn: sqlite3.Connection) -> tuple[int, str]:
     """The next seq and the time to stamp events with now."""
     last_seq, last_ts = conn.execute(sql.LAST).fetchone()
     ts = format_ts(utcnow())
@@ -99,7 +105,7 @@ def append_entry(
 ) -> None:
     """Append one entry event: what ``Pending`` does for one event, with less Python (the
     path of every ``insert``)."""
-    seq, ts = _next(conn)
+    seq, ts = next_stamp(conn)
     conn.execute(sql.INSERT_EVENT, (seq, ts, op, key[0], key[1], key[2], numa_json(devices)))
     if devices:
         ids = [(seq, d) for lst in devices.values() if lst for d in lst]

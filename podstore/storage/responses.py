@@ -41,11 +41,17 @@ class ResponseRows:
             return
         aid = allocation_id
         r = response
-        self.envs.extend((aid, pos, name, value) for pos, (name, value) in enumerate(r.envs))
-        self.mounts.extend((aid, pos, *m) for pos, m in enumerate(r.mounts))
-        self.devices.extend((aid, pos, *d) for pos, d in enumerate(r.devices))
-        self.annotations.extend((aid, pos, k, v) for pos, (k, v) in enumerate(r.annotations))
-        self.cdi.extend((aid, pos, name) for pos, name in enumerate(r.cdi_devices))
+        # List comprehensions rather than extend(generator): this runs once per imported entry.
+        if r.envs:
+            self.envs += [(aid, pos, name, value) for pos, (name, value) in enumerate(r.envs)]
+        if r.mounts:
+            self.mounts += [(aid, pos, c, h, ro) for pos, (c, h, ro) in enumerate(r.mounts)]
+        if r.devices:
+            self.devices += [(aid, pos, c, h, p) for pos, (c, h, p) in enumerate(r.devices)]
+        if r.annotations:
+            self.annotations += [(aid, pos, k, v) for pos, (k, v) in enumerate(r.annotations)]
+        if r.cdi_devices:
+            self.cdi += [(aid, pos, name) for pos, name in enumerate(r.cdi_devices)]
 
     def write(self, conn: sqlite3.Connection) -> None:
         for statement, rows in (
