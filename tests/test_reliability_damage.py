@@ -170,7 +170,7 @@ def _first_allocation(db: Path) -> tuple[int, int]:
             "orphan-device-rows",
             [
                 "UPDATE allocation_devices SET allocation_id = 999999 "
-                "WHERE rowid = (SELECT min(rowid) FROM allocation_devices)"
+                "WHERE allocation_id = (SELECT min(allocation_id) FROM allocation_devices)"
             ],
         ),
         ("empty-pods", ["INSERT INTO pods (uid) VALUES ('shell-pod')"]),
