@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 from podstore.errors import PodStoreError, ReadOnlyStoreError
 from podstore.sqlite.connection import ConnectOptions, begin_immediate, connect
@@ -83,44 +84,17 @@ class Sessions:
 
     # ---- transactions ----------------------------------------------------------------------
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one."""
+    def write(self) -> _Write:
+        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one.
+
+        Use as ``with sessions.write() as conn:``; sqlite3 errors inside become podstore
+        errors, and any exception rolls the write back.
+        """
         if self.options.readonly:
             raise ReadOnlyStoreError("the store was opened read-only")
         if self._gate_writes:
             self._wait_for_check()
-        conn = self.conn()
-        state = self._local
-        with translated_errors():
-            if state.depth:
-                # A failing call inside a transaction() block must not leave half of itself
-                # behind if the caller catches the error and carries on.
-                name = f"podstore_{state.depth}"
-                conn.execute(f"SAVEPOINT {name}")
-                state.depth += 1
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute(f"ROLLBACK TO {name}")
-                    conn.execute(f"RELEASE {name}")
-                    raise
-                else:
-                    conn.execute(f"RELEASE {name}")
-                finally:
-                    state.depth -= 1
-                return
-            begin_immediate(conn, self.options.busy_timeout)
-            state.depth = 1
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            finally:
-                state.depth = 0
+        return _Write(self)
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -186,3 +160,66 @@ class Sessions:
         if self._damage is not None:
             raise self._damage
         return True
+
+
+class _Write:
+    """The context of :meth:`Sessions.write`: a class rather than a generator-based context
+    manager, since every insert passes through it (fewer Python calls per write)."""
+
+    __slots__ = ("_conn", "_savepoint", "_sessions")
+
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
+        self._savepoint: str | None = None
+
+    def __enter__(self) -> sqlite3.Connection:
+        sessions = self._sessions
+        conn = sessions.conn()
+        state = sessions._local
+        try:
+            if state.depth:
+                # A failing call inside a transaction() block must not leave half of itself
+                # behind if the caller catches the error and carries on.
+                name = f"podstore_{state.depth}"
+                conn.execute(f"SAVEPOINT {name}")
+                self._savepoint = name
+            else:
+                begin_immediate(conn, sessions.options.busy_timeout)
+        except sqlite3.Error as exc:
+            _raise_translated(exc)
+        state.depth += 1
+        self._conn = conn
+        return conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        conn, name = self._conn, self._savepoint
+        state = self._sessions._local
+        try:
+            if name is not None:
+                if exc_type is not None:
+                    conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+            elif exc_type is None:
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            _raise_translated(error)
+        finally:
+            state.depth = state.depth - 1 if name is not None else 0
+        if isinstance(exc, sqlite3.Error):
+            _raise_translated(exc)
+
+
+def _raise_translated(exc: sqlite3.Error) -> NoReturn:
+    """Raise what translated_errors makes of ``exc``."""
+    with translated_errors():
+        raise exc
+    raise AssertionError("unreachable: translated_errors re-raises every sqlite3 error")
