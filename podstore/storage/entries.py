@@ -100,7 +100,7 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
 #: Entries per round of executemany calls in write_many: the rows of one chunk are built,
 #: written and dropped before the next, so an import of 100,000 entries never holds all its
 #: SQL rows at once (its peak memory stays that of reading the file).
-CHUNK = 2048
+CHUNK = 512
 
 
 def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
