@@ -6,10 +6,11 @@ written by ``storage/entries.py`` in the allocation's own transaction, from what
 already decoded (``rules/alloc_resp.Response``). ``position`` is api.md's order inside one
 response: env and annotation keys ascending, list fields in list order.
 
-``device_run_container_options`` is then one query (``sql/views.RUN_OPTIONS_FOR_CONTAINER``);
-this module only shapes its rows into the runtime types and logs the conflicts it reports, as
-``rules/run_options.merge`` does (the hypothesis test in tests/test_audit_run_options.py holds
-the two equal).
+The run-option merge in SQL over these rows is ``sql/views.RUN_OPTIONS_FOR_CONTAINER`` (the
+one-container form of the ``v_run_options`` views); :func:`shape` turns its rows into the
+runtime types and logs the conflicts it reports, as ``rules/run_options.merge`` does.
+``device_run_container_options`` itself uses the blob merge (faster for one container); the
+hypothesis test in tests/test_audit_run_options.py holds all of them equal.
 """
 
 from __future__ import annotations
