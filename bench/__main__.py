@@ -3,6 +3,10 @@
 Writes ``<out>/latest.json`` and ``<out>/latest.md`` (default ``bench/results``) and the plot
 ``docs/perf-scaling.png``; prints the tables and a PASS/MISS line per target. Exit status 0
 even when a target is missed (the numbers are the output); 2 on bad usage.
+
+``python -m bench --check`` measures nothing: it exits 1 when the committed results were
+measured on another source tree than the current ``podstore/`` (bench/digest.py); CI runs it.
+``--only NAME[,NAME]`` runs some sections (bench/sections.py; ``--list`` names them).
 """
 
 from __future__ import annotations
@@ -75,7 +79,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=20240601, help="workload RNG seed")
     p.add_argument(
-        "--fleet-only", action="store_true", help="run only the fleet section (bench/fleet.py)"
+        "--only",
+        default=None,
+        help="comma-separated sections to run (see --list); results then hold only those",
+    )
+    p.add_argument("--list", action="store_true", help="list the sections and exit")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="measure nothing: exit 1 unless <out>/latest.* were measured on this source tree",
     )
     p.add_argument(
         "--render",
@@ -90,28 +102,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # Imported here so that --help works without the project's dependencies.
-    from bench import machine, report, runner, targets
-    from bench import watch as watch_section
+    if args.check:
+        from bench import digest
+
+        ok, message = digest.check(REPO, args.out)
+        print(message, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
+    # Imported here so that --help and --check work without the project's dependencies.
+    from bench import digest, machine, report, runner, sections, targets
+
+    sections.load_extensions()
+    if args.list:
+        for section in sections.SECTIONS.values():
+            kind = "per size" if section.per_size else "once"
+            print(f"{section.name:10} {kind:9} {section.help}")
+        return 0
+    only = tuple(x.strip() for x in args.only.split(",") if x.strip()) if args.only else None
+    sections.selected(only)  # unknown names fail before anything is measured
 
     if args.render:
         with open(os.path.join(args.out, "latest.json"), encoding="utf-8") as f:
             saved: dict[str, Any] = json.load(f)
         saved.pop("targets", None)
         verdicts = targets.evaluate(saved)
-        print(report.console(saved, verdicts) + watch_section.console(saved))
+        print(report.console(saved, verdicts) + sections.rendered(saved))
         report.write_json(os.path.join(args.out, "latest.json"), saved, verdicts)
-        md = report.markdown(saved, verdicts) + watch_section.markdown(saved)
-        report.write_text(os.path.join(args.out, "latest.md"), md)
+        report.write_text(
+            os.path.join(args.out, "latest.md"),
+            report.markdown(saved, verdicts) + sections.rendered(saved),
+        )
         if args.plot:
             report.plot(saved, args.plot)
         return 0
-
-    if args.fleet_only:
-        from bench import fleet
-
-        os.makedirs(args.out, exist_ok=True)
-        return 0 if fleet.section(args.out, lambda m: print(m, file=sys.stderr)) else 1
 
     cfg = runner.Config.make(args.sizes, args.reps, args.quick, args.seed)
     own_workdir = args.workdir is None
@@ -131,11 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "config": dataclasses.asdict(cfg),
         "machine": machine.describe(workdir, REPO),
+        "source_digest": digest.source_digest(REPO),
+        "only": list(only) if only else None,
     }
     log(f"sizes {', '.join(map(str, cfg.sizes))}; files in {workdir}")
     try:
-        results: dict[str, Any] = runner.run(cfg, workdir, log)
-        results["watch"] = watch_section.run(cfg, workdir, log)
+        results: dict[str, Any] = runner.run(cfg, workdir, log, only)
     finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -143,17 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_avg_at_end"] = list(os.getloadavg())
     results = {"meta": meta, **results}
     verdicts = targets.evaluate(results)
-    print(report.console(results, verdicts) + watch_section.console(results))
+    print(report.console(results, verdicts) + sections.rendered(results))
     report.write_json(os.path.join(args.out, "latest.json"), results, verdicts)
-    md = report.markdown(results, verdicts) + watch_section.markdown(results)
-    report.write_text(os.path.join(args.out, "latest.md"), md)
+    report.write_text(
+        os.path.join(args.out, "latest.md"),
+        report.markdown(results, verdicts) + sections.rendered(results),
+    )
     if args.plot:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         if not report.plot(results, args.plot):
             log("matplotlib is not installed: no plot (pip install matplotlib)")
-    from bench import fleet  # its own section: bench/results/fleet.{md,json}
-
-    fleet.section(args.out, log)
     missed = sum(1 for t in verdicts if t.passed is False)
     log(f"done in {meta['duration_s']:.0f}s: {len(verdicts) - missed} targets met, {missed} missed")
     return 0

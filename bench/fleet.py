@@ -15,14 +15,12 @@ Writes ``<out>/fleet.json`` and ``<out>/fleet.md``.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +29,9 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
-from harness.pgserver import PgServer, PgServerUnavailable  # noqa: E402
+from harness.pgserver import PgServer  # noqa: E402
+
+from bench.sections import RunContext, Section, register  # noqa: E402
 
 Log = Callable[[str], None]
 
@@ -357,7 +357,7 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
 def markdown(res: dict[str, Any]) -> str:
     q = res["queries"]
     lines = [
-        "# Fleet benchmark",
+        "## Fleet (PostgreSQL)",
         "",
         f"{res['stores']:,} node stores × {res['pods_per_store']} pods shipped by "
         f"{res['shippers']} parallel shippers into one PostgreSQL {res['server']} "
@@ -386,22 +386,17 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def section(out: str, log: Log) -> bool:
-    """Run the fleet benchmark, print and write ``fleet.json`` / ``fleet.md`` under ``out``.
-    Returns False (and writes nothing) when no PostgreSQL server binaries are found."""
-    workdir = tempfile.mkdtemp(prefix="podstore-bench-fleet-")
-    try:
-        res = run(workdir, log)
-    except PgServerUnavailable as exc:
-        log(f"fleet: skipped: {exc}")
-        return False
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    text = markdown(res)
-    print(text)
-    with open(os.path.join(out, "fleet.json"), "w", encoding="utf-8") as f:
-        json.dump(res, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(out, "fleet.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    return True
+def _run(ctx: RunContext) -> dict[str, Any]:
+    quick = bool(getattr(ctx.cfg, "quick", False))
+    # --quick: a tenth of the fleet (the rate and the query latencies, on less data).
+    return run(ctx.workdir, ctx.log, stores=100 if quick else 1000)
+
+
+register(
+    Section(
+        "fleet",
+        "1,000 node stores shipped into one PostgreSQL; fleet query latency",
+        run=_run,
+        render=lambda res: "\n" + markdown(res),
+    )
+)

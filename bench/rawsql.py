@@ -74,8 +74,9 @@ def record(store: PodStore, call: Callable[[], object]) -> tuple[list[Call], obj
 
     Reaches into the store's per-thread connection slot: a measuring tool, not an API.
     """
-    state = store._local
-    real = store._conn()
+    sessions = store._sessions
+    state = sessions._local
+    real = sessions.conn()
     recorder = Recorder(real)
     state.conn = recorder  # type: ignore[assignment]
     try:

@@ -1,4 +1,4 @@
-"""The benchmark run: every workload size, every operation, every contender, in one process.
+"""The benchmark run: every workload size, every section, every contender, in one process.
 
 Results are plain dicts (JSON-ready): ``results["sizes"][i]["ops"][op][contender]`` holds the
 per-call statistics of ``bench.measure.Stats`` (seconds); whole-state figures (import, export,
@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from typing import Any
 
 from bench import child, machine, rawsql, workload
 from bench.kubelet import KubeletStyle, file_store_write
+from bench.lean import LeanSqlite
 from bench.measure import interleaved, stats
+from bench.sections import RunContext, Section, register, selected
 from podstore import PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint
 
@@ -86,6 +89,15 @@ def _new_store(path: str) -> PodStore:
     return PodStore.open(path)
 
 
+def _opened(path: str, **options: Any) -> PodStore:
+    """A store opened as a caller opens it, once its open-time check is done: the per-call
+    figures measure calls, not the background quick_check of verify="auto" (whose CPU would
+    count for the first call, which waits for it; the restart section measures the open)."""
+    store = PodStore.open(path, **options)
+    store.wait_verified()
+    return store
+
+
 def _stats(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     return {name: stats(s).as_dict() for name, s in samples.items() if s}
 
@@ -97,6 +109,16 @@ def _checkpoint_fsync(path: str) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
+
+
+def wal_frames(path: str) -> int:
+    """Frames in the store's write-ahead log: mxFrame of the wal-index header (-shm)."""
+    try:
+        with open(path + "-shm", "rb") as f:
+            header = f.read(20)
+    except FileNotFoundError:
+        return 0
+    return int.from_bytes(header[16:20], sys.byteorder) if len(header) == 20 else 0
 
 
 class SizeRun:
@@ -137,6 +159,10 @@ class SizeRun:
         self.ckpt = os.path.join(self.dir, "kubelet_internal_checkpoint")
         self.db = os.path.join(self.dir, "podstore.db")
         self.raw_db = os.path.join(self.dir, "raw.db")
+        self.lean_db = os.path.join(self.dir, "lean.db")
+        self.kubelet: KubeletStyle | None = None
+        self.kubelet_devices: dict[str, set[str]] = {}
+        self.first_import = 0.0
         rng = random.Random(cfg.seed + pods)
         picks = [rng.choice(allocations) for _ in range(1000)]
         self.keys = [(a.pod_uid, a.container_name, a.resource_name) for a in picks]
@@ -146,7 +172,9 @@ class SizeRun:
 
     # ---- phases ---------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self, names: set[str]) -> dict[str, Any]:
+        """The prepared state (checkpoint file, podstore store, maps), then each selected
+        per-size section in registration order."""
         t0 = time.perf_counter()
         data = dumps_checkpoint(self.entries, self.registered)
         self.result["checkpoint_encode_s"] = time.perf_counter() - t0
@@ -157,53 +185,49 @@ class SizeRun:
             f"  {self.pods} pods: {len(self.entries)} entries, "
             f"{self.result['checkpoint_bytes'] / 1e6:.1f} MB checkpoint"
         )
-        kubelet = self.bulk()
-        if self.pods == min(self.cfg.sizes):
-            self.copy_db(self.small_copy)
-        store = PodStore.open(self.db)
-        raw = self.make_raw()
-        light = self.cfg.quick and self.pods > 10_000
+        self.setup()
         try:
-            self.insert_delete(store, raw, kubelet)
-            self.reads(store, raw, kubelet)
-            if not light:
-                self.export(store, kubelet)
+            for section in PER_SIZE:
+                if section.name in names and not (
+                    self.cfg.quick and self.pods > 10_000 and section.name in HEAVY_IN_QUICK
+                ):
+                    self.log(f"    {section.name}")
+                    section.run(self)
         finally:
-            store.close()
-            raw.close()
-        del kubelet
-        gc.collect()
-        if not light:
-            # --quick leaves restart and memory at this size to the 100,000-entry fixture.
-            self.restart()
+            self.kubelet = None
+            gc.collect()
         shutil.rmtree(self.dir, ignore_errors=True)
         return self.result
 
-    def bulk(self) -> KubeletStyle:
-        """Import a whole checkpoint: podstore (file and entries), raw executemany, kubelet.
-
-        A first, untimed ``import_checkpoint`` goes through a :class:`rawsql.Recorder`: its
-        statements are what the raw baseline replays, and its store is the one every later
-        measurement of this size runs on.
-        """
-        self.log("    import")
-        n = len(self.entries)
-        full = not self.cfg.quick
+    def setup(self) -> None:
+        """The store every section measures on: this state imported (also the first import
+        sample), its small-store copy, the kubelet-style maps, the lean store."""
         _remove_db(self.db)
         main = PodStore.open(self.db)
-        # The recorder costs nothing measurable on the bulk path (a few dozen executemany
-        # calls), so this import is also the first podstore_import sample.
         t0 = time.perf_counter()
-        calls, _ = rawsql.record(main, lambda: main.import_checkpoint(self.ckpt))
-        first_import = time.perf_counter() - t0
+        main.import_checkpoint(self.ckpt)
+        self.first_import = time.perf_counter() - t0
         main.close()
         _checkpoint_fsync(self.db)
-        self.result["rows_written_by_import"] = sum(len(c.params) if c.many else 1 for c in calls)
-        core = rawsql.bulk_rows(self.entries) if full else {}
+        if self.pods == min(self.cfg.sizes):
+            self.copy_db(self.small_copy)
+        self.kubelet = KubeletStyle.load(self.ckpt)
+        _remove_db(self.lean_db)
+        lean = LeanSqlite(self.lean_db)
+        lean.load(self.entries)
+        lean.close()
+        _checkpoint_fsync(self.lean_db)
+
+    def bulk(self) -> None:
+        """Import a whole checkpoint: podstore (file and entries) against the kubelet-style
+        load of the same file and a raw executemany of the core rows alone."""
+        n = len(self.entries)
+        full = not self.cfg.quick
+        first_import = self.first_import
+        core = rawsql.bulk_rows(self.entries)
         paths = {
             "podstore_import": os.path.join(self.dir, "imp.db"),
             "podstore_from_checkpoint_data": os.path.join(self.dir, "fcd.db"),
-            "raw_executemany": os.path.join(self.dir, "raw_em.db"),
             "raw_executemany_core": os.path.join(self.dir, "raw_core.db"),
         }
 
@@ -212,8 +236,6 @@ class SizeRun:
             _remove_db(path)
             PodStore.open(path).close()
             return path
-
-        loaded: list[KubeletStyle] = []
 
         def podstore_import(_: int) -> float:
             store = PodStore.open(fresh("podstore_import"))
@@ -233,14 +255,6 @@ class SizeRun:
             _remove_db(paths["podstore_from_checkpoint_data"])
             return dt
 
-        def raw_em(_: int) -> float:
-            path = fresh("raw_executemany")
-            t0 = time.perf_counter()
-            rawsql.replay_load(path, calls)
-            dt = time.perf_counter() - t0
-            _remove_db(path)
-            return dt
-
         def raw_core(_: int) -> float:
             path = fresh("raw_executemany_core")
             t0 = time.perf_counter()
@@ -250,20 +264,27 @@ class SizeRun:
             return dt
 
         def kubelet_load(_: int) -> float:
-            loaded.clear()
             gc.collect()
             t0 = time.perf_counter()
-            loaded.append(KubeletStyle.load(self.ckpt))
-            return time.perf_counter() - t0
+            loaded = KubeletStyle.load(self.ckpt)
+            dt = time.perf_counter() - t0
+            # Same answer as the store the import wrote (cross-check, untimed).
+            if loaded.maps.devices() != self.kubelet_devices:
+                self.result["checks"].append("import: kubelet-style load and podstore differ")
+            del loaded
+            return dt
 
+        self.kubelet_devices = self.kubelet.maps.devices() if self.kubelet else {}
+        with PodStore.open(self.db, readonly=True) as imported:
+            if imported.devices() != self.kubelet_devices:
+                self.result["checks"].append("import: podstore's devices() differ from the maps")
         contenders: dict[str, Callable[[int], object]] = {
             "podstore_import": podstore_import,
-            "raw_executemany": raw_em,
             "kubelet_load": kubelet_load,
+            "raw_executemany_core": raw_core,
         }
         if full:
             contenders["podstore_from_checkpoint_data"] = podstore_fcd
-            contenders["raw_executemany_core"] = raw_core
         samples = interleaved(
             contenders,
             self.cfg.bulk_reps,
@@ -276,7 +297,6 @@ class SizeRun:
         self.result["import_throughput_entries_per_s"] = {
             name: n / stats(s).p50 for name, s in samples.items() if s
         }
-        return loaded[-1]
 
     def copy_db(self, path: str) -> None:
         """A page-for-page copy of the podstore file (same ids, same layout)."""
@@ -293,51 +313,86 @@ class SizeRun:
         self.copy_db(self.raw_db)
         return rawsql.RawSqlite(self.raw_db)
 
-    def record_writes(
-        self, fresh: list[workload.Allocation]
-    ) -> tuple[list[list[rawsql.Call]], list[list[rawsql.Call]]]:
-        """The statements of each insert and of the delete that follows, recorded on a third
-        copy of the store going through the same sequence (untimed)."""
-        path = os.path.join(self.dir, "record.db")
+    def write_profile(self) -> None:
+        """Statements per insert and delete, and WAL frames (pages) each commit writes, for
+        podstore and the lean baseline, on scratch copies (untimed; autocheckpoint off so
+        that the log only grows)."""
+        fresh = workload.fresh_allocations(60, self.cfg.seed + 1)
+        path = os.path.join(self.dir, "profile.db")
         self.copy_db(path)
-        scratch = PodStore.open(path)
-        inserts: list[list[rawsql.Call]] = []
-        deletes: list[list[rawsql.Call]] = []
+        scratch = PodStore.open(path, verify="off")
+        lean_path = os.path.join(self.dir, "profile-lean.db")
+        shutil.copy(self.lean_db, lean_path)
+        lean = LeanSqlite(lean_path)
+        frames: dict[str, list[int]] = {k: [] for k in ("insert", "delete", "lean_insert")}
         try:
-            for a in fresh:
-                insert = partial(
+            scratch._sessions.conn().execute("PRAGMA wal_autocheckpoint = 0")
+            lean.conn.execute("PRAGMA wal_autocheckpoint = 0")
+            a = fresh[0]
+            calls, _ = rawsql.record(
+                scratch,
+                partial(
                     scratch.insert,
                     a.pod_uid,
                     a.container_name,
                     a.resource_name,
                     a.devices,
                     a.alloc_resp,
+                ),
+            )
+            dcalls, _ = rawsql.record(scratch, partial(scratch.delete, [a.pod_uid]))
+            for a in fresh[1:]:
+                f0 = wal_frames(path)
+                scratch.insert(
+                    a.pod_uid, a.container_name, a.resource_name, a.devices, a.alloc_resp
                 )
-                calls, _ = rawsql.record(scratch, insert)
-                inserts.append(calls)
-                calls, _ = rawsql.record(scratch, partial(scratch.delete, [a.pod_uid]))
-                deletes.append(calls)
+                f1 = wal_frames(path)
+                scratch.delete([a.pod_uid])
+                frames["insert"].append(f1 - f0)
+                frames["delete"].append(wal_frames(path) - f1)
+                f0 = wal_frames(lean_path)
+                lean.insert(a)
+                frames["lean_insert"].append(wal_frames(lean_path) - f0)
+                lean.delete(a.pod_uid)
         finally:
             scratch.close()
+            lean.close()
             _remove_db(path)
-        return inserts, deletes
+            _remove_db(lean_path)
+        self.result["statements_per_call"] = {"insert": len(calls), "delete": len(dcalls)}
+        self.result["wal_frames_per_call"] = {
+            k: sorted(v)[len(v) // 2] for k, v in frames.items() if v
+        }
 
-    def insert_delete(self, store: PodStore, raw: rawsql.RawSqlite, ks: KubeletStyle) -> None:
+    def insert_delete(self) -> None:
         """Durable insert of one container's allocation, then delete of that pod."""
-        self.log("    insert/delete")
         cfg = self.cfg
+        ks = self.kubelet
+        assert ks is not None
+        self.write_profile()
         fresh = workload.fresh_allocations(cfg.insert_reps, cfg.seed)
         fresh_bytes = [a.alloc_resp.SerializeToString(deterministic=True) for a in fresh]
-        raw_inserts, raw_deletes = self.record_writes(fresh)
-        self.result["statements_per_call"] = {
-            "insert": len(raw_inserts[0]),
-            "delete": len(raw_deletes[0]),
-        }
-        deletes: dict[str, list[float]] = {"podstore": [], "raw_sqlite": [], "kubelet": []}
-        small = None if self.small_db is None else PodStore.open(self.small_db[1])
+        deletes: dict[str, list[float]] = {"podstore": [], "lean_sqlite": [], "kubelet": []}
+        store = _opened(self.db)
+        lean = LeanSqlite(self.lean_db)
+        small = None if self.small_db is None else _opened(self.small_db[1])
         log_path = os.path.join(self.dir, "fsync.log")
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         clock = time.perf_counter
+        check = fresh[0]
+        store.insert(
+            check.pod_uid,
+            check.container_name,
+            check.resource_name,
+            check.devices,
+            check.alloc_resp,
+        )
+        lean.insert(check)
+        key = (check.pod_uid, check.container_name, check.resource_name)
+        if store.container_devices(*key) != lean.container_devices(*key):
+            self.result["checks"].append("insert: podstore and the lean store differ")
+        store.delete([check.pod_uid])
+        lean.delete(check.pod_uid)
 
         def ps(i: int) -> float:
             a = fresh[i]
@@ -348,12 +403,13 @@ class SizeRun:
             deletes["podstore"].append(clock() - t1)
             return t1 - t0
 
-        def rs(i: int) -> float:
+        def ln(i: int) -> float:
+            a = fresh[i]
             t0 = clock()
-            raw.replay(raw_inserts[i])
+            lean.insert(a)
             t1 = clock()
-            raw.replay(raw_deletes[i])
-            deletes["raw_sqlite"].append(clock() - t1)
+            lean.delete(a.pod_uid)
+            deletes["lean_sqlite"].append(clock() - t1)
             return t1 - t0
 
         def kb(i: int) -> float:
@@ -402,7 +458,7 @@ class SizeRun:
         # file-system work that leaves behind lands on whichever small fsync comes next.
         loop_a: dict[str, Callable[[int], object]] = {
             "podstore": ps,
-            "raw_sqlite": rs,
+            "lean_sqlite": ln,
             "raw_fsync": fs,
         }
         if small is not None:
@@ -426,6 +482,8 @@ class SizeRun:
             )
         finally:
             os.close(fd)
+            store.close()
+            lean.close()
             if small is not None:
                 small.close()
         if self.small_db is not None:
@@ -433,8 +491,57 @@ class SizeRun:
         self.result["ops"]["insert"] = _stats(samples)
         self.result["ops"]["delete"] = _stats(deletes)
 
-    def reads(self, store: PodStore, raw: rawsql.RawSqlite, ks: KubeletStyle) -> None:
-        self.log("    reads")
+    def cpu(self) -> None:
+        """CPU per insert at durability="normal" (no fsync per commit): podstore against the
+        lean baseline, interleaved; process CPU time per call, so the WAL checkpoints a call
+        runs count for the call that runs them."""
+        cfg = self.cfg
+        fresh = workload.fresh_allocations(cfg.insert_reps, cfg.seed + 2)
+        store = _opened(self.db, durability="normal")
+        lean = LeanSqlite(self.lean_db, synchronous="NORMAL")
+        cpu = time.process_time
+        spent: dict[str, list[float]] = {"podstore": [], "lean_sqlite": []}
+
+        def ps(i: int) -> float:
+            a = fresh[i]
+            c0, t0 = cpu(), time.perf_counter()
+            store.insert(a.pod_uid, a.container_name, a.resource_name, a.devices, a.alloc_resp)
+            t1, c1 = time.perf_counter(), cpu()
+            store.delete([a.pod_uid])
+            spent["podstore"].append(c1 - c0)
+            return t1 - t0
+
+        def ln(i: int) -> float:
+            a = fresh[i]
+            c0, t0 = cpu(), time.perf_counter()
+            lean.insert(a)
+            t1, c1 = time.perf_counter(), cpu()
+            lean.delete(a.pod_uid)
+            spent["lean_sqlite"].append(c1 - c0)
+            return t1 - t0
+
+        try:
+            wall = interleaved({"podstore": ps, "lean_sqlite": ln}, cfg.insert_reps, budget_s=60)
+        finally:
+            store.close()
+            lean.close()
+        self.result["ops"]["insert_normal"] = _stats(wall)
+        self.result["cpu_per_insert_normal_s"] = {
+            k: {"mean_s": sum(v) / len(v), **stats(v).as_dict()} for k, v in spent.items() if v
+        }
+
+    def reads(self) -> None:
+        ks = self.kubelet
+        assert ks is not None
+        store = _opened(self.db)
+        raw = self.make_raw()
+        try:
+            self._reads(store, raw, ks)
+        finally:
+            store.close()
+            raw.close()
+
+    def _reads(self, store: PodStore, raw: rawsql.RawSqlite, ks: KubeletStyle) -> None:
         cfg = self.cfg
         keys, devs = self.keys, self.device_keys
         mem = ks.maps
@@ -497,9 +604,11 @@ class SizeRun:
             )
             self.result["ops"][op] = _stats(samples)
 
-    def export(self, store: PodStore, ks: KubeletStyle) -> None:
+    def export(self) -> None:
         """Write the whole state as a checkpoint file: podstore vs kubelet's own write."""
-        self.log("    export")
+        ks = self.kubelet
+        assert ks is not None
+        store = _opened(self.db)
         out = os.path.join(self.dir, "export")
         os.makedirs(out, exist_ok=True)
         ks_path = ks.path
@@ -518,12 +627,12 @@ class SizeRun:
             )
         finally:
             ks.path = ks_path
+            store.close()
         self.result["ops"]["export"] = _stats(samples)
         shutil.rmtree(out, ignore_errors=True)
 
     def restart(self) -> None:
         """Open-to-first-answer in fresh processes, and peak RSS of a file import."""
-        self.log("    restart / memory")
         opened = open_to_first_answer(
             self.db, self.ckpt, self.keys[0], self.cfg, self.result["checks"]
         )
@@ -538,24 +647,22 @@ class SizeRun:
 def open_to_first_answer(
     db: str, ckpt: str, key: tuple[str, str, str], cfg: Config, checks: list[str]
 ) -> dict[str, Any]:
-    """Restart cost: podstore open + one answer vs kubelet load + verify + rebuild maps."""
+    """Restart cost: podstore open (default options, and verify="blocking") + one answer vs
+    kubelet-style load + verify + rebuild maps + answer."""
     pod, container, resource = key
-    imports: dict[str, list[float]] = {"podstore": [], "podstore_background": [], "kubelet": []}
+    modes = {"podstore": "auto", "podstore_blocking": "blocking"}
+    imports: dict[str, list[float]] = {name: [] for name in (*modes, "kubelet")}
     answers: dict[str, Any] = {}
     rss: list[int] = []
 
-    def ps(_: int) -> float:
-        res = child.run("open-podstore", db, pod, container, resource)
-        imports["podstore"].append(res.out["import_s"])
-        answers["podstore"] = res.out["answer"]
-        return float(res.out["open_s"])
+    def ps(name: str) -> Callable[[int], float]:
+        def call(_: int) -> float:
+            res = child.run("open-podstore", db, pod, container, resource, modes[name])
+            imports[name].append(res.out["import_s"])
+            answers[name] = res.out["answer"]
+            return float(res.out["open_s"])
 
-    def ps_bg(_: int) -> float:
-        # The same open with the integrity check moved off the critical path.
-        res = child.run("open-podstore", db, pod, container, resource, "background")
-        imports["podstore_background"].append(res.out["import_s"])
-        answers["podstore_background"] = res.out["answer"]
-        return float(res.out["open_s"])
+        return call
 
     def kb(_: int) -> float:
         res = child.run("open-kubelet", ckpt, pod, container, resource)
@@ -565,12 +672,12 @@ def open_to_first_answer(
         return float(res.out["open_s"])
 
     samples = interleaved(
-        {"podstore": ps, "podstore_background": ps_bg, "kubelet": kb},
+        {"podstore": ps("podstore"), "podstore_blocking": ps("podstore_blocking"), "kubelet": kb},
         cfg.open_reps,
         budget_s=cfg.open_budget,
         min_reps=1,
     )
-    if not answers.get("podstore") == answers.get("podstore_background") == answers.get("kubelet"):
+    if not answers.get("podstore") == answers.get("podstore_blocking") == answers.get("kubelet"):
         checks.append("open_to_first_answer: podstore and kubelet answers differ")
     return {
         "ops": _stats(samples),
@@ -580,8 +687,11 @@ def open_to_first_answer(
 
 
 def import_memory(db: str, ckpt: str, keep: bool = False) -> dict[str, Any]:
-    """Peak RSS of a fresh process that imports ``ckpt`` into a new store (kept if ``keep``)."""
+    """Peak RSS of a fresh process that imports ``ckpt`` into an empty store (kept if
+    ``keep``). The store is created beforehand, in this process: creating a schema is a
+    one-time step of its own (it loads Alembic), not part of an import."""
     _remove_db(db)
+    PodStore.open(db).close()
     res = child.run("import", db, ckpt)
     if not keep:
         _remove_db(db)
@@ -593,14 +703,11 @@ def import_memory(db: str, ckpt: str, keep: bool = False) -> dict[str, Any]:
     }
 
 
-def fixture(
-    cfg: Config,
-    workdir: str,
-    allocations: list[workload.Allocation],
-    registered: dict[str, list[str]],
-    log: Log,
-) -> dict[str, Any]:
+def fixture(ctx: RunContext) -> dict[str, Any]:
     """The targets' ``100,000 entries``: open-to-first-answer and import peak RSS."""
+    cfg, workdir, log = ctx.cfg, ctx.workdir, ctx.log
+    allocations = fixture_allocations(cfg)
+    registered = workload.registered_for(allocations)
     entries = [a.entry() for a in allocations]
     d = os.path.join(workdir, "fixture")
     os.makedirs(d, exist_ok=True)
@@ -632,45 +739,84 @@ def fixture(
     }
 
 
-def run(cfg: Config, workdir: str, log: Log) -> dict[str, Any]:
-    """Every size, then the 100,000-entry fixture."""
-    biggest = max(cfg.sizes)
-    t0 = time.perf_counter()
-    wl = workload.generate(biggest, cfg.seed)
-    # Pods are generated one after another, so a smaller size is a prefix.
-    starts: list[int] = []
-    last = None
-    for i, a in enumerate(wl.allocations):
-        if a.pod_uid != last:
-            starts.append(i)
-            last = a.pod_uid
-    starts.append(len(wl.allocations))
-    fixture_allocs = wl.allocations
-    while len(fixture_allocs) < FIXTURE_ENTRIES:
-        pods = int(biggest * 1.1 * FIXTURE_ENTRIES / max(len(fixture_allocs), 1)) + 100
-        fixture_allocs = workload.generate(pods, cfg.seed).allocations
-    log(f"workload generated in {time.perf_counter() - t0:.1f}s")
-    sizes: list[dict[str, Any]] = []
-    ordered = sorted(cfg.sizes)
-    small: tuple[int, str] | None = None
-    for n in ordered:
-        allocs = wl.allocations[: starts[n]]
-        registered = workload.registered_for(allocs)
-        run = SizeRun(
-            cfg,
-            workdir,
-            n,
-            allocs,
-            registered,
-            log,
-            small if n == ordered[-1] and len(ordered) > 1 else None,
+def fixture_allocations(cfg: Config) -> list[workload.Allocation]:
+    """Exactly FIXTURE_ENTRIES entries: the first ones of a workload large enough."""
+    pods = max(cfg.sizes)
+    allocs = workload.generate(pods, cfg.seed).allocations
+    while len(allocs) < FIXTURE_ENTRIES:
+        pods = int(pods * 1.1 * FIXTURE_ENTRIES / max(len(allocs), 1)) + 100
+        allocs = workload.generate(pods, cfg.seed).allocations
+    return allocs[:FIXTURE_ENTRIES]
+
+
+# ---- the sections (bench/sections.py) -------------------------------------------------------
+
+#: Sections skipped above 10,000 pods with --quick (restart and memory are left to the fixture).
+HEAVY_IN_QUICK = ("export", "restart")
+PER_SIZE = [
+    register(Section("import", "import_checkpoint vs kubelet-style load", SizeRun.bulk, True)),
+    register(
+        Section(
+            "insert",
+            "durable insert/delete vs lean sqlite3, fsync, kubelet-style",
+            SizeRun.insert_delete,
+            True,
         )
-        sizes.append(run.run())
-        if n == ordered[0]:
-            small = (n, run.small_copy)
-        gc.collect()
-    if small is not None:
-        _remove_db(small[1])
-    fixture_allocs = fixture_allocs[:FIXTURE_ENTRIES]
-    fx = fixture(cfg, workdir, fixture_allocs, workload.registered_for(fixture_allocs), log)
-    return {"sizes": sizes, "fixture": fx}
+    ),
+    register(Section("cpu", "CPU per insert at durability=normal vs lean", SizeRun.cpu, True)),
+    register(Section("reads", "podDevices reads vs in-memory maps", SizeRun.reads, True)),
+    register(Section("export", "export_checkpoint vs kubelet's write", SizeRun.export, True)),
+    register(Section("restart", "open-to-first-answer and import peak RSS", SizeRun.restart, True)),
+]
+register(Section("fixture", "restart and import memory at exactly 100,000 entries", fixture))
+
+
+def run(cfg: Config, workdir: str, log: Log, only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Every size (the per-size sections), then the global sections."""
+    chosen = selected(only)
+    names = {s.name for s in chosen}
+    per_size = [s for s in chosen if s.per_size]
+    results: dict[str, Any] = {"sizes": [], "sections": {}}
+    if per_size:
+        biggest = max(cfg.sizes)
+        t0 = time.perf_counter()
+        wl = workload.generate(biggest, cfg.seed)
+        # Pods are generated one after another, so a smaller size is a prefix.
+        starts: list[int] = []
+        last = None
+        for i, a in enumerate(wl.allocations):
+            if a.pod_uid != last:
+                starts.append(i)
+                last = a.pod_uid
+        starts.append(len(wl.allocations))
+        log(f"workload generated in {time.perf_counter() - t0:.1f}s")
+        ordered = sorted(cfg.sizes)
+        small: tuple[int, str] | None = None
+        for n in ordered:
+            allocs = wl.allocations[: starts[n]]
+            size_run = SizeRun(
+                cfg,
+                workdir,
+                n,
+                allocs,
+                workload.registered_for(allocs),
+                log,
+                small if n == ordered[-1] and len(ordered) > 1 else None,
+            )
+            results["sizes"].append(size_run.run(names))
+            if n == ordered[0]:
+                small = (n, size_run.small_copy)
+            gc.collect()
+        if small is not None:
+            _remove_db(small[1])
+        del wl
+    ctx = RunContext(cfg, workdir, log)
+    for section in chosen:
+        if not section.per_size:
+            log(f"  {section.name}")
+            out = section.run(ctx)
+            if section.name == "fixture":
+                results["fixture"] = out
+            else:
+                results["sections"][section.name] = out
+    return results

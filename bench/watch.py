@@ -26,6 +26,7 @@ from typing import Any
 
 from bench import workload
 from bench.measure import interleaved, stats
+from bench.sections import Section, register
 from podstore import PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint
 
@@ -270,11 +271,8 @@ def verdict(results: dict[str, Any]) -> tuple[str, bool | None]:
     )
 
 
-def markdown(saved: dict[str, Any]) -> str:
-    """The section for latest.md ('' when the run has none)."""
-    results = saved.get("watch")
-    if not results:
-        return ""
+def markdown(results: dict[str, Any]) -> str:
+    """This section's part of latest.md, from what :func:`run` returned."""
     head = "| entries | rename → committed sync p50 / p99 | full re-import p50 / p99 | ratio | n |"
     lines = ["", "## Following a checkpoint (podstore watch)", "", head, "|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(results)]
@@ -291,14 +289,19 @@ def markdown(saved: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def console(saved: dict[str, Any]) -> str:
-    """The section for the terminal ('' when the run has none)."""
-    return markdown(saved)
+register(
+    Section(
+        "watch",
+        "podstore watch: rename → committed sync vs re-import; idle CPU",
+        run=lambda ctx: run(ctx.cfg, ctx.workdir, ctx.log),
+        render=markdown,
+    )
+)
 
 
 if __name__ == "__main__":
-    # `python -m bench.watch [--quick]`: this section alone (python -m bench runs it after the
-    # others and puts it in latest.md).
+    # `python -m bench.watch [--quick]`: this section alone, printed (`python -m bench --only
+    # watch` runs it into latest.md).
     import tempfile
     from types import SimpleNamespace
 
@@ -309,4 +312,4 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory(prefix="podstore-bench-watch-") as tmp:
         config = SimpleNamespace(quick="--quick" in sys.argv[1:], seed=20240601)
-        print(markdown({"watch": run(config, tmp, _log)}))
+        print(markdown(run(config, tmp, _log)))

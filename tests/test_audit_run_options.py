@@ -1,7 +1,9 @@
 """The SQL run-option merge (decoded response rows + window functions) against run_options.merge.
 
-``device_run_container_options`` is one query over the response tables; run_options.merge is
-the plain Python reading of api.md's rules over the stored bytes. For random responses — with
+``device_run_container_options`` merges the container's stored responses in Python
+(run_options.merge, the plain reading of api.md's rules over the stored bytes); the SQL merge
+over the decoded response rows (views.RUN_OPTIONS_FOR_CONTAINER, shaped by responses.shape) is
+the one-container form of the views. For random responses — with
 keys repeated across resources and within one response, equal and different values, resources
 whose byte order differs from their code-point-naive order, nil and empty responses, and
 replacing inserts — both give the same options and log the same conflicts in the same order.
@@ -24,6 +26,8 @@ from hypothesis import strategies as st
 from podstore import PodDevicesEntry, PodStore
 from podstore.deviceplugin import CDIDevice, ContainerAllocateResponse, DeviceSpec, Mount
 from podstore.rules import run_options
+from podstore.storage import responses as response_rows
+from podstore.storage.sql import views
 
 RESOURCES = ["B.io/r", "a.io/r", "a.io/r2", "ü.io/r", "é/x"]
 KEYS = ["A", "B", "a", "ä", ""]
@@ -146,6 +150,14 @@ def test_sql_merge_equals_python_merge(
         )
     assert got == expected
     assert sql_log == python_log
+    # The SQL merge over the decoded rows (the one-container form of the views) agrees too.
+    rows = shared.query(views.RUN_OPTIONS_FOR_CONTAINER, {"pod": pod, "container": "c"}).rows
+    with captured() as rows_log:
+        from_rows = response_rows.shape(
+            pod, "c", rows, cdi_devices=cdi_devices, cdi_annotations=cdi_annotations
+        )
+    assert from_rows == expected
+    assert rows_log == python_log
 
     # The views say the same (the CDI annotation aside: it is computed in Python).
     view = shared.query(

@@ -141,6 +141,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0004", "down_revision": "0003",
+             "message": "Lean writes: clustered (WITHOUT ROWID) child tables, and a history seq "
+             "without AUTOINCREMENT."},
             {"revision": "0003", "down_revision": "0002",
              "message": "Store identity: every store gets a store_id (a random UUID), kept for "
              "life."},

@@ -36,13 +36,15 @@ class Response:
 
 
 def _decoded(raw: bytes, msg: ContainerAllocateResponse) -> Response:
+    # tuple([...]) over tuple(generator): this runs once per write and per imported entry.
+    mounts, devices, cdi_devices = msg.mounts, msg.devices, msg.cdi_devices
     return Response(
         raw,
         tuple(sorted(msg.envs.items())) if msg.envs else (),
-        tuple((m.container_path, m.host_path, m.read_only) for m in msg.mounts),
-        tuple((d.container_path, d.host_path, d.permissions) for d in msg.devices),
+        tuple([(m.container_path, m.host_path, m.read_only) for m in mounts]) if mounts else (),
+        tuple([(d.container_path, d.host_path, d.permissions) for d in devices]) if devices else (),
         tuple(sorted(msg.annotations.items())) if msg.annotations else (),
-        tuple(c.name for c in msg.cdi_devices),
+        tuple([c.name for c in cdi_devices]) if cdi_devices else (),
     )
 
 

@@ -18,6 +18,9 @@ TimeArg = datetime | date | str
 
 def format_ts(value: datetime) -> str:
     """The stored form of an instant: UTC, microseconds, 'Z' (naive means UTC)."""
+    if value.tzinfo is UTC:
+        # Every history write stamps one of these: skip the conversion and the copy.
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"
     if value.tzinfo is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
     return value.isoformat(timespec="microseconds") + "Z"

@@ -94,6 +94,9 @@ def _with_checked_lists(
     value had to change (a copy otherwise, never the caller's object modified)."""
     out: dict[Any, list[str] | None] = mapping if type(mapping) is dict else dict(mapping)
     for key, ids in list(out.items()):
+        # The common case — a list of ASCII str — needs no copy and no message text.
+        if type(ids) is list and all(type(s) is str and s.isascii() for s in ids):
+            continue
         checked = id_list(ids, where(key), storable=storable)
         if checked is not ids:
             if out is mapping:

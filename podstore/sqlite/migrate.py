@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from podstore.errors import SchemaError
+from podstore.errors import SchemaError, StoreCorruptError
 from podstore.sqlite.connection import (
     ConnectOptions,
     connect,
@@ -22,7 +22,7 @@ from podstore.sqlite.connection import (
     database_url,
 )
 from podstore.sqlite.files import warn_if_writable_by_others
-from podstore.sqlite.integrity import quick_check
+from podstore.sqlite.integrity import crash_evidence, quick_check, structural_check
 from podstore.sqlite.translate import translated_errors
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def current_revision(conn: sqlite3.Connection) -> str | None:
 #: without loading Alembic, whose import and script scan cost ~140 ms per process start
 #: (docs/performance.md, "open-to-first-answer"). Bump it with every new migration; a test
 #: pins it to Alembic's head: assert HEAD_REVISION == head_revision().
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 
 
 def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", "too-new"]:
@@ -113,19 +113,37 @@ def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", 
     return "old" if known is not None else "too-new"
 
 
-def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: bool = True) -> None:
+#: What ensure_schema checks before anything else: every page, the structure only, nothing.
+Check = Literal["full", "structural", "none"]
+
+
+def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "full") -> None:
     """Bring the file to the head revision (or check it is there), as PodStore.open promises.
 
-    The upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a failed
+    ``check`` runs first (sqlite/integrity.py); a file that needs a migration gets the full
+    check before it is migrated, whatever ``check`` says, since a migration writes. The
+    upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a failed
     migration leaves the previous schema, and two processes opening a new file at once
     migrate it exactly once.
     """
     warn_if_writable_by_others(os.path.abspath(options.path))
     probe = connect(options)
     try:
-        if check:
+        if check == "full":
             quick_check(probe)
+        elif check == "structural":
+            try:
+                structural_check(options.path, probe)
+            except StoreCorruptError:
+                # Another process may have started writing since the caller looked: then
+                # the main file alone is not the database; SQLite's own check decides.
+                if not crash_evidence(options.path):
+                    raise
+                quick_check(probe)
+                check = "full"
         state = classify_revision(current_revision(probe))
+        if state == "old" and check != "full" and upgrade and not options.readonly:
+            quick_check(probe)
     finally:
         probe.close()
     if state == "current":

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 from podstore.errors import PodStoreError, ReadOnlyStoreError
 from podstore.sqlite.connection import ConnectOptions, begin_immediate, connect
@@ -39,6 +40,8 @@ class Sessions:
         self._checker: threading.Thread | None = None
         self._checker_conn: sqlite3.Connection | None = None
         self._damage: PodStoreError | None = None
+        # verify="auto": writes wait until the background check has passed.
+        self._gate_writes = False
 
     @property
     def closed(self) -> bool:
@@ -81,42 +84,17 @@ class Sessions:
 
     # ---- transactions ----------------------------------------------------------------------
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one."""
+    def write(self) -> _Write:
+        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one.
+
+        Use as ``with sessions.write() as conn:``; sqlite3 errors inside become podstore
+        errors, and any exception rolls the write back.
+        """
         if self.options.readonly:
             raise ReadOnlyStoreError("the store was opened read-only")
-        conn = self.conn()
-        state = self._local
-        with translated_errors():
-            if state.depth:
-                # A failing call inside a transaction() block must not leave half of itself
-                # behind if the caller catches the error and carries on.
-                name = f"podstore_{state.depth}"
-                conn.execute(f"SAVEPOINT {name}")
-                state.depth += 1
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute(f"ROLLBACK TO {name}")
-                    conn.execute(f"RELEASE {name}")
-                    raise
-                else:
-                    conn.execute(f"RELEASE {name}")
-                finally:
-                    state.depth -= 1
-                return
-            begin_immediate(conn, self.options.busy_timeout)
-            state.depth = 1
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            finally:
-                state.depth = 0
+        if self._gate_writes:
+            self._wait_for_check()
+        return _Write(self)
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -135,31 +113,42 @@ class Sessions:
 
     # ---- the background integrity check (open(verify="background")) ------------------------
 
-    def start_background_check(self) -> None:
-        """Run ``quick_check`` on a connection of its own, in a daemon thread."""
+    def start_background_check(self, *, gate_writes: bool = False) -> None:
+        """Run ``quick_check`` on a connection of its own, in a daemon thread; with
+        ``gate_writes`` every write first waits for it to pass (and raises what it found).
+
+        The connection is made here, so that the thread goes straight into SQLite (which
+        runs without the GIL) and does not compete with the caller's first calls for it.
+        """
+        conn = connect(self.options)  # raises like the store's own connection would
+        self._gate_writes = gate_writes
+        self._checker_conn = conn
         self._checker = threading.Thread(
-            target=self._background_check, name="podstore-quick-check", daemon=True
+            target=self._background_check, args=(conn,), name="podstore-quick-check", daemon=True
         )
         self._checker.start()
 
-    def _background_check(self) -> None:
-        try:
-            conn = connect(self.options)
-        except (PodStoreError, sqlite3.Error):
-            return  # the store's own connection opened; its calls will report the problem
-        with self._lock:
-            self._checker_conn = conn
+    def _background_check(self, conn: sqlite3.Connection) -> None:
         try:
             quick_check(conn)
         except PodStoreError as exc:
-            log.error("%s: %s", self.options.path, exc)
-            self._damage = exc
+            if not self._closed:  # close() interrupts the check: that is not a finding
+                log.error("%s: %s", self.options.path, exc)
+                self._damage = exc
         except sqlite3.Error:
-            pass  # interrupted by close()
+            pass
         finally:
             with self._lock:
                 self._checker_conn = None
             conn.close()
+
+    def _wait_for_check(self) -> None:
+        checker = self._checker
+        if checker is not None and checker is not threading.current_thread():
+            checker.join()
+        if self._damage is not None:
+            raise self._damage
+        self._gate_writes = False  # passed: later writes need not look again
 
     def wait_checked(self, timeout: float | None) -> bool:
         """True once the background check passed (at once when none runs), False on timeout;
@@ -171,3 +160,66 @@ class Sessions:
         if self._damage is not None:
             raise self._damage
         return True
+
+
+class _Write:
+    """The context of :meth:`Sessions.write`: a class rather than a generator-based context
+    manager, since every insert passes through it (fewer Python calls per write)."""
+
+    __slots__ = ("_conn", "_savepoint", "_sessions")
+
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
+        self._savepoint: str | None = None
+
+    def __enter__(self) -> sqlite3.Connection:
+        sessions = self._sessions
+        conn = sessions.conn()
+        state = sessions._local
+        try:
+            if state.depth:
+                # A failing call inside a transaction() block must not leave half of itself
+                # behind if the caller catches the error and carries on.
+                name = f"podstore_{state.depth}"
+                conn.execute(f"SAVEPOINT {name}")
+                self._savepoint = name
+            else:
+                begin_immediate(conn, sessions.options.busy_timeout)
+        except sqlite3.Error as exc:
+            _raise_translated(exc)
+        state.depth += 1
+        self._conn = conn
+        return conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        conn, name = self._conn, self._savepoint
+        state = self._sessions._local
+        try:
+            if name is not None:
+                if exc_type is not None:
+                    conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+            elif exc_type is None:
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            _raise_translated(error)
+        finally:
+            state.depth = state.depth - 1 if name is not None else 0
+        if isinstance(exc, sqlite3.Error):
+            _raise_translated(exc)
+
+
+def _raise_translated(exc: sqlite3.Error) -> NoReturn:
+    """Raise what translated_errors makes of ``exc``."""
+    with translated_errors():
+        raise exc
+    raise AssertionError("unreachable: translated_errors re-raises every sqlite3 error")

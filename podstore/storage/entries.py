@@ -52,53 +52,65 @@ def _device_rows(
             if not ids:
                 empty.append((allocation_id, node, ids is None))
                 continue
-            rows.extend((allocation_id, node, pos, dev) for pos, dev in enumerate(ids))
+            rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(ids)]
     return rows, empty
 
 
 def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
     """Create or replace one (pod, container, resource) entry, with its decoded response rows
     and its history event (``op``, by default 'insert' or 'replace')."""
-    found = conn.execute(sql.POD_ID, (row.pod_uid,)).fetchone()
-    pod_id = found[0] if found else conn.execute(sql.INSERT_POD, (row.pod_uid,)).lastrowid
-    found = conn.execute(sql.CONTAINER_ID, (pod_id, row.container_name)).fetchone()
-    if found:
-        container_id = found[0]
+    key = (row.pod_uid, row.container_name, row.resource_name)
+    found = conn.execute(sql.ENTRY_IDS, key).fetchone()
+    if found is None:
+        pod_id = conn.execute(sql.INSERT_POD, (row.pod_uid,)).lastrowid
+        container_id = allocation_id = None
     else:
+        pod_id, container_id, allocation_id = found
+    if container_id is None:
         container_id = conn.execute(sql.INSERT_CONTAINER, (pod_id, row.container_name)).lastrowid
-    flags = (row.devices is None, row.alloc_resp, row.alloc_resp_json_null)
-    found = conn.execute(sql.ALLOCATION_ID, (container_id, row.resource_name)).fetchone()
-    if found:
-        allocation_id = int(found[0])
-        conn.execute(sql.UPDATE_ALLOCATION, (*flags, allocation_id))
+    response = row.response
+    raw = None if response is None else response.raw
+    if allocation_id is None:
+        allocation_id = conn.execute(
+            sql.INSERT_ALLOCATION,
+            (container_id, row.resource_name, row.devices is None, raw, row.alloc_resp_json_null),
+        ).lastrowid
+        assert allocation_id is not None
+        replacing = False
+    else:
+        conn.execute(
+            sql.UPDATE_ALLOCATION,
+            (row.devices is None, raw, row.alloc_resp_json_null, allocation_id),
+        )
         conn.execute(sql.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         responses.clear(conn, [(allocation_id,)])
-    else:
-        cur = conn.execute(sql.INSERT_ALLOCATION, (container_id, row.resource_name, *flags))
-        assert cur.lastrowid is not None
-        allocation_id = cur.lastrowid
-    devices, empty = _device_rows(allocation_id, row.devices)
-    if devices:
-        conn.executemany(sql.INSERT_DEVICE, devices)
-    if empty:
-        conn.executemany(sql.INSERT_EMPTY_LIST, empty)
-    responses.write(conn, allocation_id, row.response)
-    pending = events.Pending()
-    pending.entry(
-        op or ("replace" if found else "insert"),
-        (row.pod_uid, row.container_name, row.resource_name),
-        row.devices,
-    )
-    pending.write(conn)
+        replacing = True
+    if row.devices:
+        devices, empty = _device_rows(allocation_id, row.devices)
+        if devices:
+            conn.executemany(sql.INSERT_DEVICE, devices)
+        if empty:
+            conn.executemany(sql.INSERT_EMPTY_LIST, empty)
+    if response is not None:
+        responses.write(conn, allocation_id, response)
+    events.append_entry(conn, op or ("replace" if replacing else "insert"), key, row.devices)
+
+
+#: Entries per round of executemany calls in write_many: the rows of one chunk are built,
+#: written and dropped before the next, so an import of 100,000 entries never holds all its
+#: SQL rows at once (its peak memory stays that of reading the file).
+CHUNK = 512
 
 
 def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
-    """Write entries in order with a handful of executemany calls; returns the entry count.
+    """Write entries in order with a handful of executemany calls per chunk of entries;
+    returns the entry count.
 
     Same meaning as calling write_one for each: a later duplicate replaces an earlier one and
     keeps its position. Ids are assigned here (max + 1 onwards), so new rows need no
-    round trip each. Response rows and one ``op`` history event per entry go with them.
+    round trip each. Response rows and one ``op`` history event per entry go with them, all
+    events stamped with one time.
     """
     final: dict[Key, Row] = {}
     for row in rows:
@@ -112,7 +124,29 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import"
     existing: dict[tuple[int, str], int] = {
         (c, r): i for c, r, i in conn.execute(sql.ALL_ALLOCATION_IDS)
     }
-    max_pod, max_container, max_allocation = conn.execute(sql.MAX_IDS).fetchone()
+    ids = list(conn.execute(sql.MAX_IDS).fetchone())
+    stamp = events.next_stamp(conn)
+    items = list(final.items())
+    del final
+    for start in range(0, len(items), CHUNK):
+        stamp = _write_chunk(
+            conn, items[start : start + CHUNK], op, pods, containers, existing, ids, stamp
+        )
+    return len(items)
+
+
+def _write_chunk(
+    conn: sqlite3.Connection,
+    items: list[tuple[Key, Row]],
+    op: str,
+    pods: dict[str, int],
+    containers: dict[tuple[int, str], int],
+    existing: dict[tuple[int, str], int],
+    ids: list[int],
+    stamp: tuple[int, str],
+) -> tuple[int, str]:
+    """One chunk of write_many; ``ids`` holds the highest pod, container and allocation ids
+    so far and is advanced in place. Returns the stamp for the next chunk's events."""
     new_pods: list[tuple[int, str]] = []
     new_containers: list[tuple[int, int, str]] = []
     new_allocations: list[tuple[int, int, str, bool, bytes | None, bool]] = []
@@ -122,43 +156,58 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import"
     empty_rows: list[tuple[int, int, bool]] = []
     response_rows = responses.ResponseRows()
     pending = events.Pending()
-    for (uid, name, resource), row in final.items():
+    for (uid, name, resource), row in items:
         pod_id = pods.get(uid)
         if pod_id is None:
-            max_pod += 1
-            pod_id = pods[uid] = max_pod
+            ids[0] += 1
+            pod_id = pods[uid] = ids[0]
             new_pods.append((pod_id, uid))
         container_id = containers.get((pod_id, name))
         if container_id is None:
-            max_container += 1
-            container_id = containers[(pod_id, name)] = max_container
+            ids[1] += 1
+            container_id = containers[(pod_id, name)] = ids[1]
             new_containers.append((container_id, pod_id, name))
-        flags = (row.devices is None, row.alloc_resp, row.alloc_resp_json_null)
+        response = row.response
+        raw = None if response is None else response.raw
         allocation_id = existing.get((container_id, resource))
         if allocation_id is None:
-            max_allocation += 1
-            allocation_id = max_allocation
-            new_allocations.append((allocation_id, container_id, resource, *flags))
+            ids[2] += 1
+            allocation_id = existing[(container_id, resource)] = ids[2]
+            new_allocations.append(
+                (
+                    allocation_id,
+                    container_id,
+                    resource,
+                    row.devices is None,
+                    raw,
+                    row.alloc_resp_json_null,
+                )
+            )
         else:
-            updates.append((*flags, allocation_id))
+            updates.append((row.devices is None, raw, row.alloc_resp_json_null, allocation_id))
             cleared.append((allocation_id,))
-        devices, empty = _device_rows(allocation_id, row.devices)
-        device_rows.extend(devices)
-        empty_rows.extend(empty)
-        response_rows.add(allocation_id, row.response)
+        if row.devices:
+            for node, lst in row.devices.items():
+                if lst:
+                    device_rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(lst)]
+                else:
+                    empty_rows.append((allocation_id, node, lst is None))
+        if response is not None:
+            response_rows.add(allocation_id, response)
         pending.entry(op, (uid, name, resource), row.devices)
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
-    conn.executemany(sql.UPDATE_ALLOCATION, updates)
-    conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
-    conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
+    if updates:
+        conn.executemany(sql.UPDATE_ALLOCATION, updates)
+        conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
+        conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
+        responses.clear(conn, cleared)
     conn.executemany(sql.INSERT_DEVICE, device_rows)
-    conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
-    responses.clear(conn, cleared)
+    if empty_rows:
+        conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
     response_rows.write(conn)
-    pending.write(conn)
-    return len(final)
+    return pending.write(conn, stamp)
 
 
 def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
@@ -166,10 +215,41 @@ def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
     uids = list(dict.fromkeys(pod_uids))
     pending = events.Pending()
     for uid in uids:
-        for entry in read_entries(conn, uid):
-            pending.entry("delete", entry.key, entry.device_ids)
+        for key, devices in _pod_maps(conn, uid):
+            pending.entry("delete", key, devices)
     pending.write(conn)
-    conn.executemany(sql.DELETE_POD, [(u,) for u in uids])
+    if len(uids) == 1:
+        conn.execute(sql.DELETE_POD, (uids[0],))
+    else:
+        conn.executemany(sql.DELETE_POD, [(u,) for u in uids])
+
+
+def _pod_maps(
+    conn: sqlite3.Connection, pod_uid: str
+) -> Iterator[tuple[Key, DevicesPerNUMA | None]]:
+    """One pod's entries, in position order, with their NUMA maps (one statement, whose row
+    order puts NUMA ids in ascending order)."""
+    current: int | None = None
+    key: Key = ("", "", "")
+    per_numa: DevicesPerNUMA | None = None
+    for aid, name, resource, ids_null, node, _pos, device_id, empty in conn.execute(
+        sql.ENTRY_LISTS_OF_POD, {"pod": pod_uid}
+    ):
+        if aid != current:
+            if current is not None:
+                yield key, per_numa
+            current, key = aid, (pod_uid, name, resource)
+            per_numa = None if ids_null else {}
+        if per_numa is None or node is None:
+            continue
+        if empty is not None:
+            per_numa[int(node)] = None if empty else []
+        else:
+            lst = per_numa.setdefault(int(node), [])
+            assert lst is not None
+            lst.append(device_id)
+    if current is not None:
+        yield key, per_numa
 
 
 def delete_all(conn: sqlite3.Connection, keep: Iterable[Key] = ()) -> None:

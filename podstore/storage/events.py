@@ -63,31 +63,67 @@ class Pending:
     )
 
     def entry(self, op: str, key: Key, devices: DevicesPerNUMA | None) -> None:
-        ids: list[str] = [d for lst in (devices or {}).values() for d in lst or ()]
+        ids: list[str] = [d for lst in devices.values() if lst for d in lst] if devices else []
         self.events.append((op, key[0], key[1], key[2], numa_json(devices), ids))
 
     def registered(self, op: str, resource: str, ids: Sequence[str] | None) -> None:
         text = None if ids is None else _JSON.encode(list(ids))
         self.events.append((op, None, None, resource, text, ids or ()))
 
-    def write(self, conn: sqlite3.Connection) -> None:
+    def write(
+        self, conn: sqlite3.Connection, stamp: tuple[int, str] | None = None
+    ) -> tuple[int, str]:
+        """Append the queued events, from ``stamp`` (the first seq and the time, as
+        :func:`next_stamp` gives them) or from a fresh one; returns the stamp that follows."""
         if not self.events:
-            return
-        last_seq, last_ts = conn.execute(sql.LAST).fetchone()
-        ts = format_ts(utcnow())
-        if last_ts is not None and last_ts > ts:
-            ts = last_ts  # the clock stepped back: keep time order equal to seq order
+            return stamp if stamp is not None else next_stamp(conn)
+        first, ts = stamp if stamp is not None else next_stamp(conn)
         rows: list[tuple[int, str, str, str | None, str | None, str, str | None]] = []
         devices: list[tuple[int, str]] = []
-        for seq, (op, pod, container, resource, text, ids) in enumerate(
-            self.events, start=int(last_seq) + 1
-        ):
+        for seq, (op, pod, container, resource, text, ids) in enumerate(self.events, start=first):
             rows.append((seq, ts, op, pod, container, resource, text))
             devices.extend((seq, d) for d in ids)
         conn.executemany(sql.INSERT_EVENT, rows)
         if devices:
             conn.executemany(sql.INSERT_EVENT_DEVICE, devices)
+        after = (first + len(self.events), ts)
         self.events.clear()
+        return after
+
+
+def next_stamp(conn: sqlite3.Connection) -> tuple[int, str]:
+    """The next seq and the time to stamp events with now."""
+    last_seq, last_ts = conn.execute(sql.LAST).fetchone()
+    ts = format_ts(utcnow())
+    if last_ts is not None and last_ts > ts:
+        ts = last_ts  # the clock stepped back: keep time order equal to seq order
+    return int(last_seq) + 1, ts
+
+
+def append_entry(
+    conn: sqlite3.Connection, op: str, key: Key, devices: DevicesPerNUMA | None
+) -> None:
+    """Append one entry event: what ``Pending`` does for one event, with less Python (the
+    path of every ``insert``)."""
+    seq, ts = next_stamp(conn)
+    conn.execute(sql.INSERT_EVENT, (seq, ts, op, key[0], key[1], key[2], numa_json(devices)))
+    if devices:
+        ids = [(seq, d) for lst in devices.values() if lst for d in lst]
+        if ids:
+            conn.executemany(sql.INSERT_EVENT_DEVICE, ids)
+
+
+def prune(conn: sqlite3.Connection, before: str) -> int:
+    """``prune_history``: delete the events before ``before`` that nothing needs (see
+    ``sql.PRUNE``); returns how many went. When the newest events go too, their highest seq
+    is kept as the floor the next seq is taken above, so no seq is ever handed out twice."""
+    top = int(conn.execute(sql.LAST).fetchone()[0])
+    conn.execute(sql.PRUNE, {"before": before})
+    # Not cursor.rowcount: pysqlite reports -1 for a statement that starts with WITH.
+    removed = int(conn.execute("SELECT changes()").fetchone()[0])
+    if removed and int(conn.execute(sql.LAST).fetchone()[0]) < top:
+        conn.execute(sql.SET_SEQ_FLOOR, (top,))
+    return removed
 
 
 # One encoder, reused: json.dumps with non-default options builds a new one per call, which

@@ -6,10 +6,11 @@ written by ``storage/entries.py`` in the allocation's own transaction, from what
 already decoded (``rules/alloc_resp.Response``). ``position`` is api.md's order inside one
 response: env and annotation keys ascending, list fields in list order.
 
-``device_run_container_options`` is then one query (``sql/views.RUN_OPTIONS_FOR_CONTAINER``);
-this module only shapes its rows into the runtime types and logs the conflicts it reports, as
-``rules/run_options.merge`` does (the hypothesis test in tests/test_audit_run_options.py holds
-the two equal).
+The run-option merge in SQL over these rows is ``sql/views.RUN_OPTIONS_FOR_CONTAINER`` (the
+one-container form of the ``v_run_options`` views); :func:`shape` turns its rows into the
+runtime types and logs the conflicts it reports, as ``rules/run_options.merge`` does.
+``device_run_container_options`` itself uses the blob merge (faster for one container); the
+hypothesis test in tests/test_audit_run_options.py holds all of them equal.
 """
 
 from __future__ import annotations
@@ -41,11 +42,17 @@ class ResponseRows:
             return
         aid = allocation_id
         r = response
-        self.envs.extend((aid, pos, name, value) for pos, (name, value) in enumerate(r.envs))
-        self.mounts.extend((aid, pos, *m) for pos, m in enumerate(r.mounts))
-        self.devices.extend((aid, pos, *d) for pos, d in enumerate(r.devices))
-        self.annotations.extend((aid, pos, k, v) for pos, (k, v) in enumerate(r.annotations))
-        self.cdi.extend((aid, pos, name) for pos, name in enumerate(r.cdi_devices))
+        # List comprehensions rather than extend(generator): this runs once per imported entry.
+        if r.envs:
+            self.envs += [(aid, pos, name, value) for pos, (name, value) in enumerate(r.envs)]
+        if r.mounts:
+            self.mounts += [(aid, pos, c, h, ro) for pos, (c, h, ro) in enumerate(r.mounts)]
+        if r.devices:
+            self.devices += [(aid, pos, c, h, p) for pos, (c, h, p) in enumerate(r.devices)]
+        if r.annotations:
+            self.annotations += [(aid, pos, k, v) for pos, (k, v) in enumerate(r.annotations)]
+        if r.cdi_devices:
+            self.cdi += [(aid, pos, name) for pos, name in enumerate(r.cdi_devices)]
 
     def write(self, conn: sqlite3.Connection) -> None:
         for statement, rows in (
@@ -60,11 +67,23 @@ class ResponseRows:
 
 
 def write(conn: sqlite3.Connection, allocation_id: int, response: Response | None) -> None:
-    """Write the rows of one allocation's response (its old rows must be gone)."""
-    if response is not None:
-        rows = ResponseRows()
-        rows.add(allocation_id, response)
-        rows.write(conn)
+    """Write the rows of one allocation's response (its old rows must be gone): one
+    executemany per table that gets rows (the path of every insert)."""
+    if response is None:
+        return
+    aid, r = allocation_id, response
+    if r.envs:
+        conn.executemany(sql.INSERT_ENV, [(aid, i, n, v) for i, (n, v) in enumerate(r.envs)])
+    if r.mounts:
+        conn.executemany(sql.INSERT_MOUNT, [(aid, i, *m) for i, m in enumerate(r.mounts)])
+    if r.devices:
+        conn.executemany(sql.INSERT_DEVICE, [(aid, i, *d) for i, d in enumerate(r.devices)])
+    if r.annotations:
+        conn.executemany(
+            sql.INSERT_ANNOTATION, [(aid, i, k, v) for i, (k, v) in enumerate(r.annotations)]
+        )
+    if r.cdi_devices:
+        conn.executemany(sql.INSERT_CDI, [(aid, i, n) for i, n in enumerate(r.cdi_devices)])
 
 
 def clear(conn: sqlite3.Connection, allocation_ids: Sequence[tuple[int]]) -> None:

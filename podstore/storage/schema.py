@@ -3,9 +3,17 @@
 The nested Go maps pod → container → resource → {NUMA → [device]} become one row per level.
 Wherever the kubelet checkpoint tells JSON ``null`` from an empty list or map, a flag column or
 a marker row keeps the difference so that an imported file exports byte for byte.
+
+Physical layout (revision 0004): every table keyed by a composite or text primary key is
+``WITHOUT ROWID`` (``_CLUSTERED``), so its rows live in the primary-key B-tree itself and a
+write touches one B-tree fewer than a rowid table with a separate key index. ``pods``,
+``containers``, ``allocations`` and ``allocation_events`` keep their integer rowid key (other
+tables point at it, and ``allocations.id`` is the entry order).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -34,6 +42,9 @@ NAMING_CONVENTION = {
 }
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# Rows stored in their primary-key B-tree (SQLite WITHOUT ROWID).
+_CLUSTERED: dict[str, Any] = {"sqlite_with_rowid": False}
 
 pods = Table(
     "pods",
@@ -91,6 +102,7 @@ allocation_devices = Table(
     Column("device_id", Text, nullable=False),
     PrimaryKeyConstraint("allocation_id", "numa_node", "position"),
     Index("ix_allocation_devices_device_id", "device_id"),
+    **_CLUSTERED,
 )
 
 # NUMA keys whose list holds no device: [] (is_null false) or null (is_null true). They have
@@ -102,6 +114,7 @@ empty_numa_lists = Table(
     Column("numa_node", BigInteger, nullable=False),
     Column("is_null", Boolean, nullable=False),
     PrimaryKeyConstraint("allocation_id", "numa_node"),
+    **_CLUSTERED,
 )
 
 # The checkpoint's RegisteredDevices: resource → device list (null kept apart from []).
@@ -111,6 +124,7 @@ registered_resources = Table(
     Column("resource", Text, nullable=False),
     Column("is_null", Boolean, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("resource"),
+    **_CLUSTERED,
 )
 
 registered_devices = Table(
@@ -125,6 +139,7 @@ registered_devices = Table(
     Column("position", Integer, nullable=False),
     Column("device_id", Text, nullable=False),
     PrimaryKeyConstraint("resource", "position"),
+    **_CLUSTERED,
 )
 
 # Whole-store facts of the checkpoint shape: 'entries_json' ('null' or '[]': how an export with
@@ -136,6 +151,7 @@ store_meta = Table(
     Column("key", Text, nullable=False),
     Column("value", Text, nullable=False),
     PrimaryKeyConstraint("key"),
+    **_CLUSTERED,
 )
 
 
@@ -155,6 +171,7 @@ def _response_table(name: str, *columns: Column[object]) -> Table:
         Column("position", Integer, nullable=False),
         *columns,
         PrimaryKeyConstraint("allocation_id", "position"),
+        **_CLUSTERED,
     )
 
 
@@ -187,9 +204,12 @@ response_cdi_devices = _response_table(
 
 # ---- allocation history (revision 0002) ------------------------------------------------------
 #
-# Append-only: one row per change, written in the change's own transaction (history.py). ``seq``
-# is AUTOINCREMENT so a number is never reused, even after prune_history removed the newest
-# rows; ``ts`` (UTC, ISO 8601 with microseconds and 'Z') never decreases as seq grows.
+# Append-only: one row per change, written in the change's own transaction (events.py). ``seq``
+# is never reused, even after prune_history removed the newest rows: a writer takes one more
+# than the larger of max(seq) and store_meta's 'history_seq_floor', which prune_history raises
+# to the highest seq it removed (revision 0004; before it AUTOINCREMENT did this, at the cost
+# of a sqlite_sequence page per commit). ``ts`` (UTC, ISO 8601 with microseconds and 'Z')
+# never decreases as seq grows.
 # ``device_ids`` is JSON: the NUMA map of an entry event, the device list of a registered event.
 
 EVENT_OPS = ("insert", "replace", "delete", "import", "backfill", "registered", "unregistered")
@@ -207,7 +227,6 @@ allocation_events = Table(
     CheckConstraint("op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS) + ")", name="op"),
     Index("ix_allocation_events_ts", "ts"),
     Index("ix_allocation_events_key", "pod_uid", "container", "resource", "seq"),
-    sqlite_autoincrement=True,
 )
 
 # Every device an event names, for history(device_id=...) and owners_at without a JSON scan.
@@ -223,4 +242,5 @@ allocation_event_devices = Table(
     Column("device_id", Text, nullable=False),
     PrimaryKeyConstraint("seq", "device_id"),
     Index("ix_allocation_event_devices_device_id", "device_id", "seq"),
+    **_CLUSTERED,
 )

@@ -15,11 +15,17 @@ _CONTAINER_ALLOCATIONS = """
 
 # ---- writes --------------------------------------------------------------------------------
 
-POD_ID = "SELECT id FROM pods WHERE uid = ?"
+# One look-up for the three levels of an entry: no row when the pod is unknown, else its id
+# and the container's and allocation's ids (NULL where they do not exist yet).
+ENTRY_IDS = """
+    SELECT p.id, c.id, a.id
+    FROM pods p
+    LEFT JOIN containers c ON c.pod_id = p.id AND c.name = ?2
+    LEFT JOIN allocations a ON a.container_id = c.id AND a.resource = ?3
+    WHERE p.uid = ?1
+"""
 INSERT_POD = "INSERT INTO pods (uid) VALUES (?)"
-CONTAINER_ID = "SELECT id FROM containers WHERE pod_id = ? AND name = ?"
 INSERT_CONTAINER = "INSERT INTO containers (pod_id, name) VALUES (?, ?)"
-ALLOCATION_ID = "SELECT id FROM allocations WHERE container_id = ? AND resource = ?"
 INSERT_ALLOCATION = """
     INSERT INTO allocations (container_id, resource, device_ids_null, alloc_resp,
                              alloc_resp_json_null)
@@ -131,12 +137,24 @@ REMOVE_CONTAINER_RESOURCES = f"""
     )
 """
 
-# devices(): every resource appears; its devices count only where a response exists.
+# devices(): every resource appears; its devices count only where a response exists. No
+# GROUP BY: the caller collects into sets, and sorting every device row in a temp B-tree cost
+# half of the call (docs/performance.md).
 DEVICES = """
     SELECT a.resource, d.device_id
     FROM allocations a
     LEFT JOIN allocation_devices d ON d.allocation_id = a.id AND a.alloc_resp IS NOT NULL
-    GROUP BY a.resource, d.device_id
+"""
+
+# device_run_container_options: the container's stored responses, resources in byte order (no
+# row: unknown container; a NULL resource: a container without entries).
+CONTAINER_RESPONSES = """
+    SELECT a.resource, a.alloc_resp
+    FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    LEFT JOIN allocations a ON a.container_id = c.id
+    WHERE p.uid = ? AND c.name = ?
+    ORDER BY a.resource
 """
 
 # Topology per device: its distinct NUMA ids other than -1 (NULL when it is only under -1).
@@ -206,6 +224,25 @@ DEVICE_ROWS_OF_POD = f"""
 EMPTY_LISTS = """
     SELECT allocation_id, numa_node, is_null FROM empty_numa_lists
     ORDER BY allocation_id, numa_node
+"""
+# One pod's entries with their NUMA maps in one statement (the delete events): a row per
+# device, per empty-list marker (``empty`` 0: [], 1: null) and per entry without either.
+ENTRY_LISTS_OF_POD = """
+    SELECT a.id, c.name, a.resource, a.device_ids_null, d.numa_node, d.position, d.device_id,
+           NULL AS empty
+    FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    JOIN allocations a ON a.container_id = c.id
+    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    WHERE p.uid = :pod
+    UNION ALL
+    SELECT a.id, c.name, a.resource, a.device_ids_null, e.numa_node, 0, NULL, e.is_null
+    FROM pods p
+    JOIN containers c ON c.pod_id = p.id
+    JOIN allocations a ON a.container_id = c.id
+    JOIN empty_numa_lists e ON e.allocation_id = a.id
+    WHERE p.uid = :pod
+    ORDER BY 1, 5, 6
 """
 EMPTY_LISTS_OF_POD = f"""
     SELECT allocation_id, numa_node, is_null FROM empty_numa_lists

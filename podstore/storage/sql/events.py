@@ -7,9 +7,21 @@ from collections.abc import Iterable
 
 # ---- appending -------------------------------------------------------------------------------
 
-LAST = """
-    SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'allocation_events'), 0),
+# store_meta key: the highest seq prune_history removed (revision 0004), so that a number is
+# never handed out twice although allocation_events has no AUTOINCREMENT.
+_SEQ_FLOOR_KEY = "history_seq_floor"
+
+# The last seq handed out and the last event's time: two probes of the rowid B-tree's end and
+# one of store_meta, nothing written.
+LAST = f"""
+    SELECT max(coalesce((SELECT seq FROM allocation_events ORDER BY seq DESC LIMIT 1), 0),
+               coalesce((SELECT CAST(value AS INTEGER) FROM store_meta
+                         WHERE key = '{_SEQ_FLOOR_KEY}'), 0)),
            (SELECT ts FROM allocation_events ORDER BY seq DESC LIMIT 1)
+"""
+SET_SEQ_FLOOR = f"""
+    INSERT INTO store_meta (key, value) VALUES ('{_SEQ_FLOOR_KEY}', CAST(? AS TEXT))
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value
 """
 INSERT_EVENT = """
     INSERT INTO allocation_events (seq, ts, op, pod_uid, container, resource, device_ids)

@@ -1,0 +1,84 @@
+"""The bench's sections: a small registry, so that ``python -m bench --only NAME`` can run one
+and other benchmark modules can add theirs.
+
+A *per-size* section runs once for each workload size on that size's prepared state (a
+:class:`bench.runner.SizeRun`) and writes into its result dict; a *global* section runs once
+per bench run (the 100,000-entry fixture, or another module's own benchmark) and returns a
+JSON-ready dict stored under ``results["sections"][name]``.
+
+Adding a benchmark: write ``bench/<name>.py`` with a function ``run(ctx) -> dict`` (``ctx`` is
+a :class:`RunContext`) and one ``render(result) -> str`` for its part of latest.md (with its
+targets' verdicts), call ``register(Section(name, "what it measures", run=run, render=...))``
+at import, and add the module name to :data:`EXTENSIONS`. ``python -m bench --only <name>`` then
+runs it alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: Modules that register sections of their own; a missing one is skipped.
+EXTENSIONS: tuple[str, ...] = ("bench.watch", "bench.fleet")
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a global section gets: the run's configuration, a scratch directory, a logger."""
+
+    cfg: Any  # bench.runner.Config
+    workdir: str
+    log: Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    name: str
+    help: str
+    #: per-size sections: called with the SizeRun; global ones: with a RunContext.
+    run: Callable[[Any], Any]
+    per_size: bool = False
+    #: global sections of other modules: their part of latest.md, from what ``run`` returned.
+    render: Callable[[dict[str, Any]], str] | None = None
+
+
+SECTIONS: dict[str, Section] = {}
+
+
+def register(section: Section) -> Section:
+    SECTIONS[section.name] = section
+    return section
+
+
+def load_extensions() -> None:
+    for name in EXTENSIONS:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+
+
+def rendered(results: dict[str, Any]) -> str:
+    """The latest.md text of every global section that renders itself ('' when none ran)."""
+    parts = []
+    for name, out in results.get("sections", {}).items():
+        section = SECTIONS.get(name)
+        if section is not None and section.render is not None and out:
+            parts.append(section.render(out))
+    return "".join(parts)
+
+
+def selected(only: tuple[str, ...] | None) -> list[Section]:
+    """The sections to run, in registration order (all of them without ``only``)."""
+    if not only:
+        return list(SECTIONS.values())
+    unknown = [n for n in only if n not in SECTIONS]
+    if unknown:
+        raise SystemExit(
+            f"python -m bench: unknown section(s) {', '.join(unknown)}; "
+            f"known: {', '.join(SECTIONS)}"
+        )
+    return [s for s in SECTIONS.values() if s.name in only]
