@@ -9,8 +9,9 @@ limit of what any shipper could reach); then the latency of the two fleet questi
 result — ``v_fleet_double_allocations`` and owners-at-time of one device — against the same
 question asked of one node store.
 
-Entry point: :func:`section` (``python -m bench`` calls it; ``--fleet-only`` runs only it).
-Writes ``<out>/fleet.json`` and ``<out>/fleet.md``.
+Registered as the section ``fleet`` (bench/sections.py): ``python -m bench`` runs it with the
+others, ``python -m bench --only fleet`` alone; its figures land in ``latest.json`` and
+``latest.md`` with the rest (``--quick``: 100 stores).
 """
 
 from __future__ import annotations

@@ -128,6 +128,25 @@ _ROWS: dict[str, tuple[str, str]] = {
         '`quick_check` (`verify="blocking"`): {small_ms} ms for a {small_mb} MB store, '
         "{filled_ms} ms for {filled_mb} MB ({filled_entries} entries); best of three",
     ),
+    "watch-kill9": (
+        "kill -9 of `podstore watch`",
+        "{kills} kills in {rounds} rounds while {files} checkpoint files were renamed into "
+        "place ({before_schema} while the store was being created); the history explained "
+        "as whole files applied in order, {applied} in all, none twice and none in part; "
+        "{behind_after_kill} kills left the store one or more files behind, caught up by the "
+        "next sync; `podstore verify` clean after every round; {seconds} s",
+    ),
+    "watch-scale-sync": (
+        "`watch --once` at scale",
+        "{entries} entries, one changed: sync {sync_s} s through the API, {cli_once_s} s as "
+        "`podstore watch --once` (peak RSS {cli_peak_mb} MB; the API call {api_peak_mb} MB); "
+        "a full re-import {import_s} s ({import_over_sync}× the sync)",
+    ),
+    "watch-scale-metrics": (
+        "`podstore metrics` at scale",
+        "{entries} entries: rendered by the API in {api_render_s} s, by `podstore metrics` "
+        "in {cli_s} s (peak RSS {cli_peak_mb} MB)",
+    ),
     "fuzz": (
         "hostile input",
         "{examples_per_test} examples per fuzz test: {refused_unchanged} calls refused with a "

@@ -49,6 +49,11 @@ NOT_LISTINGS = {
     "podstore migrate upgrade",
     "podstore migrate downgrade",
     "podstore migrate current",
+    "podstore fleet init",
+    "podstore ship",
+    "podstore watch",
+    # Its output is the Prometheus text exposition format (docs/watch.md), not a listing.
+    "podstore metrics",
 }
 
 

@@ -93,10 +93,10 @@ def count(path: Path, table: str) -> int:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["upgrade", "9999"], "unknown revision '9999' (known: base, 0001, 0002, 0003"),
+        (["upgrade", "9999"], "unknown revision '9999' (known: base, 0001, 0002, 0003, 0004"),
         (["downgrade", "9999"], "unknown revision '9999'"),
         (["downgrade", "nonsense"], "unknown revision 'nonsense'"),
-        (["upgrade", "0001"], "revision 0001 is older than the store's revision 0003"),
+        (["upgrade", "0001"], f"revision 0001 is older than the store's revision {HEAD_REVISION}"),
         (["downgrade", "head"], "schema already at"),
     ],
 )
@@ -140,7 +140,7 @@ def test_a_downgrade_that_drops_data_says_what_and_needs_yes(
     assert out.returncode == 1
     assert out.stdout == ""
     lines = out.stderr.splitlines()
-    assert lines[0] == "podstore: error: downgrading from 0003 to 0001 would drop:"
+    assert lines[0] == f"podstore: error: downgrading from {HEAD_REVISION} to 0001 would drop:"
     assert f"  table allocation_events ({events:,} rows)" in lines
     assert f"  table response_envs ({envs:,} rows)" in lines
     assert "  1 row of table store_meta: key=store_id" in lines
@@ -152,7 +152,7 @@ def test_a_downgrade_that_drops_data_says_what_and_needs_yes(
         assert store.store_id == store_id
     out = run("--db", node, "migrate", "downgrade", "0001", "--yes", cwd=node.parent)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "schema at 0001 (was 0003)\n"
+    assert out.stdout == f"schema at 0001 (was {HEAD_REVISION})\n"
     assert revision(node) == "0001"
     assert count(node, "allocations") == 12  # the 0001 tables keep their rows
 
@@ -175,10 +175,10 @@ def test_backup_before_a_migration(run: Callable[..., Ran], node: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith("backed up ")
-    assert out.stdout.splitlines()[1] == "schema at 0002 (was 0003)"
+    assert out.stdout.splitlines()[1] == f"schema at 0002 (was {HEAD_REVISION})"
     assert backup.stat().st_mode & 0o777 == 0o600
     assert not Path(f"{backup}-wal").exists()  # self-contained
-    assert revision(backup) == "0003"
+    assert revision(backup) == HEAD_REVISION
     with PodStore.open(backup, readonly=True) as copy:
         assert copy.store_id == store_id
         assert copy.to_checkpoint_data() == entries

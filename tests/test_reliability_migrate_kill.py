@@ -140,7 +140,7 @@ def _combination(
     assert kinds and kinds[0] == "t" and kinds[-1] == "c", kinds
     assert filled.outcome(db, stores, start) == "new"
     if mode == "cli":
-        assert f"D schema at {stores.head}" in lines, lines
+        assert f"D schema at {stores.head} (was {start.revision})" in lines, lines
 
     stops = _stop_points(kinds, rng, kills // 2 + 1)
     firsts = len(stops) - max(kills // 2 + 1 - 5, 0)  # one stop at each kind of step

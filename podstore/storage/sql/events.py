@@ -11,12 +11,20 @@ from collections.abc import Iterable
 # never handed out twice although allocation_events has no AUTOINCREMENT.
 _SEQ_FLOOR_KEY = "history_seq_floor"
 
+# The newest seq ever handed out (0 before the first event), pruned or not: the newest kept
+# event or the floor prune_history left, whichever is higher.
+_HIGH_WATER_EXPR = f"""
+    max(coalesce((SELECT seq FROM allocation_events ORDER BY seq DESC LIMIT 1), 0),
+        coalesce((SELECT CAST(value AS INTEGER) FROM store_meta
+                  WHERE key = '{_SEQ_FLOOR_KEY}'), 0))
+"""
+#: The newest seq ever handed out; what shipping compares the fleet's ``last_seq`` with.
+HIGH_WATER = f"SELECT {_HIGH_WATER_EXPR}"
+
 # The last seq handed out and the last event's time: two probes of the rowid B-tree's end and
 # one of store_meta, nothing written.
 LAST = f"""
-    SELECT max(coalesce((SELECT seq FROM allocation_events ORDER BY seq DESC LIMIT 1), 0),
-               coalesce((SELECT CAST(value AS INTEGER) FROM store_meta
-                         WHERE key = '{_SEQ_FLOOR_KEY}'), 0)),
+    SELECT {_HIGH_WATER_EXPR},
            (SELECT ts FROM allocation_events ORDER BY seq DESC LIMIT 1)
 """
 SET_SEQ_FLOOR = f"""

@@ -2,18 +2,18 @@
 events after a ``seq``, and where the numbering stands. (The snapshot of the current state
 that heals a gap reads the entries with ``storage/entries.read_entries``.)
 
-Event numbers are dense: ``storage/events.Pending`` gives each event the number after the
-newest ever assigned (``sqlite_sequence``, which a rolled-back transaction leaves as it was),
-so every number up to :data:`HIGH_WATER` was an event, and a number missing below it is an
-event ``prune_history`` removed.
+Event numbers are dense: ``storage/events`` gives each event the number after the newest ever
+handed out (the newest kept event, or the floor ``prune_history`` leaves in ``store_meta``;
+both roll back with a failed transaction), so every number up to :data:`HIGH_WATER` was an
+event, and a number missing below it is an event ``prune_history`` removed.
 """
 
 from __future__ import annotations
 
-#: The newest seq ever assigned (0 before the first event), pruned or not.
-HIGH_WATER = """
-    SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'allocation_events'), 0)
-"""
+from podstore.storage.sql import events
+
+#: The newest seq ever handed out (0 before the first event), pruned or not.
+HIGH_WATER = events.HIGH_WATER
 
 #: Up to ``limit`` events after ``seq``, oldest first: (seq, ts, op, pod_uid, container,
 #: resource, device_ids).
