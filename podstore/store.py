@@ -342,13 +342,11 @@ class PodStore:
         A resource whose entries all lack a response still appears, with an empty set.
         """
         out: dict[str, set[str]] = {}
-        for resource, device_id in self._rows(q.DEVICES):
-            devs = out.get(resource)
-            if devs is None:
-                devs = out[resource] = set()
-            devs.add(device_id)
-        for devs in out.values():
-            devs.discard(None)  # an entry without devices gave a NULL row
+        with self._sessions.snapshot() as conn:
+            for (resource,) in conn.execute(q.RESOURCES).fetchall():
+                (ids,) = conn.execute(q.RESOURCE_DEVICES_JSON, (resource,)).fetchone()
+                devs = out[resource] = set(json.loads(ids))
+                devs.discard(None)  # an entry without devices gave a NULL
         return out
 
     def get_container_devices(

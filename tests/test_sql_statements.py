@@ -68,7 +68,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_there_are_statements_to_check() -> None:
     names = {n.split(".", 1)[1] for n in STATEMENTS}
-    assert {"PODS", "CONTAINER_DEVICES", "DEVICES", "ENTRIES_WITH_RESPONSE"} <= names
+    assert {"PODS", "CONTAINER_DEVICES", "RESOURCE_DEVICES_JSON", "ENTRIES_WITH_RESPONSE"} <= names
     assert {"OWNERS_AT", "PRUNE", "INSERT_EVENT", "RUN_OPTIONS_FOR_CONTAINER"} <= names
     assert {"ORPHAN_CONTAINERS", "INSERT_ENV", "OWNERS_NOW"} <= names
     assert {"PAIR", "CHANGED_DEVICES", "CHANGED_RESPONSES", "CHANGED_REGISTERED"} <= names

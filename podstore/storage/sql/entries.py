@@ -137,13 +137,17 @@ REMOVE_CONTAINER_RESOURCES = f"""
     )
 """
 
-# devices(): every resource appears; its devices count only where a response exists. No
-# GROUP BY: the caller collects into sets, and sorting every device row in a temp B-tree cost
-# half of the call (docs/performance.md).
-DEVICES = """
-    SELECT a.resource, d.device_id
+# devices(): every resource appears; its devices count only where a response exists. One
+# aggregate per resource (a node has a handful): the device IDs come back as one JSON array
+# that the caller turns into a set in C, instead of one Python row per device (1.6-1.8x
+# faster at every size), and with no GROUP BY, whose temp B-tree sorted every device row
+# (docs/performance.md). A NULL in the array is an entry without devices.
+RESOURCES = "SELECT DISTINCT resource FROM allocations"
+RESOURCE_DEVICES_JSON = """
+    SELECT json_group_array(d.device_id)
     FROM allocations a
     LEFT JOIN allocation_devices d ON d.allocation_id = a.id AND a.alloc_resp IS NOT NULL
+    WHERE a.resource = ?
 """
 
 # device_run_container_options: the container's stored responses, resources in byte order (no
