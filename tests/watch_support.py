@@ -275,7 +275,21 @@ def canonical_event(ev: Any) -> Event:
 
 
 def store_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]]:
-    """The store's entries and registered devices, canonical (order-free)."""
+    """The store's entries and registered devices, canonical (order-free).
+
+    The null flags come from ``query`` (a connection of its own) and the entries from the
+    API: two snapshots. A follower may commit between them, so the state is read until two
+    reads in a row agree (a sync changes the store once per file, never back and forth)."""
+    previous = None
+    while True:
+        current = _read_state(store)
+        if current is not None and current == previous:
+            return current
+        previous = current
+
+
+def _read_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]] | None:
+    """One read, or None when it was torn by a commit between its snapshots."""
     # A restored null AllocResp reads as b"" through the API (kubelet's toCheckpointData);
     # the store keeps the null for export, and a sync must carry it over from the file.
     null_flag = {
@@ -288,14 +302,19 @@ def store_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]]:
     entries = {}
     for e in store.to_checkpoint_data():
         key = (e.pod_uid, e.container_name, e.resource_name)
+        if key not in null_flag:
+            return None
         if null_flag[key]:
-            assert e.alloc_resp == b"", e
+            if e.alloc_resp != b"":
+                return None
             e = PodDevicesEntry(e.pod_uid, e.container_name, e.resource_name, e.device_ids, None)
         entries[key] = canonical_entry(e)
     reg = store.query("SELECT resource, is_null FROM registered_resources").rows
     registered: dict[str, Any] = {}
     stored = store.registered_devices()
     for resource, is_null in reg:
+        if not is_null and resource not in stored:
+            return None
         registered[resource] = None if is_null else tuple(sorted(stored[resource]))
     return entries, registered
 
