@@ -2,7 +2,8 @@
 
 Writes ``<out>/latest.json`` and ``<out>/latest.md`` (default ``bench/results``) and the plot
 ``docs/perf-scaling.png``; prints the tables and a PASS/MISS line per target. Exit status 0
-even when a target is missed (the numbers are the output); 2 on bad usage.
+even when a target is missed (the numbers are the output); 1 when the contenders' answers
+differed (written, but not comparable); 2 on bad usage.
 
 ``python -m bench --check`` measures nothing: it exits 1 when the committed results were
 measured on another source tree than the current ``podstore/`` (bench/digest.py); CI runs it.
@@ -178,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             log("matplotlib is not installed: no plot (pip install matplotlib)")
     missed = sum(1 for t in verdicts if t.passed is False)
     log(f"done in {meta['duration_s']:.0f}s: {len(verdicts) - missed} targets met, {missed} missed")
+    # A contender that answered differently measured other work: its ratios mean nothing.
+    differ = [c for s in results.get("sizes", []) for c in s.get("checks", [])]
+    differ += (results.get("fixture") or {}).get("checks", [])
+    if differ:
+        log(f"answer checks failed ({len(differ)}): {'; '.join(differ)}")
+        return 1
     return 0
 
 

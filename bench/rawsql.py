@@ -14,6 +14,7 @@ Settings as podstore's: WAL, ``synchronous=FULL``, foreign keys on, in-memory te
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -136,11 +137,15 @@ def shape_pod_devices(rowsets: list[list[Any]]) -> set[str]:
 
 
 def shape_devices(rowsets: list[list[Any]]) -> dict[str, set[str]]:
+    # BEGIN, the resources, one JSON array of device IDs per resource, COMMIT.
+    filled = [rows for rows in rowsets if rows]
+    if not filled:
+        return {}
+    resources, arrays = filled[0], filled[1:]
     out: dict[str, set[str]] = {}
-    for resource, device_id in _last(rowsets):
-        devs = out.setdefault(resource, set())
-        if device_id is not None:
-            devs.add(device_id)
+    for (resource,), [(ids,)] in zip(resources, arrays, strict=True):
+        devs = out[resource] = set(json.loads(ids))
+        devs.discard(None)
     return out
 
 
