@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import os
 import random
-import selectors
 import signal
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness.figures import report
-from harness.paths import script
+from harness.forkserver import ForkServer
 from watch_support import (
     State,
     canonical_event,
@@ -45,48 +43,6 @@ from podstore.storage.selfcheck import check_connection
 
 ROUNDS = int(os.environ.get("PODSTORE_WATCH_KILLS", "110"))
 SEED = int(os.environ.get("PODSTORE_WATCH_KILL_SEED", "20261203"))
-
-
-class ForkServer:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            script("watch_follower.py"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
-        )
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        self._sel = selectors.DefaultSelector()
-        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self._buf = b""
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((line + "\n").encode())
-        self.proc.stdin.flush()
-
-    def line(self, prefix: str, timeout: float = 60.0) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\n" in self._buf:
-                raw, self._buf = self._buf.split(b"\n", 1)
-                text = raw.decode()
-                if text.startswith(prefix):
-                    return text
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._sel.select(left):
-                raise AssertionError(f"no {prefix!r} line from the fork server")
-            chunk = os.read(self.proc.stdout.fileno(), 65536)
-            if not chunk:
-                raise AssertionError(f"fork server exited ({self.proc.poll()})")
-            self._buf += chunk
-
-    def close(self) -> None:
-        try:
-            self.send("quit")
-            self.proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):  # pragma: no cover
-            self.proc.kill()
-            self.proc.wait()
 
 
 def explained(
@@ -139,7 +95,7 @@ def test_kill9_never_loses_or_duplicates_an_event(tmp_path: Path) -> None:
         "before_schema": 0,
     }
     started = time.monotonic()
-    server = ForkServer()
+    server = ForkServer("watch_follower.py")
     try:
         for _ in range(ROUNDS):
             stats["rounds"] += 1
@@ -151,7 +107,7 @@ def test_kill9_never_loses_or_duplicates_an_event(tmp_path: Path) -> None:
                 current.write(cp)
                 written.append(current)
             server.send(f"run {db} {cp}")
-            pid = int(server.line("p ").split()[1])
+            pid = int(server.until_line("p ")[1].split()[1])
             for _ in range(rng.randint(0, 3)):
                 time.sleep(rng.uniform(0, 0.04))
                 current = mutate(rng, current, rng.randint(1, 40))
@@ -159,7 +115,7 @@ def test_kill9_never_loses_or_duplicates_an_event(tmp_path: Path) -> None:
                 written.append(current)
             time.sleep(rng.uniform(0, 0.05))
             os.kill(pid, signal.SIGKILL)
-            code = int(server.line(f"x {pid} ").split()[2])
+            code = int(server.until_line(f"x {pid} ")[1].split()[2])
             assert code == -signal.SIGKILL, f"the follower exited by itself ({code})"
             stats["kills"] += 1
             stats["files"] += len(written) - 1

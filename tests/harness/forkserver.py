@@ -1,4 +1,5 @@
-"""The kill harnesses' fork server (tests/harness/kill_writer.py), driven line by line.
+"""The kill harnesses' fork servers (tests/harness/kill_writer.py, watch_follower.py), driven
+line by line.
 
 The test sends one command line per round and reads the server's lines with deadlines; see
 kill_writer.py for the protocol.
@@ -15,11 +16,12 @@ from harness.paths import script
 
 
 class ForkServer:
-    """The kill_writer fork server and a line reader with deadlines."""
+    """A fork server (by default kill_writer's; watch_follower.py for the follower's kills) and
+    a line reader with deadlines."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "kill_writer.py") -> None:
         self.proc = subprocess.Popen(
-            script("kill_writer.py"),
+            script(name),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
