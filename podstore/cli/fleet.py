@@ -13,13 +13,13 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from podstore.cli.common import parse_time
-from podstore.cli.output import emit, output_option
-from podstore.cli.sql import _param, _unique
+from podstore.cli.output import F, emit, output_option
+from podstore.cli.sql import param_option, unique_columns
 
 if TYPE_CHECKING:
     from podstore.types import QueryResult
@@ -35,9 +35,6 @@ def fleet_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     if not url:
         raise click.BadParameter(f"give a postgresql:// URL or set ${URL_ENV}")
     return url
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def url_option(*names: str) -> Callable[[F], F]:
@@ -73,7 +70,7 @@ def _plain(value: Any, fmt: str) -> Any:
 
 
 def emit_result(result: QueryResult, fmt: str) -> None:
-    columns = _unique(result.columns)
+    columns = unique_columns(result.columns)
     rows = [dict(zip(columns, (_plain(v, fmt) for v in row), strict=True)) for row in result.rows]
     emit(rows, columns, fmt)
 
@@ -138,15 +135,7 @@ def owners(device_id: str, url: str, node: str | None, at: str | None, output: s
 @fleet.command("sql")
 @click.argument("query")
 @url_option("--url")
-@click.option(
-    "-p",
-    "--param",
-    "params",
-    multiple=True,
-    metavar="NAME=VALUE",
-    callback=_param,
-    help="Bind :NAME to VALUE (sent as text of unknown type; PostgreSQL infers it). Repeatable.",
-)
+@param_option("sent as text of unknown type; PostgreSQL infers it")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.001),

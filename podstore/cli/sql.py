@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from podstore.cli.context import Context
-from podstore.cli.output import emit, output_option
+from podstore.cli.output import F, emit, output_option
 
 
-def _param(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+def _params(_ctx: click.Context, _p: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
     params: dict[str, str] = {}
     for item in values:
         name, sep, value = item.partition("=")
@@ -21,7 +22,21 @@ def _param(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return params
 
 
-def _unique(columns: tuple[str, ...]) -> list[str]:
+def param_option(binding: str) -> Callable[[F], F]:
+    """``-p/--param NAME=VALUE`` (repeatable) into a dict ``params``; ``binding`` says how the
+    database types the values (``podstore sql`` and ``podstore fleet sql``)."""
+    return click.option(
+        "-p",
+        "--param",
+        "params",
+        multiple=True,
+        metavar="NAME=VALUE",
+        callback=_params,
+        help=f"Bind :NAME to VALUE ({binding}). Repeatable.",
+    )
+
+
+def unique_columns(columns: tuple[str, ...]) -> list[str]:
     """Column names made unique (``id``, ``id_2``), so no value is lost in a keyed row."""
     seen: dict[str, int] = {}
     out: list[str] = []
@@ -45,15 +60,7 @@ DEFAULT_TIMEOUT = 5.0
 
 @click.command()
 @click.argument("query")
-@click.option(
-    "-p",
-    "--param",
-    "params",
-    multiple=True,
-    metavar="NAME=VALUE",
-    callback=_param,
-    help="Bind :NAME to VALUE (text; SQLite applies column affinity). Repeatable.",
-)
+@param_option("text; SQLite applies column affinity")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
@@ -91,5 +98,5 @@ def sql(
     """
     store = ctx.store(readonly=True)
     with store.stream(query, params, timeout=timeout or None, max_rows=max_rows) as rows:
-        columns = _unique(rows.columns)
+        columns = unique_columns(rows.columns)
         emit((dict(zip(columns, map(_value, row), strict=True)) for row in rows), columns, output)
