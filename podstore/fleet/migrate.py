@@ -8,16 +8,15 @@ leaves the previous schema.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podstore.errors import FleetError
 from podstore.fleet import db
 from podstore.fleet.sql import ADVISORY_LOCK, REVISION, VERSION_TABLE_EXISTS
 from podstore.fleet.urls import FleetURL, resolve
+from podstore.sqlite.migrate import head_of, scripts_at, scripts_location
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -27,17 +26,7 @@ _LOCK_ID = 0x706F_6473_746F_7265  # "podstore"
 
 
 def migrations_dir() -> str:
-    spec = importlib.util.find_spec("podstore.fleet.migrations")
-    if spec is None or not spec.submodule_search_locations:
-        raise FleetError("podstore.fleet.migrations is not installed; reinstall podstore")
-    return str(next(iter(spec.submodule_search_locations)))
-
-
-@functools.cache
-def _script_directory() -> Any:
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory(migrations_dir())
+    return scripts_location("podstore.fleet.migrations", FleetError)
 
 
 #: The newest revision under fleet/migrations/versions: ``ship`` and the reads check the
@@ -48,9 +37,7 @@ HEAD_REVISION = "f0001"
 
 def head_revision() -> str:
     """The newest central schema revision, from the scripts (loads Alembic)."""
-    head = _script_directory().get_current_head()
-    assert isinstance(head, str)
-    return head
+    return head_of(scripts_at(migrations_dir()))
 
 
 def current_revision(conn: sqlalchemy.Connection) -> str | None:

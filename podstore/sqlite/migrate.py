@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from podstore.errors import SchemaError, StoreCorruptError
+from podstore.errors import PodStoreError, SchemaError, StoreCorruptError
 from podstore.sqlite.connection import (
     ConnectOptions,
     connect,
@@ -29,26 +29,41 @@ if TYPE_CHECKING:
     import sqlalchemy
 
 
-def migrations_dir() -> str:
-    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder)."""
-    spec = importlib.util.find_spec("podstore.migrations")
+def scripts_location(package: str, error: type[PodStoreError] = SchemaError) -> str:
+    """Where the Alembic scripts shipped as ``package`` are installed (node or fleet)."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise SchemaError("podstore.migrations is not installed; reinstall podstore")
+        raise error(f"{package} is not installed; reinstall podstore")
     return str(next(iter(spec.submodule_search_locations)))
 
 
 @functools.cache
-def script_directory() -> Any:
+def scripts_at(location: str) -> Any:
+    """Alembic's ScriptDirectory of ``location``, loaded once per process."""
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory(migrations_dir())
+    return ScriptDirectory(location)
+
+
+def head_of(scripts: Any) -> str:
+    """The single head revision of a ScriptDirectory."""
+    head = scripts.get_current_head()
+    assert isinstance(head, str)
+    return head
+
+
+def migrations_dir() -> str:
+    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder)."""
+    return scripts_location("podstore.migrations")
+
+
+def script_directory() -> Any:
+    return scripts_at(migrations_dir())
 
 
 def head_revision() -> str:
     """The newest schema revision this podstore knows."""
-    head = script_directory().get_current_head()
-    assert isinstance(head, str)
-    return head
+    return head_of(script_directory())
 
 
 def alembic_config(connection: sqlalchemy.Connection | None = None) -> Any:
