@@ -1,7 +1,9 @@
-"""File-system durability helpers shared by the store and the checkpoint writer."""
+"""File-system durability helpers shared by the store, the checkpoint writer and the metrics
+textfile."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -20,3 +22,45 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def replace_file(
+    path: str | os.PathLike[str], data: bytes | bytearray | memoryview, mode: int
+) -> None:
+    """Replace the file at ``path`` with ``data`` atomically and durably, with ``mode``.
+
+    Writes a fresh temporary file whose name starts with ``.`` and ends with ``.tmp`` in the
+    same directory (kubelet's checkpoint listing and node_exporter's ``*.prom`` glob both skip
+    it), fsyncs it, renames it over ``path`` and fsyncs the directory, so a crash leaves either
+    the old or the new file. The temporary file is removed on any error. Raises OSError.
+    """
+    target = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(target)
+    fd, tmp = _create_temp(directory, name)
+    try:
+        try:
+            os.fchmod(fd, mode)  # exact, whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        tmp = ""
+        fsync_directory(directory)
+    finally:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file in {directory}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 
@@ -14,7 +13,7 @@ from podstore.errors import (
     CheckpointNotFoundError,
     InvalidInputError,
 )
-from podstore.fsutil import fsync_directory
+from podstore.fsutil import replace_file
 
 #: Files larger than this are refused before they are read (256 MiB).
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -93,37 +92,8 @@ def write_checkpoint_file(
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidInputError(f"data must be bytes, not {type(data).__name__}")
-    target = os.path.abspath(os.fspath(path))
-    directory, name = os.path.split(target)
-    tmp = ""
     try:
-        fd, tmp = _create_temp(directory, name)
-        try:
-            os.fchmod(fd, 0o600)  # exact, whatever the umask
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        tmp = ""
-        fsync_directory(directory)
+        replace_file(path, data, 0o600)
     except OSError as e:
+        target = os.path.abspath(os.fspath(path))
         raise CheckpointError(f"{target}: cannot write checkpoint: {e.strerror or e}") from e
-    finally:
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
-def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
-        try:
-            return os.open(tmp, flags, 0o600), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a temporary file in {directory}")

@@ -3,16 +3,14 @@ textfile collector, and the HTTP endpoint of ``podstore watch --metrics-addr``."
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
-import threading
 
 from prometheus_client import generate_latest, start_http_server
 from prometheus_client.registry import CollectorRegistry
 
 from podstore.errors import InvalidInputError, PodStoreError
-from podstore.fsutil import fsync_directory
+from podstore.fsutil import replace_file
 
 #: Where ``--metrics-addr :PORT`` binds: loopback only, unless a host is given.
 DEFAULT_HOST = "127.0.0.1"
@@ -28,23 +26,10 @@ def write_textfile(path: str | os.PathLike[str], registry: CollectorRegistry) ->
     (named so that node_exporter's ``*.prom`` glob skips it), fsync, rename, fsync of the
     directory. Raises PodStoreError when the file cannot be written."""
     data = render(registry)
-    target = os.path.abspath(os.fspath(path))
-    directory, name = os.path.split(target)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        fsync_directory(directory)
+        replace_file(path, data, 0o644)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        target = os.path.abspath(os.fspath(path))
         raise PodStoreError(f"{target}: cannot write metrics: {exc.strerror or exc}") from None
 
 
