@@ -281,11 +281,14 @@ def store_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]]:
     API: two snapshots. A follower may commit between them, so the state is read until two
     reads in a row agree (a sync changes the store once per file, never back and forth)."""
     previous = None
-    while True:
+    for _ in range(200):
         current = _read_state(store)
         if current is not None and current == previous:
             return current
         previous = current
+    # Never torn by a settled store: an entry flagged null that does not read as b"", or a
+    # store that never stopped changing.
+    raise AssertionError(f"the store's state never read the same twice: {previous!r}")
 
 
 def _read_state(store: PodStore) -> tuple[dict[Key, Any], dict[str, Any]] | None:

@@ -59,13 +59,13 @@ def forget_schema(url: FleetURL) -> None:
     _checked.discard((os.getpid(), url.url))
 
 
-def check_schema(conn: sqlalchemy.Connection, url: FleetURL, *, cached: bool = False) -> None:
+def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
     """Raise FleetError unless the central schema is at this podstore's head revision.
 
-    ``cached``: once a database passed, this process does not ask again (a watcher ships
-    every few seconds; a schema changed under it makes its statements fail instead)."""
+    Once a database passed, this process does not ask again (a watcher ships every few
+    seconds; a schema changed under it makes its statements fail instead)."""
     key = (os.getpid(), url.url)
-    if cached and key in _checked:
+    if key in _checked:
         return
     rev = current_revision(conn)
     head = HEAD_REVISION
@@ -121,8 +121,7 @@ def init(url: str | FleetURL | None) -> InitReport:
     """Create the central schema, or upgrade it to the head revision; a database already at
     head is left as it is. Raises FleetUnavailableError, or FleetError when the database
     holds a revision this podstore does not know."""
-    target = resolve(url)
-    return _run(target, "upgrade", "head")
+    return upgrade(url)
 
 
 def upgrade(url: str | FleetURL | None, revision: str = "head") -> InitReport:

@@ -81,7 +81,7 @@ def _read_only(
 
 def _checked_read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
     with db.transaction(url) as conn:
-        migrate.check_schema(conn, url, cached=True)
+        migrate.check_schema(conn, url)
     return _read_only(url, sql, params, DEFAULT_TIMEOUT)
 
 

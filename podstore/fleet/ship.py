@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import groupby
@@ -40,7 +40,7 @@ from podstore.fleet.urls import FleetURL, resolve
 from podstore.rules import validate
 from podstore.rules.times import format_ts
 from podstore.sqlite.connection import ConnectOptions, connect
-from podstore.sqlite.translate import translated_errors
+from podstore.sqlite.sessions import read_transaction
 from podstore.storage import entries as entry_store
 from podstore.storage.events import numa_json
 from podstore.storage.sql import ship as node_sql
@@ -94,20 +94,8 @@ class _Snapshot:
     kept_devices: list[tuple[int, str]]
 
 
-@contextmanager
-def _read(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One read transaction on the node's read-only connection: a consistent view."""
-    with translated_errors():
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-
-
 def _read_batch(conn: sqlite3.Connection, after: int, limit: int) -> _Batch:
-    with _read(conn):
+    with read_transaction(conn):
         high_water = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
         events: list[EventRow] = conn.execute(node_sql.EVENTS_AFTER, (after, limit)).fetchall()
         devices: list[tuple[int, str]] = (
@@ -128,7 +116,7 @@ def _has_gap(batch: _Batch, after: int, limit: int) -> bool:
 
 
 def _read_snapshot(conn: sqlite3.Connection, after: int) -> _Snapshot:
-    with _read(conn):
+    with read_transaction(conn):
         at_seq = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
         entries = [
             (e.pod_uid, e.container_name, e.resource_name, numa_json(e.device_ids))
@@ -285,7 +273,9 @@ def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: 
     for start in range(0, len(snap.kept), DEFAULT_BATCH):
         chunk = snap.kept[start : start + DEFAULT_BATCH]
         lo, hi = chunk[0][0], chunk[-1][0]
-        devices = [d for d in snap.kept_devices if lo <= d[0] <= hi]
+        # kept_devices is in seq order (EVENT_DEVICES_BETWEEN): slice it, never rescan it.
+        first = bisect_left(snap.kept_devices, lo, key=itemgetter(0))
+        devices = snap.kept_devices[first : bisect_right(snap.kept_devices, hi, key=itemgetter(0))]
         inserted += _run_batch(pg, store_id, snap.at_seq, chunk, devices)
     return inserted
 
@@ -308,14 +298,11 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
     try:
         # One pooled connection for the whole call, one transaction per batch.
         with db.connection(target) as pg:
-            checked = False
             while True:
                 # What this batch did counts once its transaction has committed.
                 shipped = batches = snapshots = missing = 0
                 with pg.begin():
-                    if not checked:
-                        migrate.check_schema(pg, target, cached=True)
-                        checked = True
+                    migrate.check_schema(pg, target)  # asks the database once per process
                     params = {"store_id": store_id, "node": node}
                     last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())
                     batch = _read_batch(conn, last, batch_size)

@@ -100,16 +100,12 @@ class Sessions:
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """A consistent read over several statements (or the open write transaction)."""
         conn = self.conn()
-        with translated_errors():
-            if self._local.depth or conn.in_transaction:
+        if self._local.depth or conn.in_transaction:
+            with translated_errors():
                 yield conn
-                return
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
+            return
+        with read_transaction(conn):
+            yield conn
 
     # ---- the background integrity check (open(verify="background")) ------------------------
 
@@ -216,6 +212,19 @@ class _Write:
             state.depth = state.depth - 1 if name is not None else 0
         if isinstance(exc, sqlite3.Error):
             _raise_translated(exc)
+
+
+@contextmanager
+def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One read transaction on ``conn`` (a consistent view over several statements); sqlite3
+    errors inside become podstore errors."""
+    with translated_errors():
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
 
 
 def _raise_translated(exc: sqlite3.Error) -> NoReturn:

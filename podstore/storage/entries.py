@@ -384,8 +384,16 @@ def current_entries(
 
 def current_registered(conn: sqlite3.Connection) -> dict[str, list[str] | None]:
     """resource → registered device list (None where the checkpoint had null)."""
+    return registered_from_rows(conn.execute(sql.REGISTERED))
+
+
+def registered_from_rows(
+    rows: Iterable[tuple[str, int, str | None]],
+) -> dict[str, list[str] | None]:
+    """resource → device list from (resource, is_null, device_id) rows in position order, a
+    resource without devices giving one row with a NULL device_id."""
     out: dict[str, list[str] | None] = {}
-    for resource, is_null, device_id in conn.execute(sql.REGISTERED):
+    for resource, is_null, device_id in rows:
         if is_null:
             out[resource] = None
             continue

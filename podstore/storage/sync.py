@@ -320,14 +320,7 @@ def _sync_registered(
     conn.executemany(
         sql.LOAD_REGISTERED_DEVICE, [(r, d) for r, ids in wanted.items() for d in ids or ()]
     )
-    gone: dict[str, list[str] | None] = {}
-    for resource, is_null, device_id in conn.execute(sql.UNREGISTERED).fetchall():
-        if is_null:
-            gone[resource] = None
-        else:
-            lst = gone.setdefault(resource, [])
-            if device_id is not None and lst is not None:
-                lst.append(device_id)
+    gone = entries.registered_from_rows(conn.execute(sql.UNREGISTERED).fetchall())
     changed = [r for (r,) in conn.execute(sql.CHANGED_REGISTERED).fetchall()]
     if gone:
         pending = events.Pending()

@@ -155,10 +155,6 @@ class Follower:
         self._stopping = True
         self.wakeup.ring()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
     def run(self, *, on_start: Callable[[], None] | None = None) -> None:
         """Sync now, then whenever the file changes, until :meth:`stop`."""
         trigger = FileTrigger(self.path, self.wakeup.ring)

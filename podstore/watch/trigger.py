@@ -47,8 +47,8 @@ class FileTrigger:
     """Rings ``wake`` when the file at ``path`` may have changed.
 
     ``start`` raises nothing: when file events cannot be had (watchdog missing, inotify
-    limits, a file system without events) it logs once and :attr:`events` stays False, and
-    the follower's polling carries on alone.
+    limits, a file system without events) it logs once and the follower's polling carries
+    on alone.
     """
 
     def __init__(self, path: str, wake: Callable[[], None]) -> None:
@@ -60,7 +60,6 @@ class FileTrigger:
         self._armed: str | None = None
         self._lock = threading.Lock()
         self._rearm = False
-        self.events = False
 
     def start(self) -> None:
         try:
@@ -76,7 +75,6 @@ class FileTrigger:
             log.warning("file events unavailable (%s); polling only", exc)
             return
         self._observer = observer
-        self.events = True
         self.refresh()
 
     def stop(self) -> None:
@@ -84,11 +82,6 @@ class FileTrigger:
         if observer is not None:
             observer.stop()
             observer.join(timeout=5)
-
-    @property
-    def armed(self) -> str | None:
-        """The directory watched now (the file's own, or an ancestor while it is missing)."""
-        return self._armed
 
     def refresh(self) -> bool:
         """Move the watch to the deepest existing directory on the path; True if it moved
