@@ -158,9 +158,7 @@ def watch(
             try:
                 shipper.call()
             except Exception as exc:
-                log.error(
-                    "%s failed: %s", shipper.name, scrub(str(exc), url_password(ship_to or ""))
-                )
+                log.error("%s failed: %s", shipper.name, shipper.describe(exc))
                 sys.exit(1)
         sys.exit(0 if outcome.ok else 1)
 

@@ -39,7 +39,7 @@ class RetryingHook:
         self.name = name
         self.first_delay = first_delay
         self.max_delay = max_delay
-        self._describe = describe
+        self.describe = describe
         self._pending = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -81,7 +81,7 @@ class RetryingHook:
                 self._hook()
             except Exception as exc:  # the hook is another package's code: never die of it
                 self.failures += 1
-                problem = self._describe(exc)
+                problem = self.describe(exc)
                 if problem != self._problem:
                     log.error(
                         "%s failed (retrying, backing off up to %.0f s): %s",
