@@ -85,6 +85,9 @@ def shared() -> Iterator[Path]:
         sqlite3.connect(store).close()
         os.chmod(store, 0o644)
         assert sorted(p.name for p in top.iterdir()) == ["node.db"]
+        # The checkout itself may be private (a clone in a 0700 temp dir): nobody reads a copy.
+        shutil.copy(EXAMPLE, top / EXAMPLE.name)
+        os.chmod(top / EXAMPLE.name, 0o644)
         yield top
     finally:
         shutil.rmtree(top)
@@ -105,7 +108,7 @@ READS = [
     ["verify"],
     ["migrate", "current"],
     ["migrate", "history"],
-    ["verify-checkpoint", str(EXAMPLE)],
+    ["verify-checkpoint", "{example}"],  # the copy in the shared directory
 ]
 
 
@@ -116,6 +119,7 @@ def test_a_non_owner_with_read_permission_can_run_every_read_command(
     store = shared / "node.db"
     assert not os.access(shared, os.W_OK) or os.geteuid() == 0  # root could; nobody cannot
     before = tree(shared)
+    args = [a.replace("{example}", str(shared / EXAMPLE.name)) for a in args]
     out = as_nobody("--db", str(store), *args, cwd=Path("/"))
     assert out.returncode == 0, out.stderr
     assert out.stderr == "" or args[0] == "run-options"  # run-options: conflicts, on purpose
@@ -126,7 +130,8 @@ def test_a_non_owner_with_read_permission_can_run_every_read_command(
 
 def test_that_user_really_cannot_write_the_store(shared: Path) -> None:
     before = tree(shared)
-    denied = as_nobody("--db", str(shared / "node.db"), "import", str(EXAMPLE), cwd=Path("/"))
+    example = str(shared / EXAMPLE.name)
+    denied = as_nobody("--db", str(shared / "node.db"), "import", example, cwd=Path("/"))
     assert denied.returncode == 1
     assert denied.stderr.startswith("podstore: error:")
     assert "not writable" in denied.stderr

@@ -8,6 +8,7 @@ leaves the previous schema.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 _LOCK_ID = 0x706F_6473_746F_7265  # "podstore"
 
 
+@functools.cache
 def migrations_dir() -> str:
     return scripts_location("podstore.fleet.migrations", FleetError)
 

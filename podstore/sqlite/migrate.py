@@ -52,8 +52,10 @@ def head_of(scripts: Any) -> str:
     return head
 
 
+@functools.cache
 def migrations_dir() -> str:
-    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder)."""
+    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder).
+    Looked up once per process: a process that dropped privileges may no longer see it."""
     return scripts_location("podstore.migrations")
 
 
