@@ -34,8 +34,10 @@ import os, sys
 # Everything a command may import lazily, imported while the interpreter is still readable.
 import podstore.cli, podstore.checkpoint, podstore.storage.selfcheck
 import alembic.command, alembic.config, alembic.script, sqlalchemy, yaml, csv, json, difflib
-from podstore.sqlite.migrate import script_directory
-script_directory().walk_revisions()
+from podstore.sqlite.migrate import head_revision, script_directory
+# Read every revision script now (walk_revisions is lazy): nobody may not see the checkout.
+list(script_directory().walk_revisions())
+head_revision()
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
