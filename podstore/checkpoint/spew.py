@@ -1,4 +1,8 @@
-"""Kubelet's checkpoint checksum: FNV-1a 32 of a go-spew ``%#v`` rendering of ``Data.Data``.
+"""Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering.
+
+The device manager's file hashes ``Data.Data`` (below); the CPU and memory managers' files,
+and the DRA manager's first format, hash the whole checkpoint struct through a pointer
+(:func:`render_value`, for any type of :mod:`podstore.checkpoint.gotypes`).
 
 Kubelet renders the decoded ``checkpointData`` value with go-spew (``Sprintf("%#v")``, keys
 sorted, methods disabled) and hashes the UTF-8 text with FNV-1a 32 (kubelet-semantics §6).
@@ -22,9 +26,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fnv_hash_fast import fnv1a_32
 
+from podstore.checkpoint.gotypes import GoType, Int, Map, Ptr, String, Struct, Uint
+from podstore.checkpoint.gotypes import Slice as SliceType
 from podstore.types import PodDevicesEntry
 
 _NIL = b"<nil>"
@@ -140,3 +147,95 @@ def checksum_of(
 ) -> int:
     """Kubelet's checksum of already checked and sanitized values: FNV-1a 32 of :func:`render`."""
     return fnv1a_32(render(entries, registered_devices, version))
+
+
+# -- any value of the node files' Go types (podstore.checkpoint.gotypes) -----------------------
+
+
+def render_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ()) -> str:
+    """go-spew's ``%#v`` of a pointer to ``value`` (a struct of type ``t``), as kubelet's
+    whole-struct checksum renders it: ``(*state.Name){Field:(type)value …}``.
+
+    ``renames`` are applied in order to the first occurrence of each old text, as kubelet's
+    ``strings.Replace(…, 1)`` does to name its versioned types after their first version
+    (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``).
+    """
+    out: list[str] = ["(*", t.name, ")"]
+    _untyped(t, value, out)
+    text = "".join(out)
+    for old, new in renames:
+        text = text.replace(old, new, 1)
+    return text
+
+
+def checksum_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ()) -> int:
+    """FNV-1a 32 of :func:`render_value`: kubelet's whole-struct checksum."""
+    return fnv1a_32(render_value(t, value, renames).encode("utf-8"))
+
+
+def checksum_string(text: str) -> int:
+    """Kubelet's checksum of a Go string (``checksum.New(string)``): go-spew renders the
+    string as ``(string)`` followed by its bytes."""
+    return fnv1a_32(b"(string)" + text.encode("utf-8"))
+
+
+def _typed(t: GoType, v: Any, out: list[str]) -> None:
+    """A struct field's value: its type in parentheses, then the value."""
+    if type(t) is Ptr:
+        out += ("(", t.name, ")")
+        if v is None:
+            out.append("<nil>")
+        else:
+            _untyped(t.elem, v, out)
+        return
+    out += ("(", t.name, ")")
+    _untyped(t, v, out)
+
+
+def _untyped(t: GoType, v: Any, out: list[str]) -> None:
+    """A value whose type go-spew does not print: a map key or value, a slice element, the
+    value behind a pointer, or a field's value after its type."""
+    kind = type(t)
+    if kind is String:
+        out.append(v)
+    elif kind is Int or kind is Uint:
+        out.append(str(v))
+    elif kind is Struct:
+        assert isinstance(t, Struct)
+        out.append("{")
+        sep = ""
+        for f, x in zip(t.fields, v, strict=True):
+            out += (sep, f.name, ":")
+            _typed(f.type, x, out)
+            sep = " "
+        out.append("}")
+    elif v is None:
+        out.append("<nil>")
+    elif kind is Ptr:
+        assert isinstance(t, Ptr)
+        out.append("<*>")
+        _untyped(t.elem, v, out)
+    elif kind is Map:
+        assert isinstance(t, Map)
+        out.append("map[")
+        sep = ""
+        plain = type(t.elem) is String
+        for k in sorted(v):
+            out += (sep, str(k), ":")
+            if plain:
+                out.append(v[k])
+            else:
+                _untyped(t.elem, v[k], out)
+            sep = " "
+        out.append("]")
+    elif kind is SliceType:
+        assert isinstance(t, SliceType)
+        out.append("[")
+        sep = ""
+        for x in v:
+            out.append(sep)
+            _untyped(t.elem, x, out)
+            sep = " "
+        out.append("]")
+    else:  # pragma: no cover - the schemas are fixed
+        raise TypeError(f"no rendering for {t!r}")
