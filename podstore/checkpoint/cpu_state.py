@@ -41,14 +41,14 @@ from podstore.checkpoint.gotypes import (
 )
 from podstore.checkpoint.versions import (
     Layout,
-    decode_layout,
     first_verified,
     has_key,
     parse,
+    read_data_format,
     string_field,
     uint_field,
 )
-from podstore.errors import CheckpointCorruptError, CheckpointFormatError, InvalidInputError
+from podstore.errors import CheckpointFormatError, InvalidInputError
 
 #: The file's name in kubelet's root directory.
 FILE_NAME = "cpu_manager_state"
@@ -235,24 +235,7 @@ _DATA_LAYOUT = Layout("v4 data", DATA, lambda: ["", "", {}, {}], ())
 
 
 def _read_v4(tree: Any, origin: str) -> CPUManagerState:
-    layout = _V4_LAYOUT
-    try:
-        outer = decode_layout(layout, tree)
-    except DecodeError as e:
-        raise CheckpointFormatError(f"{origin}not a cpu manager checkpoint (v4): {e}") from None
-    data, stored = outer[5], outer[6]
-    actual = spew.checksum_string(data)
-    if actual != stored:
-        raise CheckpointCorruptError(
-            stored,
-            actual,
-            f"{origin}cpu manager checkpoint is corrupted: stored dataChecksum {stored}, "
-            f"computed {actual} (format v4; kubelet does not fall back to older formats)",
-        )
-    try:
-        inner = decode_layout(_DATA_LAYOUT, gojson.parse(data))
-    except (DecodeError, gojson.JSONSyntaxError) as e:
-        raise CheckpointFormatError(f"{origin}cpu manager checkpoint data (v4): {e}") from None
+    inner, stored = read_data_format(tree, _V4_LAYOUT, _DATA_LAYOUT, "cpu manager", origin)
     return CPUManagerState(
         policy_name=inner[0],
         default_cpu_set=_cpus(inner[1], "data.defaultCpuSet", origin),

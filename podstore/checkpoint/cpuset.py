@@ -12,6 +12,7 @@ ascending, runs of two or more as ``a-b``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from podstore.checkpoint.gojson import parse_int
@@ -28,12 +29,17 @@ class CPUSetError(InvalidInputError):
     """A CPU list string kubelet would not parse, or one beyond :data:`MAX_CPU_ID`."""
 
 
+def _q(text: str) -> str:
+    # Go's %q, as kubelet's messages quote: double quotes, escapes.
+    return json.dumps(text)
+
+
 def _atoi(text: str, whole: str) -> int:
     n = parse_int(text, 64)
     if n is None:
         body = text[1:] if text[:1] in "+-" else text
         reason = "value out of range" if body.isdigit() and body.isascii() else "invalid syntax"
-        raise CPUSetError(f"invalid cpuset {whole!r}: strconv.Atoi: parsing {text!r}: {reason}")
+        raise CPUSetError(f"invalid cpuset {_q(whole)}: strconv.Atoi: parsing {_q(text)}: {reason}")
     return n
 
 
@@ -48,15 +54,15 @@ def parse_cpuset(text: str) -> frozenset[int]:
         start = _atoi(start_text, text)
         end = _atoi(end_text, text) if dash else start
         if start > end:
-            raise CPUSetError(f"invalid cpuset {text!r}: invalid range {item!r} ({start} > {end})")
+            raise CPUSetError(f"invalid cpuset {_q(text)}: invalid range {_q(item)} ({start} > {end})")
         if end > MAX_CPU_ID:
             raise CPUSetError(
-                f"invalid cpuset {text!r}: CPU id {end} is above the limit {MAX_CPU_ID}"
+                f"invalid cpuset {_q(text)}: CPU id {end} is above the limit {MAX_CPU_ID}"
             )
         budget -= end - start + 1
         if budget < 0:
             raise CPUSetError(
-                f"invalid cpuset {text[:40]!r}...: lists more than {_MAX_LISTED} CPUs in all"
+                f"invalid cpuset {_q(text[:40])}...: lists more than {_MAX_LISTED} CPUs in all"
             )
         if start == end:
             cpus.add(start)

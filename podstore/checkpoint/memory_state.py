@@ -28,7 +28,6 @@ from typing import Any
 
 from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
-from podstore.checkpoint.godecode import DecodeError
 from podstore.checkpoint.goencode import to_json
 from podstore.checkpoint.gotypes import (
     CHECKSUM,
@@ -44,14 +43,14 @@ from podstore.checkpoint.gotypes import (
 )
 from podstore.checkpoint.versions import (
     Layout,
-    decode_layout,
     first_verified,
     has_key,
     parse,
+    read_data_format,
     string_field,
     uint_field,
 )
-from podstore.errors import CheckpointCorruptError, CheckpointFormatError, InvalidInputError
+from podstore.errors import InvalidInputError
 
 #: The file's name in kubelet's root directory.
 FILE_NAME = "memory_manager_state"
@@ -250,26 +249,7 @@ _DATA_LAYOUT = Layout("v3 data", DATA, lambda: ["", {}, {}, {}], ())
 
 
 def _read_v3(tree: Any, origin: str) -> MemoryManagerState:
-    layout = _V3_LAYOUT
-    try:
-        outer = decode_layout(layout, tree)
-    except DecodeError as e:
-        raise CheckpointFormatError(f"{origin}not a memory manager checkpoint (v3): {e}") from None
-    data, stored = outer[4], outer[5]
-    actual = spew.checksum_string(data)
-    if actual != stored:
-        raise CheckpointCorruptError(
-            stored,
-            actual,
-            f"{origin}memory manager checkpoint is corrupted: stored dataChecksum {stored}, "
-            f"computed {actual} (format v3; kubelet does not fall back to older formats)",
-        )
-    try:
-        inner = decode_layout(
-            Layout("v3 data", DATA, lambda: ["", {}, {}, {}], ()), gojson.parse(data)
-        )
-    except (DecodeError, gojson.JSONSyntaxError) as e:
-        raise CheckpointFormatError(f"{origin}memory manager checkpoint data (v3): {e}") from None
+    inner, stored = read_data_format(tree, _V3_LAYOUT, _DATA_LAYOUT, "memory manager", origin)
     return MemoryManagerState(
         policy_name=inner[0],
         machine_state=_machine(inner[1]),

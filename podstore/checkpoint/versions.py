@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podstore.checkpoint import gojson
+from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.godecode import DecodeError, decode, finished
 from podstore.checkpoint.gotypes import Struct
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError
@@ -106,6 +106,38 @@ def first_verified(tree: Any, layouts: Sequence[Layout], what: str, origin: str)
         )
     layout, error = decode_errors[0]
     raise CheckpointFormatError(f"{origin}not a {what} checkpoint ({layout.label}): {error}")
+
+
+def read_data_format(
+    tree: Any, outer: Layout, inner: Layout, what: str, origin: str
+) -> tuple[list[Any], int]:
+    """The 2026 formats (CPU v4, memory v3): ``data`` holds the state as JSON text and
+    ``dataChecksum`` is FNV-1a 32 of ``"(string)"`` + ``data``.
+
+    Follows kubelet's order: decode the whole file (``outer``, whose last two fields are
+    ``data`` and ``dataChecksum``), then ``data`` into ``inner``, then verify. Returns the
+    decoded ``data`` and the stored checksum. Kubelet does not fall back to older formats
+    when any step fails, so neither does this.
+    """
+    label = outer.label
+    try:
+        value = decode_layout(outer, tree)
+    except DecodeError as e:
+        raise CheckpointFormatError(f"{origin}not a {what} checkpoint ({label}): {e}") from None
+    data, stored = value[-2], value[-1]
+    try:
+        state = decode_layout(inner, gojson.parse(data))
+    except (DecodeError, gojson.JSONSyntaxError) as e:
+        raise CheckpointFormatError(f"{origin}{what} checkpoint data ({label}): {e}") from None
+    actual = spew.checksum_string(data)
+    if actual != stored:
+        raise CheckpointCorruptError(
+            stored,
+            actual,
+            f"{origin}{what} checkpoint is corrupted: stored dataChecksum {stored}, computed "
+            f"{actual} (format {label}; kubelet does not fall back to older formats)",
+        )
+    return state, stored
 
 
 def has_key(tree: Any, folded: str) -> bool:
