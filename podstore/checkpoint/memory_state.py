@@ -305,7 +305,9 @@ def dumps_memory_state(state: MemoryManagerState) -> bytes:
     included: ``json.Marshal`` of its checkpoint struct, map keys sorted as Go sorts them.
 
     v3 writes the state as ``data`` with its ``dataChecksum`` beside a v1 copy with the v1
-    checksum, as kubelet does.
+    checksum, as kubelet does. The checksums cover what kubelet will read back: ``entries`` or
+    ``pod_entries`` of ``None`` are written (and hashed) as empty, and a pod's empty block
+    list as nil, since ``omitempty`` writes them alike.
 
     Raises :class:`InvalidInputError` for values of the wrong type or range, or pod entries in
     v1.
@@ -315,8 +317,10 @@ def dumps_memory_state(state: MemoryManagerState) -> bytes:
         raise InvalidInputError(f"version must be 1, 2 or 3, not {version!r}")
     policy = _text(state.policy_name, "policy_name")
     machine = _go_machine(state.machine_state)
-    entries = _go_entries(state.entries)
-    pods = _go_pod_entries(state.pod_entries)
+    # omitempty writes a nil and an empty map alike, and kubelet reads either back as the
+    # empty map it starts from; the checksum must cover what it will read.
+    entries = _go_entries(state.entries) or {}
+    pods = _go_pod_entries(state.pod_entries) or {}
     if version == 1 and pods:
         raise InvalidInputError("pod_entries need version 2 or 3 (v1 has no podEntries)")
     if version == 2:
@@ -440,7 +444,8 @@ def _go_pod_entries(pod_entries: object) -> dict[str, Any] | None:
     pods = _mapping(pod_entries, "pod_entries")
     if pods is None:
         return None
+    # A pod's blocks are omitempty too: empty ones are written as nothing and read back nil.
     return {
-        _text(pod, "pod_entries key"): [_go_blocks(b, f"pod_entries[{pod!r}]")]
+        _text(pod, "pod_entries key"): [_go_blocks(b, f"pod_entries[{pod!r}]") or None]
         for pod, b in pods.items()
     }
