@@ -54,7 +54,9 @@ def parse_cpuset(text: str) -> frozenset[int]:
         start = _atoi(start_text, text)
         end = _atoi(end_text, text) if dash else start
         if start > end:
-            raise CPUSetError(f"invalid cpuset {_q(text)}: invalid range {_q(item)} ({start} > {end})")
+            raise CPUSetError(
+                f"invalid cpuset {_q(text)}: invalid range {_q(item)} ({start} > {end})"
+            )
         if end > MAX_CPU_ID:
             raise CPUSetError(
                 f"invalid cpuset {_q(text)}: CPU id {end} is above the limit {MAX_CPU_ID}"
