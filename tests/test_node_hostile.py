@@ -410,3 +410,33 @@ def test_memory_writer_refuses_bad_values(state: MemoryManagerState, fragment: s
 def test_dra_writer_refuses_bad_values(state: DRAState, fragment: str) -> None:
     with pytest.raises(InvalidInputError, match=fragment):
         dumps_dra_state(state)
+
+
+def test_repeated_keys_decode_over_earlier_values_as_go_does() -> None:
+    """A repeated array decodes element by element over the earlier one (Go issue 21092): a
+    shorter array cuts the slice, a longer one grows it back over the old elements, which keep
+    the fields the new ones do not mention; a repeated map key replaces the whole value."""
+    from podstore.checkpoint.dra_state import V1_STRUCTURED
+    from podstore.checkpoint.versions import Layout, decode_layout, parse
+
+    layout = Layout("test", V1_STRUCTURED, lambda: ["v1", [], 0], ())
+    doc = (
+        '{"entries":[{"ClaimUID":"a","ClaimName":"x"},{"ClaimUID":"b","Namespace":"n"}],'
+        '"entries":[{"ClaimName":"y"}]}'
+    )
+    value = decode_layout(layout, parse(doc, ""))
+    assert [c[:3] for c in value[1]] == [["a", "y", ""]]
+    doc = doc[:-1] + ',"entries":[{},{"ClaimName":"z"}]}'
+    value = decode_layout(layout, parse(doc, ""))
+    assert [c[:3] for c in value[1]] == [["a", "y", ""], ["b", "z", "n"]]
+    doc = (
+        '{"entries":[{"DriverState":{"d":{"Devices":[{"PoolName":"p"}]}}}],'
+        '"entries":[{"DriverState":{"d":{}}}]}'
+    )
+    value = decode_layout(layout, parse(doc, ""))
+    assert value[1][0][4] == {"d": [None]}  # the map value was decoded afresh
+    state = read_memory_state(
+        b'{"entries":{"p":{"c":[{"numaAffinity":[0,1,2],"numaAffinity":[5],"size":1}]}},'
+        b'"checksum":0}'
+    )
+    assert state.entries == {"p": {"c": [MemoryBlock([5], "", 1)]}}

@@ -165,6 +165,8 @@ _LAYOUTS = (
             _rule(V2, "CPUManagerCheckpointV2", "CPUManagerCheckpointV2"),
         ),
         accepts_zero=True,
+        # v2 is v3 without podEntries, which it ignores.
+        from_newer=lambda v3: [v3[0], v3[1], v3[2], v3[4]],
     ),
     Layout(
         "v1",
@@ -256,13 +258,16 @@ def _cpus(text: str, where: str, origin: str) -> frozenset[int]:
 def _entries(
     entries: dict[str, dict[str, str] | None], origin: str, prefix: str = ""
 ) -> dict[str, dict[str, frozenset[int]]]:
-    return {
-        pod: {
-            name: _cpus(text, f"{prefix}entries{key_text(pod)}{key_text(name)}", origin)
-            for name, text in (containers or {}).items()
-        }
-        for pod, containers in entries.items()
-    }
+    out: dict[str, dict[str, frozenset[int]]] = {}
+    for pod, containers in entries.items():
+        inner = out[pod] = {}
+        for name, text in (containers or {}).items():
+            try:
+                inner[name] = parse_cpuset(text)
+            except CPUSetError as e:
+                where = f"{prefix}entries{key_text(pod)}{key_text(name)}"
+                raise CheckpointFormatError(f"{origin}{where}: {e}") from None
+    return out
 
 
 def _pod_entries(pod_entries: dict[str, list[Any]]) -> dict[str, frozenset[int]]:

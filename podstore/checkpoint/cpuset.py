@@ -35,6 +35,8 @@ def _q(text: str) -> str:
 
 
 def _atoi(text: str, whole: str) -> int:
+    if text.isdigit() and text.isascii() and len(text) < 19:
+        return int(text)
     n = parse_int(text, 64)
     if n is None:
         body = text[1:] if text[:1] in "+-" else text

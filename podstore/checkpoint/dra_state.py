@@ -29,7 +29,7 @@ from typing import Any
 
 from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
-from podstore.checkpoint.godecode import DecodeError, decode, finished
+from podstore.checkpoint.godecode import DecodeError, decode, decode_value
 from podstore.checkpoint.goencode import to_json
 from podstore.checkpoint.gotypes import (
     CHECKSUM,
@@ -307,7 +307,7 @@ def dra_state_from_tree(tree: Any, origin: str = "") -> DRAState:
         )
     try:
         inner_tree = gojson.parse(data)
-        inner = finished(_READ_DATA, decode(_READ_DATA, _READ_DATA.zero(), inner_tree))
+        inner = decode_value(_READ_DATA, _READ_DATA.zero(), inner_tree)
     except (DecodeError, gojson.JSONSyntaxError) as e:
         raise CheckpointFormatError(f"{origin}DRA manager checkpoint Data: {e}") from None
     kind, api_version, entries, legacy_entries = inner
@@ -319,7 +319,8 @@ def dra_state_from_tree(tree: Any, origin: str = "") -> DRAState:
     return DRAState(
         claims=None if claims is None else [_claim_of(c) for c in claims],
         entries_key=entries_key,
-        share_ids=_devices_have_share_id(inner_tree),
+        # Only a text that spells the key (in any case) can have it.
+        share_ids="shareid" in data.lower() and _devices_have_share_id(inner_tree),
         kind=kind,
         api_version=api_version,
         checksum=stored,

@@ -19,6 +19,7 @@ The first value Go would refuse raises :class:`DecodeError`, whose path names wh
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -105,70 +106,194 @@ def key_text(key: str) -> str:
     return f"[{json.dumps(key)}]"
 
 
+Decoder = Callable[[Any, Any], Any]
+_DECODERS: dict[int, Decoder] = {}
+# Counts the slices shortened by a later, shorter array (only duplicate keys do that), so that
+# decode_value knows whether the cut-to-length pass is needed at all.
+_shortened = threading.local()
+
+
 def decode(t: GoType, cur: Any, v: Any) -> Any:
     """The value of type ``t`` after Go decodes the parsed JSON value ``v`` into ``cur``.
 
     ``v`` comes from :func:`podstore.checkpoint.gojson.parse`. Struct values (lists) are
     updated in place; the result must be used in place of ``cur``. Slices come back as lists or
-    :class:`Slice` (see :func:`finished`).
+    :class:`Slice` (see :func:`finished`, or use :func:`decode_value`).
     """
-    if type(t) is Struct:
-        if t.unmarshal is not None:
-            return t.unmarshal(cur, v)
+    return decoder(t)(cur, v)
+
+
+def decode_value(t: GoType, cur: Any, v: Any) -> Any:
+    """:func:`decode`, then :func:`finished` when a slice was shortened on the way."""
+    before = getattr(_shortened, "count", 0)
+    value = decoder(t)(cur, v)
+    if getattr(_shortened, "count", 0) != before:
+        value = finished(t, value)
+    return value
+
+
+def decoder(t: GoType) -> Decoder:
+    """The decoding function of ``t`` (built once per type)."""
+    dec = _DECODERS.get(id(t))
+    if dec is None:
+        dec = _build(t)
+        _DECODERS[id(t)] = dec
+        # The type is kept alive with its decoder, so that its id is never reused.
+        _KEEP.append(t)
+    return dec
+
+
+_KEEP: list[GoType] = []
+
+
+def _build(t: GoType) -> Decoder:
+    kind = type(t)
+    if kind is String:
+        return _string_decoder(t.name)
+    if kind is Int or kind is Uint:
+        assert isinstance(t, Int | Uint)
+        return _int_decoder(t.name, t.bits, kind is Int)
+    if kind is Struct:
+        assert isinstance(t, Struct)
+        return t.unmarshal or _struct_decoder(t)
+    if kind is Map:
+        assert isinstance(t, Map)
+        return _map_decoder(t)
+    if kind is SliceType:
+        assert isinstance(t, SliceType)
+        return _slice_decoder(t)
+    if kind is Ptr:
+        assert isinstance(t, Ptr)
+        return _ptr_decoder(t)
+    raise TypeError(f"no decoder for {t!r}")  # pragma: no cover - the schemas are fixed
+
+
+def _string_decoder(name: str) -> Decoder:
+    fix = gojson.fix_string
+
+    def dec(cur: Any, v: Any) -> Any:
+        if type(v) is str:
+            return v if v.isascii() else fix(v)
+        if v is None:
+            return cur
+        raise mismatch(v, name)
+
+    return dec
+
+
+def _int_decoder(name: str, bits: int, signed: bool) -> Decoder:
+    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    number = gojson.Int
+
+    def dec(cur: Any, v: Any) -> Any:
+        # A JSON integer literal has no sign but '-' and no leading zero, so int() reads it as
+        # strconv.ParseInt / ParseUint do; a literal longer than any 64-bit value is out of range
+        # (and never reaches int(), whose digit limit it could exceed).
+        if type(v) is number:
+            if len(v) <= 20 and not (v[0] == "-" and not signed):
+                n = int(v)
+                if low <= n <= high:
+                    return n
+        elif v is None:
+            return cur
+        raise mismatch(v, name)
+
+    return dec
+
+
+def _struct_decoder(t: Struct) -> Decoder:
+    decoders = [decoder(f.type) for f in t.fields]
+    keys = [f.key for f in t.fields]
+    index = t._index
+    lookup = t.field_index
+    name = t.name
+
+    def dec(cur: Any, v: Any) -> Any:
         if type(v) is tuple:
             for key, item in v:
-                idx = t.field_index(key)
-                if idx is not None:
-                    f = t.fields[idx]
-                    try:
-                        cur[idx] = decode(f.type, cur[idx], item)
-                    except DecodeError as e:
-                        raise e.under(f.key) from None
+                idx = index.get(key)
+                if idx is None:
+                    idx = lookup(key)
+                    if idx is None:
+                        continue
+                try:
+                    cur[idx] = decoders[idx](cur[idx], item)
+                except DecodeError as e:
+                    raise e.under(keys[idx]) from None
             return cur
         if v is None:
             return cur
-        raise mismatch(v, t.name)
-    if type(t) is String:
-        if type(v) is str:
-            return v if v.isascii() else gojson.fix_string(v)
-        if v is None:
-            return cur
-        raise mismatch(v, t.name)
-    if type(t) is Map:
+        raise mismatch(v, name)
+
+    return dec
+
+
+def _map_decoder(t: Map) -> Decoder:
+    elem = decoder(t.elem)
+    zero = t.elem.zero
+    name = t.name
+    kt = t.key
+    fix = gojson.fix_string
+    string_keys = type(kt) is String
+    plain_strings = type(t.elem) is String
+
+    def dec(cur: Any, v: Any) -> Any:
         if type(v) is tuple:
             out: dict[Any, Any] = {} if cur is None else cur
-            kt, et = t.key, t.elem
             for key, item in v:
-                k = _map_key(kt, key)
+                k = (key if key.isascii() else fix(key)) if string_keys else _map_key(kt, key)
+                if plain_strings and type(item) is str and item.isascii():
+                    out[k] = item
+                    continue
                 try:
-                    out[k] = decode(et, et.zero(), item)
+                    out[k] = elem(zero(), item)
                 except DecodeError as e:
                     raise e.under(key_text(key)) from None
             return out
         if v is None:
             return None
-        raise mismatch(v, t.name)
-    if type(t) is SliceType:
+        raise mismatch(v, name)
+
+    return dec
+
+
+def _slice_decoder(t: SliceType) -> Decoder:
+    elem = decoder(t.elem)
+    zero = t.elem.zero
+    name = t.name
+
+    def dec(cur: Any, v: Any) -> Any:
         if type(v) is list:
-            et = t.elem
-            return into_slice(cur, v, lambda c, x: decode(et, c, x), et.zero)
+            if cur is None or (type(cur) is list and not cur):
+                # A fresh slice: each element decodes into a zero value.
+                out = []
+                for i, x in enumerate(v):
+                    try:
+                        out.append(elem(zero(), x))
+                    except DecodeError as e:
+                        raise e.under(f"[{i}]") from None
+                return out
+            result = into_slice(cur, v, elem, zero)
+            if type(result) is Slice:
+                _shortened.count = getattr(_shortened, "count", 0) + 1
+            return result
         if v is None:
             return None
-        raise mismatch(v, t.name)
-    if type(t) is Ptr:
+        raise mismatch(v, name)
+
+    return dec
+
+
+def _ptr_decoder(t: Ptr) -> Decoder:
+    elem = decoder(t.elem)
+    zero = t.elem.zero
+
+    def dec(cur: Any, v: Any) -> Any:
         if v is None:
             return None
-        return decode(t.elem, t.elem.zero() if cur is None else cur, v)
-    if type(t) is Int or type(t) is Uint:
-        if type(v) is gojson.Int:
-            assert isinstance(t, Int | Uint)
-            n = gojson.parse_int(v, t.bits) if type(t) is Int else gojson.parse_uint(v, t.bits)
-            if n is not None:
-                return n
-        elif v is None:
-            return cur
-        raise mismatch(v, t.name)
-    raise TypeError(f"no decoder for {t!r}")  # pragma: no cover - the schemas are fixed
+        return elem(zero() if cur is None else cur, v)
+
+    return dec
 
 
 def _map_key(kt: GoType, key: str) -> Any:

@@ -86,6 +86,9 @@ class Struct(GoType):
     #: set when the type implements ``json.Unmarshaler`` (it then gets the raw value, null too)
     unmarshal: Unmarshal | None = None
     _index: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    # A struct whose fields all have immutable zero values (strings, numbers, nil) is copied
+    # from this list instead of being rebuilt field by field.
+    _zero: list[Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Go matches a key to a field by exact name first, then case-insensitively; the folded
@@ -93,8 +96,14 @@ class Struct(GoType):
         for i, f in enumerate(self.fields):
             self._index.setdefault(f.key, i)
             self._index.setdefault(f.key.upper(), i)
+        zeros = [f.type.zero() for f in self.fields]
+        if all(z is None or type(z) in (str, int) for z in zeros):
+            object.__setattr__(self, "_zero", zeros)
 
     def zero(self) -> Any:
+        template = self._zero
+        if template is not None:
+            return template.copy()
         return [f.type.zero() for f in self.fields]
 
     def field_index(self, key: str) -> int | None:

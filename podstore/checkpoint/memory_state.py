@@ -201,6 +201,8 @@ _LAYOUTS = (
         lambda: ["", {}, {}, 0],
         (_rule(V1, _TYPE_NAME), _rule(V1, "MemoryManagerCheckpointV1")),
         accepts_zero=True,
+        # v1 is v2 without podEntries, which it ignores.
+        from_newer=lambda v2: [v2[0], v2[1], v2[2], v2[4]],
     ),
 )
 

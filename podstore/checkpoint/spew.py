@@ -25,7 +25,7 @@ The functions here trust their input (see :mod:`podstore.checkpoint.values` for 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fnv_hash_fast import fnv1a_32
@@ -161,7 +161,7 @@ def render_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ())
     (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``).
     """
     out: list[str] = ["(*", t.name, ")"]
-    _untyped(t, value, out)
+    _renderer(t)(value, out)
     text = "".join(out)
     for old, new in renames:
         text = text.replace(old, new, 1)
@@ -179,63 +179,117 @@ def checksum_string(text: str) -> int:
     return fnv1a_32(b"(string)" + text.encode("utf-8"))
 
 
-def _typed(t: GoType, v: Any, out: list[str]) -> None:
-    """A struct field's value: its type in parentheses, then the value."""
-    if type(t) is Ptr:
-        out += ("(", t.name, ")")
-        if v is None:
-            out.append("<nil>")
-        else:
-            _untyped(t.elem, v, out)
-        return
-    out += ("(", t.name, ")")
-    _untyped(t, v, out)
+Render = Callable[[Any, list[str]], None]
+_RENDERERS: dict[int, Render] = {}
+_KEEP: list[GoType] = []
 
 
-def _untyped(t: GoType, v: Any, out: list[str]) -> None:
-    """A value whose type go-spew does not print: a map key or value, a slice element, the
-    value behind a pointer, or a field's value after its type."""
+def _renderer(t: GoType) -> Render:
+    """How a value of ``t`` renders where go-spew prints no type: a map key or value, a slice
+    element, the value behind a pointer, or a field's value after its type (built once)."""
+    r = _RENDERERS.get(id(t))
+    if r is None:
+        r = _build(t)
+        _RENDERERS[id(t)] = r
+        _KEEP.append(t)  # keeps the id from being reused
+    return r
+
+
+def _build(t: GoType) -> Render:
     kind = type(t)
     if kind is String:
-        out.append(v)
-    elif kind is Int or kind is Uint:
-        out.append(str(v))
-    elif kind is Struct:
+        return lambda v, out: out.append(v)
+    if kind is Int or kind is Uint:
+        return lambda v, out: out.append(str(v))
+    if kind is Struct:
         assert isinstance(t, Struct)
-        out.append("{")
-        sep = ""
-        for f, x in zip(t.fields, v, strict=True):
-            out += (sep, f.name, ":")
-            _typed(f.type, x, out)
-            sep = " "
-        out.append("}")
-    elif v is None:
-        out.append("<nil>")
-    elif kind is Ptr:
+        return _struct(t)
+    if kind is Ptr:
         assert isinstance(t, Ptr)
-        out.append("<*>")
-        _untyped(t.elem, v, out)
-    elif kind is Map:
+        elem = _renderer(t.elem)
+
+        def ptr(v: Any, out: list[str]) -> None:
+            if v is None:
+                out.append("<nil>")
+            else:
+                out.append("<*>")
+                elem(v, out)
+
+        return ptr
+    if kind is Map:
         assert isinstance(t, Map)
+        return _map(t)
+    if kind is SliceType:
+        assert isinstance(t, SliceType)
+        return _slice(t)
+    raise TypeError(f"no rendering for {t!r}")  # pragma: no cover - the schemas are fixed
+
+
+def _struct(t: Struct) -> Render:
+    # Each field prints "Name:(type)" then its value; a nil pointer field "(*pkg.T)<nil>".
+    fields = []
+    for i, f in enumerate(t.fields):
+        head = ("" if i == 0 else " ") + f"{f.name}:({f.type.name})"
+        if type(f.type) is Ptr:
+            assert isinstance(f.type, Ptr)
+            fields.append((head, _renderer(f.type.elem), True))
+        else:
+            fields.append((head, _renderer(f.type), False))
+
+    def struct(v: Any, out: list[str]) -> None:
+        out.append("{")
+        for (head, render, pointer), x in zip(fields, v, strict=True):
+            out.append(head)
+            if pointer and x is None:
+                out.append("<nil>")
+            else:
+                render(x, out)
+        out.append("}")
+
+    return struct
+
+
+def _map(t: Map) -> Render:
+    elem = _renderer(t.elem)
+    plain = type(t.elem) is String
+
+    def render(v: Any, out: list[str]) -> None:
+        if v is None:
+            out.append("<nil>")
+            return
         out.append("map[")
         sep = ""
-        plain = type(t.elem) is String
         for k in sorted(v):
-            out += (sep, str(k), ":")
+            out.append(f"{sep}{k}:")
             if plain:
                 out.append(v[k])
             else:
-                _untyped(t.elem, v[k], out)
+                elem(v[k], out)
             sep = " "
         out.append("]")
-    elif kind is SliceType:
-        assert isinstance(t, SliceType)
-        out.append("[")
-        sep = ""
-        for x in v:
-            out.append(sep)
-            _untyped(t.elem, x, out)
-            sep = " "
-        out.append("]")
-    else:  # pragma: no cover - the schemas are fixed
-        raise TypeError(f"no rendering for {t!r}")
+
+    return render
+
+
+def _slice(t: SliceType) -> Render:
+    elem = _renderer(t.elem)
+    kind = type(t.elem)
+
+    def render(v: Any, out: list[str]) -> None:
+        if v is None:
+            out.append("<nil>")
+        elif kind is String:
+            out.append("[" + " ".join(v) + "]")
+        elif kind is Int or kind is Uint:
+            out.append("[" + " ".join(map(str, v)) + "]")
+        else:
+            out.append("[")
+            sep = False
+            for x in v:
+                if sep:
+                    out.append(" ")
+                elem(x, out)
+                sep = True
+            out.append("]")
+
+    return render

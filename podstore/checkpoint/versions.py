@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
-from podstore.checkpoint.godecode import DecodeError, decode, finished
+from podstore.checkpoint.godecode import DecodeError, decode_value
 from podstore.checkpoint.gotypes import Struct
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError
 
@@ -36,6 +36,9 @@ class Layout:
     rules: Sequence[tuple[str, Rule]]
     accepts_zero: bool = False
     fits: Callable[[Any], bool] = lambda tree: True
+    #: when the layout before this one decoded the file, this one's value made from it (for a
+    #: version whose struct is the newer one's minus fields: the same keys decode the same)
+    from_newer: Callable[[list[Any]], list[Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,7 @@ def parse(text: str, origin: str) -> Any:
 
 def decode_layout(layout: Layout, tree: Any) -> list[Any]:
     """The value kubelet decodes ``tree`` into for this layout (raises ``DecodeError``)."""
-    value = decode(layout.type, layout.initial(), tree)
-    finished(layout.type, value)
-    return value  # type: ignore[no-any-return]
+    return decode_value(layout.type, layout.initial(), tree)  # type: ignore[no-any-return]
 
 
 def first_verified(tree: Any, layouts: Sequence[Layout], what: str, origin: str) -> Verified:
@@ -74,25 +75,30 @@ def first_verified(tree: Any, layouts: Sequence[Layout], what: str, origin: str)
     """
     decode_errors: list[tuple[Layout, DecodeError]] = []
     mismatches: list[tuple[Layout, int, int]] = []
+    newer: list[Any] | None = None
     for layout in layouts:
-        try:
-            value = decode_layout(layout, tree)
-        except DecodeError as e:
-            decode_errors.append((layout, e))
-            continue
+        if newer is not None and layout.from_newer is not None:
+            value = layout.from_newer(newer)
+        else:
+            try:
+                value = decode_layout(layout, tree)
+            except DecodeError as e:
+                decode_errors.append((layout, e))
+                newer = None
+                continue
+        newer = value
         stored: int = value[-1]
         if stored == 0 and layout.accepts_zero:
             return Verified(layout, value, 0, None)
-        # Kubelet zeroes the Checksum field before hashing the struct.
-        value[-1] = 0
+        # Kubelet zeroes the Checksum field before hashing the struct (a copy: the next
+        # layout may be made from this value).
+        zeroed = [*value[:-1], 0]
         actuals = []
         for name, rule in layout.rules:
-            actual = rule(value)
+            actual = rule(zeroed)
             if actual == stored:
-                value[-1] = stored
                 return Verified(layout, value, stored, name)
             actuals.append(actual)
-        value[-1] = stored
         mismatches.append((layout, stored, actuals[0]))
     tried = ", ".join(layout.label for layout in layouts)
     if mismatches:
