@@ -327,6 +327,10 @@ def test_a_policy_only_file_is_read_as_the_first_kind_that_verifies() -> None:
     assert cp.kind == "cpu"
     cp = read_node_checkpoint(b'{"policyName":"None","checksum":0}')
     assert (cp.kind, cp.verified) == ("cpu", False)
+    # memory-real-none.json without its (empty) machineState: no cpu rule gives its checksum,
+    # the memory v1 rule does, the missing key hashing as the empty map kubelet starts from.
+    cp = read_node_checkpoint(b'{"policyName":"None","checksum":4236770233}')
+    assert (cp.kind, cp.version, cp.verified) == ("memory", "v1", True)
 
 
 # -- writers ------------------------------------------------------------------------------------
