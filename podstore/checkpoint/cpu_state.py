@@ -28,7 +28,7 @@ from typing import Any
 
 from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
-from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.godecode import DecodeError, decode, key_text
 from podstore.checkpoint.gotypes import (
     CHECKSUM,
@@ -39,12 +39,16 @@ from podstore.checkpoint.gotypes import (
     Struct,
     map_of,
 )
+from podstore.checkpoint.values import utf8_text as _text
 from podstore.checkpoint.versions import (
+    DATA_FIELDS,
     Layout,
     first_verified,
     has_key,
     parse,
     read_data_format,
+    read_tree,
+    spew_rule,
     string_field,
     uint_field,
 )
@@ -133,15 +137,9 @@ V4 = Struct(
         _ENTRIES_FIELD,
         _POD_ENTRIES_FIELD,
         _CHECKSUM,
-        Field("Data", STRING, "data"),
-        Field("DataChecksum", CHECKSUM, "dataChecksum"),
+        *DATA_FIELDS,
     ),
 )
-
-
-def _rule(t: Struct, own: str, hashed_as: str) -> tuple[str, Any]:
-    renames = [] if own == hashed_as else [(own, hashed_as)]
-    return hashed_as, lambda value: spew.checksum_value(t, value, renames)
 
 
 # Kubelet pre-initialises the maps before decoding (a missing key hashes as map[]).
@@ -151,8 +149,8 @@ _LAYOUTS = (
         V3,
         lambda: ["", "", {}, {}, 0],
         (
-            _rule(V3, "CPUManagerCheckpointV3", LEGACY_TYPE_NAME),
-            _rule(V3, "CPUManagerCheckpointV3", "CPUManagerCheckpointV3"),
+            spew_rule(V3, LEGACY_TYPE_NAME),
+            spew_rule(V3, "CPUManagerCheckpointV3"),
         ),
         fits=lambda tree: has_key(tree, "PODENTRIES"),
     ),
@@ -161,8 +159,8 @@ _LAYOUTS = (
         V2,
         lambda: ["", "", {}, 0],
         (
-            _rule(V2, "CPUManagerCheckpointV2", LEGACY_TYPE_NAME),
-            _rule(V2, "CPUManagerCheckpointV2", "CPUManagerCheckpointV2"),
+            spew_rule(V2, LEGACY_TYPE_NAME),
+            spew_rule(V2, "CPUManagerCheckpointV2"),
         ),
         accepts_zero=True,
         # v2 is v3 without podEntries, which it ignores.
@@ -172,7 +170,7 @@ _LAYOUTS = (
         "v1",
         V1,
         lambda: ["", "", {}, 0],
-        (_rule(V1, "CPUManagerCheckpointV1", LEGACY_TYPE_NAME),),
+        (spew_rule(V1, LEGACY_TYPE_NAME),),
         accepts_zero=True,
     ),
 )
@@ -195,15 +193,12 @@ def read_cpu_state(
         CheckpointNotFoundError, CheckpointError, InvalidInputError: as
             :func:`podstore.checkpoint.read_checkpoint`.
     """
-    text, origin = read_source(source, max_bytes)
-    return parse_cpu_state(text, origin)
+    return cpu_state_from_tree(*read_tree(source, max_bytes))
 
 
 def parse_cpu_state(text: str, origin: str = "") -> CPUManagerState:
     """:func:`read_cpu_state` of text already read (``errors="surrogateescape"``)."""
-    tree = parse(text, origin)
-    del text
-    return cpu_state_from_tree(tree, origin)
+    return cpu_state_from_tree(parse(text, origin), origin)
 
 
 def cpu_state_from_tree(tree: Any, origin: str = "") -> CPUManagerState:
@@ -342,14 +337,6 @@ def _renames(t: Struct, type_name: str) -> list[tuple[str, str]]:
     if not isinstance(type_name, str) or type_name not in (own, LEGACY_TYPE_NAME):
         raise InvalidInputError(f"type_name must be {LEGACY_TYPE_NAME!r} or {own!r}")
     return [] if type_name == own else [(own, type_name)]
-
-
-def _text(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
-    if gojson.fix_string(value) is not value:
-        raise InvalidInputError(f"{where} holds a lone surrogate, which is not UTF-8 text")
-    return value
 
 
 def _mapping(value: object, where: str) -> dict[Any, Any]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
-from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.godecode import DecodeError, decode, decode_value
 from podstore.checkpoint.goencode import to_json
 from podstore.checkpoint.gotypes import (
@@ -43,7 +43,8 @@ from podstore.checkpoint.gotypes import (
     slice_of,
 )
 from podstore.checkpoint.gotypes import Slice as SliceType
-from podstore.checkpoint.versions import Layout, first_verified, parse
+from podstore.checkpoint.values import utf8_text as _text
+from podstore.checkpoint.versions import Layout, first_verified, parse, read_tree, spew_rule
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError, InvalidInputError
 
 #: The file's name in kubelet's root directory.
@@ -253,14 +254,14 @@ _V1_STRUCTURED_LAYOUT = Layout(
     "v1 (structured)",
     V1_STRUCTURED,
     _v1_initial,
-    (("DRAManagerCheckpoint", lambda v: spew.checksum_value(V1_STRUCTURED, v)),),
+    (spew_rule(V1_STRUCTURED, "DRAManagerCheckpoint"),),
 )
 _V1_CLASSIC_LAYOUT = Layout(
     "v1 (classic)",
     V1_CLASSIC,
     _v1_initial,
     (
-        ("DRAManagerCheckpoint", lambda v: spew.checksum_value(V1_CLASSIC, v)),
+        spew_rule(V1_CLASSIC, "DRAManagerCheckpoint"),
         ("DRAManagerCheckpoint without resource handles", _without_handles),
     ),
 )
@@ -277,15 +278,12 @@ def read_dra_state(
     Raises the errors of :func:`podstore.checkpoint.read_cpu_state`, for this file; a v1 file
     with structured resource handles is a :class:`CheckpointFormatError` naming the format.
     """
-    text, origin = read_source(source, max_bytes)
-    return parse_dra_state(text, origin)
+    return dra_state_from_tree(*read_tree(source, max_bytes))
 
 
 def parse_dra_state(text: str, origin: str = "") -> DRAState:
     """:func:`read_dra_state` of text already read (``errors="surrogateescape"``)."""
-    tree = parse(text, origin)
-    del text
-    return dra_state_from_tree(tree, origin)
+    return dra_state_from_tree(parse(text, origin), origin)
 
 
 def dra_state_from_tree(tree: Any, origin: str = "") -> DRAState:
@@ -436,14 +434,6 @@ def dumps_dra_state(state: DRAState) -> bytes:
     value = [_text(state.kind, "kind"), _text(state.api_version, "api_version"), claims]
     data = gojson.encode(to_json(t, value))
     return gojson.encode({"Data": data.decode("utf-8"), "Checksum": zlib.crc32(data)})
-
-
-def _text(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
-    if gojson.fix_string(value) is not value:
-        raise InvalidInputError(f"{where} holds a lone surrogate, which is not UTF-8 text")
-    return value
 
 
 def _texts(value: object, where: str) -> list[str] | None:

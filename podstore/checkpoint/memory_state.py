@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
-from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.goencode import to_json
 from podstore.checkpoint.gotypes import (
     CHECKSUM,
@@ -41,12 +41,16 @@ from podstore.checkpoint.gotypes import (
     ptr,
     slice_of,
 )
+from podstore.checkpoint.values import utf8_text as _text
 from podstore.checkpoint.versions import (
+    DATA_FIELDS,
     Layout,
     first_verified,
     has_key,
     parse,
     read_data_format,
+    read_tree,
+    spew_rule,
     string_field,
     uint_field,
 )
@@ -170,16 +174,9 @@ V3 = Struct(
         _MACHINE,
         _ENTRIES_FIELD,
         _CHECKSUM,
-        Field("Data", STRING, "data"),
-        Field("DataChecksum", CHECKSUM, "dataChecksum"),
+        *DATA_FIELDS,
     ),
 )
-
-
-def _rule(t: Struct, hashed_as: str) -> tuple[str, Any]:
-    own = t.name.split(".", 1)[1]
-    renames = [] if own == hashed_as else [(own, hashed_as)]
-    return hashed_as, lambda value: spew.checksum_value(t, value, renames)
 
 
 def _v1_checksum(value: list[Any]) -> int:
@@ -192,14 +189,14 @@ _LAYOUTS = (
         "v2",
         V2,
         lambda: ["", {}, {}, {}, 0],
-        (_rule(V2, _TYPE_NAME),),
+        (spew_rule(V2, _TYPE_NAME),),
         fits=lambda tree: has_key(tree, "PODENTRIES"),
     ),
     Layout(
         "v1",
         V1,
         lambda: ["", {}, {}, 0],
-        (_rule(V1, _TYPE_NAME), _rule(V1, "MemoryManagerCheckpointV1")),
+        (spew_rule(V1, _TYPE_NAME), spew_rule(V1, "MemoryManagerCheckpointV1")),
         accepts_zero=True,
         # v1 is v2 without podEntries, which it ignores.
         from_newer=lambda v2: [v2[0], v2[1], v2[2], v2[4]],
@@ -217,15 +214,12 @@ def read_memory_state(
 
     Raises the errors of :func:`podstore.checkpoint.read_cpu_state`, for this file.
     """
-    text, origin = read_source(source, max_bytes)
-    return parse_memory_state(text, origin)
+    return memory_state_from_tree(*read_tree(source, max_bytes))
 
 
 def parse_memory_state(text: str, origin: str = "") -> MemoryManagerState:
     """:func:`read_memory_state` of text already read (``errors="surrogateescape"``)."""
-    tree = parse(text, origin)
-    del text
-    return memory_state_from_tree(tree, origin)
+    return memory_state_from_tree(parse(text, origin), origin)
 
 
 def memory_state_from_tree(tree: Any, origin: str = "") -> MemoryManagerState:
@@ -335,14 +329,6 @@ def dumps_memory_state(state: MemoryManagerState) -> bytes:
         return gojson.encode(to_json(V1, v1))
     data = gojson.encode(to_json(DATA, [policy, machine, entries, pods])).decode("utf-8")
     return gojson.encode(to_json(V3, [*v1, data, spew.checksum_string(data)]))
-
-
-def _text(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
-    if gojson.fix_string(value) is not value:
-        raise InvalidInputError(f"{where} holds a lone surrogate, which is not UTF-8 text")
-    return value
 
 
 def _number(value: object, where: str, unsigned: bool) -> int:

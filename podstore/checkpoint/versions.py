@@ -10,13 +10,15 @@ layout the file fits, or else the decoding error of the newest layout.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.godecode import DecodeError, decode_value
-from podstore.checkpoint.gotypes import Struct
+from podstore.checkpoint.gotypes import CHECKSUM, STRING, Field, Struct
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError
 
 #: A checksum rule: the checksum of a decoded value whose ``Checksum`` field is zero.
@@ -50,6 +52,27 @@ class Verified:
     value: list[Any]
     checksum: int
     rule: str | None
+
+
+def spew_rule(t: Struct, hashed_as: str) -> tuple[str, Rule]:
+    """The whole-struct rule of ``t`` with the Go type name ``hashed_as`` in the hashed text:
+    kubelet renames its versioned types (``…V3``) to the name the checksum was first computed
+    under, or hashes the versioned name itself."""
+    own = t.name.split(".", 1)[1]
+    renames = [] if own == hashed_as else [(own, hashed_as)]
+    return hashed_as, lambda value: spew.checksum_value(t, value, renames)
+
+
+#: The two fields of the 2026 formats (CPU v4, memory v3), after the older struct's.
+DATA_FIELDS = (Field("Data", STRING, "data"), Field("DataChecksum", CHECKSUM, "dataChecksum"))
+
+
+def read_tree(
+    source: str | os.PathLike[str] | bytes, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[Any, str]:
+    """A checkpoint (path or bytes) parsed, and the prefix of its error messages."""
+    text, origin = read_source(source, max_bytes)
+    return parse(text, origin), origin
 
 
 def parse(text: str, origin: str) -> Any:
