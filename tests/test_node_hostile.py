@@ -420,7 +420,7 @@ def test_repeated_keys_decode_over_earlier_values_as_go_does() -> None:
     """A repeated array decodes element by element over the earlier one (Go issue 21092): a
     shorter array cuts the slice, a longer one grows it back over the old elements, which keep
     the fields the new ones do not mention; a repeated map key replaces the whole value."""
-    from podstore.checkpoint.dra_state import V1_STRUCTURED
+    from podstore.checkpoint.dra_v1 import V1_STRUCTURED
     from podstore.checkpoint.versions import Layout, decode_layout, parse
 
     layout = Layout("test", V1_STRUCTURED, lambda: ["v1", [], 0], ())

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fnv_hash_fast import fnv1a_32
 
-from podstore.checkpoint import cpu_state, dra_state, memory_state, spew
+from podstore.checkpoint import cpu_state, dra_v1, memory_state, spew
 from podstore.checkpoint.gotypes import Struct
 from podstore.checkpoint.versions import Layout, decode_layout, parse
 
@@ -231,7 +231,7 @@ def test_dra_v1_classic_text_and_nil_pointer_field() -> None:
         '\\"b\\"}"}],"CDIDevices":{"test-driver.cdi.k8s.io":'
         '["example.com/example=cdi-example"]}}],"checksum":0}'
     )
-    text = _render(dra_state.V1_CLASSIC, ["v1", [], 0], doc)
+    text = _render(dra_v1.V1_CLASSIC, ["v1", [], 0], doc)
     assert text == DRA_CLASSIC_TEXT
     assert fnv1a_32(text.encode()) == 113577689  # upstream DRA v1 vector
 
@@ -241,7 +241,7 @@ def test_dra_v1_nil_and_empty_members() -> None:
         '{"version":"v1","entries":[{"DriverName":"d","ClaimUID":"u","PodUIDs":null,'
         '"ResourceHandles":[],"CDIDevices":{"x":null,"b":[]}}],"checksum":0}'
     )
-    assert _render(dra_state.V1_CLASSIC, ["v1", [], 0], doc) == (
+    assert _render(dra_v1.V1_CLASSIC, ["v1", [], 0], doc) == (
         "(*state.DRAManagerCheckpoint){Version:(string)v1 Entries:(state.ClaimInfoStateList)"
         "[{DriverName:(string)d ClassName:(string) ClaimUID:(types.UID)u ClaimName:(string) "
         "Namespace:(string) PodUIDs:(sets.Set[string])<nil> "
@@ -256,7 +256,7 @@ def test_dra_v1_structured_text() -> None:
         '{"d":{"Devices":null},"c":{"Devices":[{"PoolName":"p","DeviceName":"x",'
         '"RequestNames":[],"CDIDeviceIDs":null}]}}}],"checksum":0}'
     )
-    assert _render(dra_state.V1_STRUCTURED, ["v1", [], 0], doc) == (
+    assert _render(dra_v1.V1_STRUCTURED, ["v1", [], 0], doc) == (
         "(*state.DRAManagerCheckpoint){Version:(string)v1 Entries:(state.ClaimInfoStateList)"
         "[{ClaimUID:(types.UID)u ClaimName:(string) Namespace:(string) "
         "PodUIDs:(sets.Set[string])map[a:{} b:{}] DriverState:(map[string]state.DriverState)"
@@ -288,7 +288,7 @@ def test_dra_v1_without_handles_renames_two_types() -> None:
         None,
         {"test-driver.cdi.k8s.io": ["example.com/example=cdi-example"]},
     ]
-    assert dra_state._without_handles(["v1", [claim], 0]) == 153446146
+    assert dra_v1._without_handles(["v1", [claim], 0]) == 153446146
 
 
 def test_string_checksum_prefixes_the_go_type() -> None:
