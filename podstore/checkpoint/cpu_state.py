@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.godecode import DecodeError, decode, key_text
@@ -179,6 +180,8 @@ _LAYOUTS = (
 # -- reading ------------------------------------------------------------------------------------
 
 
+# Decoding a large file allocates millions of objects the cyclic collector need not scan.
+@collector_paused()
 def read_cpu_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> CPUManagerState:
@@ -196,11 +199,13 @@ def read_cpu_state(
     return cpu_state_from_tree(*read_tree(source, max_bytes))
 
 
+@collector_paused()
 def parse_cpu_state(text: str, origin: str = "") -> CPUManagerState:
     """:func:`read_cpu_state` of text already read (``errors="surrogateescape"``)."""
     return cpu_state_from_tree(parse(text, origin), origin)
 
 
+@collector_paused()
 def cpu_state_from_tree(tree: Any, origin: str = "") -> CPUManagerState:
     """:func:`parse_cpu_state` of a document parsed by :func:`.gojson.parse`."""
     if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
@@ -272,6 +277,7 @@ def _pod_entries(pod_entries: dict[str, list[Any]]) -> dict[str, frozenset[int]]
 # -- writing ------------------------------------------------------------------------------------
 
 
+@collector_paused()
 def dumps_cpu_state(state: CPUManagerState) -> bytes:
     """The bytes kubelet writes for ``state`` in ``state.version`` (2, 3 or 4), checksum
     included: ``json.Marshal`` of its checkpoint struct, map keys sorted, cpusets canonical.

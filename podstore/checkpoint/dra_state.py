@@ -22,6 +22,7 @@ import zlib
 from typing import Any
 
 from podstore.checkpoint import gojson
+from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.dra_types import (
     API_VERSION,
     KIND,
@@ -94,6 +95,8 @@ _READ_DATA = Struct(
 # -- reading ------------------------------------------------------------------------------------
 
 
+# Decoding a large file allocates millions of objects the cyclic collector need not scan.
+@collector_paused()
 def read_dra_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> DRAState:
@@ -105,11 +108,13 @@ def read_dra_state(
     return dra_state_from_tree(*read_tree(source, max_bytes))
 
 
+@collector_paused()
 def parse_dra_state(text: str, origin: str = "") -> DRAState:
     """:func:`read_dra_state` of text already read (``errors="surrogateescape"``)."""
     return dra_state_from_tree(parse(text, origin), origin)
 
 
+@collector_paused()
 def dra_state_from_tree(tree: Any, origin: str = "") -> DRAState:
     """:func:`parse_dra_state` of a document parsed by :func:`.gojson.parse`."""
     if is_v1(tree):
@@ -172,6 +177,7 @@ def _devices_have_share_id(tree: Any) -> bool:
 # -- writing ------------------------------------------------------------------------------------
 
 
+@collector_paused()
 def dumps_dra_state(state: DRAState) -> bytes:
     """The bytes kubelet writes for ``state`` in the data format: ``Data`` is ``json.Marshal``
     of the claims (under ``state.entries_key``, devices with a ``ShareID`` field when

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.checkpoint import decode, gojson
+from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.cpu_state import CPUManagerState, cpu_state_from_tree
 from podstore.checkpoint.decode import Checkpoint
 from podstore.checkpoint.dra_state import DRAState, dra_state_from_tree
@@ -158,6 +159,8 @@ _FROM_TREE: dict[str, Callable[[Any, str], NodeState]] = {
 }
 
 
+# Decoding a large file allocates millions of objects the cyclic collector need not scan.
+@collector_paused()
 def read_node_checkpoint(
     source: str | os.PathLike[str] | bytes,
     kind: str = "auto",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.goencode import to_json
 from podstore.checkpoint.gotypes import (
@@ -207,6 +208,8 @@ _LAYOUTS = (
 # -- reading ------------------------------------------------------------------------------------
 
 
+# Decoding a large file allocates millions of objects the cyclic collector need not scan.
+@collector_paused()
 def read_memory_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> MemoryManagerState:
@@ -217,11 +220,13 @@ def read_memory_state(
     return memory_state_from_tree(*read_tree(source, max_bytes))
 
 
+@collector_paused()
 def parse_memory_state(text: str, origin: str = "") -> MemoryManagerState:
     """:func:`read_memory_state` of text already read (``errors="surrogateescape"``)."""
     return memory_state_from_tree(parse(text, origin), origin)
 
 
+@collector_paused()
 def memory_state_from_tree(tree: Any, origin: str = "") -> MemoryManagerState:
     """:func:`parse_memory_state` of a document parsed by :func:`.gojson.parse`."""
     if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
@@ -296,6 +301,7 @@ def _pod_entries(v: dict[str, list[Any]] | None) -> dict[str, Blocks] | None:
 # -- writing ------------------------------------------------------------------------------------
 
 
+@collector_paused()
 def dumps_memory_state(state: MemoryManagerState) -> bytes:
     """The bytes kubelet writes for ``state`` in ``state.version`` (1, 2 or 3), checksum
     included: ``json.Marshal`` of its checkpoint struct, map keys sorted as Go sorts them.
