@@ -39,9 +39,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scale_store import GPU, VF, entries, gpu, vf  # noqa: E402
+from scale_store import GPU, VF, entries, gpu, vf
 
-from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file  # noqa: E402
+from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
 
 _SERVING = re.compile(rb"serving metrics on http://([0-9.]+):(\d+)/metrics")
 _SYNCS = re.compile(r'^podstore_checkpoint_syncs_total\{result="(\w+)"\} ([0-9.e+]+)$', re.M)
