@@ -240,3 +240,17 @@ def test_the_installed_venv_runs_podstore(installed: Installed, tmp_path: Path) 
     assert metrics.returncode == 0, metrics.stderr
     assert "podstore_pods " in metrics.stdout
     assert "podstore_allocated_devices{" in metrics.stdout
+
+
+def test_readme_install_lines_are_the_ones_tested(installed: Installed) -> None:
+    """README's "Install" shows the wheel this module builds and installs, by name, with the
+    build stage's flags; a clone's `pip install '.[watch,fleet]'` builds the same wheel."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split("#", 1)[0].strip() for line in section.splitlines()]
+    assert "pip install '.[watch,fleet]'" in lines
+    (build,) = [line for line in lines if line.startswith("pip wheel ")]
+    assert build.split()[2:] == ["--no-deps", "--wheel-dir", "dist", "."]
+    (install,) = [line for line in lines if ".whl[" in line]
+    assert install == (f"/opt/podstore/bin/pip install 'dist/{installed.wheel.name}[watch,fleet]'")
+    assert "python3 -m venv /opt/podstore" in lines
