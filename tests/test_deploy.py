@@ -5,7 +5,6 @@ settings docs/deploy.md chooses."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from pathlib import Path
@@ -104,19 +103,18 @@ def test_watch_unit() -> None:
     assert u["Install"]["WantedBy"] == ["multi-user.target"]
 
 
-def test_ship_unit_and_timer() -> None:
+def test_ship_unit_and_timer(monkeypatch: pytest.MonkeyPatch) -> None:
     u = unit("podstore-ship.service")
     service = u["Service"]
     assert service["Type"] == ["oneshot"]
     (exec_start,) = service["ExecStart"]
     argv = shlex.split(exec_start)
     assert argv[0] == VENV_PODSTORE
-    os.environ.pop("PODSTORE_FLEET_URL", None)
+    monkeypatch.delenv("PODSTORE_FLEET_URL", raising=False)
     with pytest.raises(click.BadParameter, match="PODSTORE_FLEET_URL"):
         parsed(argv)  # the URL can only come from the environment file
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PODSTORE_FLEET_URL", "postgresql://node@fleet.example/fleet")
-        command, params = parsed(argv)
+    monkeypatch.setenv("PODSTORE_FLEET_URL", "postgresql://node@fleet.example/fleet")
+    command, params = parsed(argv)
     assert command == "ship" and params["url"] == "postgresql://node@fleet.example/fleet"
     assert str(params["db"]).startswith(STORE_DIR + "/")
     assert u["Unit"]["ConditionPathExists"] == [str(params["db"])]
