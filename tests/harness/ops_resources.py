@@ -181,20 +181,15 @@ def measure(count: int, workdir: Path) -> dict[str, Any]:
     db = workdir / "store" / "podstore.db"
     write_node(checkpoint, count)
     result: dict[str, Any] = {"entries": count}
-    w = Watcher(db, checkpoint, workdir / "watch-1.log")
-    try:
-        result["new_store"] = _cycle(w, checkpoint, count, 1, "first")
-    finally:
-        code = w.stop()
-    if code != 0:
-        raise RuntimeError(f"podstore watch exited {code} on SIGTERM")
-    w = Watcher(db, checkpoint, workdir / "watch-2.log")
-    try:
-        result["restart"] = _cycle(w, checkpoint, count, 2, "first")
-    finally:
-        code = w.stop()
-    if code != 0:
-        raise RuntimeError(f"podstore watch exited {code} on SIGTERM")
+    # A new store, then a second process on the store the first left.
+    for change, run in enumerate(("new_store", "restart"), start=1):
+        w = Watcher(db, checkpoint, workdir / f"watch-{change}.log")
+        try:
+            result[run] = _cycle(w, checkpoint, count, change, "first")
+        finally:
+            code = w.stop()
+        if code != 0:
+            raise RuntimeError(f"podstore watch exited {code} on SIGTERM")
     sizes = {p.name: p.stat().st_size for p in db.parent.iterdir()}
     result["store_bytes"] = sizes
     result["peak_rss_mib"] = max(
