@@ -49,8 +49,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def _events(*rows: tuple[int, str, str, str, str, dict[str, list[str]]]) -> list[dict[str, Any]]:
-    keys = ("seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids",
-            "released")
+    keys = ("seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids", "released")
     return [dict(zip(keys, (s, f"2026-12-01T{t}:00.000000Z", *rest, []), strict=True))
             for s, t, *rest in rows]  # fmt: skip
 

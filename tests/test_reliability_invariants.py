@@ -136,8 +136,10 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     ),
     "event-devices": (
         "error",
-        ["DELETE FROM allocation_event_devices WHERE seq = (SELECT min(seq) FROM "
-         "allocation_event_devices)"],
+        [
+            "DELETE FROM allocation_event_devices WHERE seq = (SELECT min(seq) FROM "
+            "allocation_event_devices)"
+        ],
         "missing",
     ),
     "history-chain": (
@@ -188,8 +190,10 @@ MORE_CASES: list[tuple[str, str, list[str], str]] = [
     (
         "event-devices",
         "error",
-        ["INSERT INTO allocation_event_devices (seq, device_id, released) "
-         "SELECT min(seq), 'ghost-dev', 1 FROM allocation_events"],
+        [
+            "INSERT INTO allocation_event_devices (seq, device_id, released) "
+            "SELECT min(seq), 'ghost-dev', 1 FROM allocation_events"
+        ],
         "'ghost-dev' (released): not named by the event",
     ),
     (
@@ -216,8 +220,10 @@ MORE_CASES: list[tuple[str, str, list[str], str]] = [
     (
         "history-chain",
         "error",
-        ["UPDATE store_meta SET value = '00000000-0000-4000-8000-000000000000' "
-         "WHERE key = 'store_id'"],
+        [
+            "UPDATE store_meta SET value = '00000000-0000-4000-8000-000000000000' "
+            "WHERE key = 'store_id'"
+        ],
         "seq 1 (genesis)",
     ),
 ]

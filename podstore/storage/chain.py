@@ -66,35 +66,36 @@ class _Walk:
             self.breaks.append(ChainBreak(seq, kind, f"seq {seq} ({kind}): {message}"))
 
     def settle(self, s: _Suspect, store_id: str, *, hash_edited: bool | None) -> None:
-        """Report a suspect: its own hash replaced (True), its content (or what it chains
-        from) changed (False), or either (None: no successor to tell)."""
+        """Report a suspect: its own hash replaced (True), its content or what it chains from
+        changed (False), or either (None: no successor to tell)."""
+        either = "" if hash_edited is False else ", or its own hash"
         if hash_edited:
             self.add(
                 s.seq,
                 "hash-edited",
-                "its stored hash was changed (its content still "
-                "gives the hash the next event chains from)",
+                "its stored hash was changed (its content still gives the hash the next event "
+                "chains from)",
             )
         elif s.base == "genesis":
             self.add(
                 s.seq,
                 "genesis",
-                f"does not chain from the genesis of store_id "
-                f"{store_id}: the store_id or the event was changed",
+                f"does not chain from the genesis of store_id {store_id}: the store_id or the "
+                f"event was changed{either}",
             )
         elif s.base == "link":
             self.add(
                 s.seq,
                 "link-wrong",
-                "does not chain from the link recorded for it: the "
-                "link or the event was changed" + ("" if hash_edited is False else ", or its hash"),
+                f"does not chain from the link recorded for it: the link or the event was "
+                f"changed{either}",
             )
         else:
             self.add(
                 s.seq,
                 "edited",
-                "its content does not give its stored hash: the event "
-                "was edited" + ("" if hash_edited is False else ", or its hash"),
+                f"its hash does not follow from its content and the hash of seq {s.seq - 1}: "
+                f"the event was edited (or seq {s.seq - 1} was, and re-hashed){either}",
             )
 
 

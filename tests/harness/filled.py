@@ -165,9 +165,10 @@ def fingerprint(path: Path) -> Fingerprint:
             # SQLite renders each row (quote() keeps types apart: 1, '1', X'01', NULL), so
             # hashing 100,000 rows costs one string, not 100,000 Python tuples. A WITHOUT
             # ROWID table (revision 0004 on) is in primary-key order, the others in rowid order.
-            clustered = "WITHOUT ROWID" in str(
-                conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
-            ).upper()
+            (ddl,) = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = ?", (name,)
+            ).fetchone()
+            clustered = "WITHOUT ROWID" in str(ddl).upper()
             order = (
                 ", ".join(f'"{r[1]}"' for r in sorted(info, key=lambda r: r[5]) if r[5])
                 if clustered
