@@ -97,7 +97,10 @@ class _Snapshot:
 def _read_batch(conn: sqlite3.Connection, after: int, limit: int) -> _Batch:
     with read_transaction(conn):
         high_water = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
-        events: list[EventRow] = conn.execute(node_sql.EVENTS_AFTER, (after, limit)).fetchall()
+        # Until the fleet stores them, the chain columns (released, hash) are left behind.
+        events: list[EventRow] = [
+            r[:7] for r in conn.execute(node_sql.EVENTS_AFTER, (after, limit)).fetchall()
+        ]
         devices: list[tuple[int, str]] = (
             conn.execute(node_sql.EVENT_DEVICES_BETWEEN, (after, events[-1][0])).fetchall()
             if events
@@ -126,7 +129,9 @@ def _read_snapshot(conn: sqlite3.Connection, after: int) -> _Snapshot:
             (resource, None if ids is None else _json_list(ids))
             for resource, ids in entry_store.current_registered(conn).items()
         ]
-        kept: list[EventRow] = conn.execute(node_sql.EVENTS_BETWEEN, (after, at_seq)).fetchall()
+        kept: list[EventRow] = [
+            r[:7] for r in conn.execute(node_sql.EVENTS_BETWEEN, (after, at_seq)).fetchall()
+        ]
         kept_devices: list[tuple[int, str]] = conn.execute(
             node_sql.EVENT_DEVICES_BETWEEN, (after, at_seq)
         ).fetchall()
