@@ -4,7 +4,8 @@ psycopg 3 through SQLAlchemy. The driver is imported when the first engine conne
 when ``podstore`` (or this module) is imported. Every driver error leaves here as a podstore
 error whose text holds the URL masked and never its password: unreachable or broken
 connections as FleetUnavailableError, a write in a read-only transaction as
-ReadOnlyStoreError, bad SQL as InvalidInputError, anything else as FleetError.
+ReadOnlyStoreError, a right the role lacks as FleetRefusedError, bad SQL as InvalidInputError,
+anything else as FleetError.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from podstore.errors import (
     FleetError,
+    FleetRefusedError,
     FleetUnavailableError,
     InvalidInputError,
     PodStoreError,
@@ -90,6 +92,7 @@ _UNAVAILABLE_CLASSES = ("08", "53", "57P", "58")
 _CANCELED = "57014"  # query_canceled: the statement timeout
 # read_only_sql_transaction; active_sql_transaction (SET TRANSACTION READ WRITE too late)
 _READ_ONLY = ("25006", "25001")
+_PERMISSION = "42501"  # insufficient_privilege: the server refused the role a right
 _BAD_INPUT_CLASSES = ("42", "22", "21", "0A", "2B", "3F", "P0")
 
 
@@ -114,6 +117,8 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
     if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate:
         # No SQLSTATE: the client could not connect or lost the connection.
         return FleetUnavailableError(f"cannot reach the {where}: {first}")
+    if sqlstate == _PERMISSION:
+        return FleetRefusedError("permission", f"{where}: refused: {first}")
     if sqlstate.startswith(_BAD_INPUT_CLASSES):
         return InvalidInputError(f"{where}: {first}")
     return FleetError(f"{where}: {first}")
