@@ -175,12 +175,17 @@ VERIFY = """
                bool_or(e.hash IS NOT NULL) OVER w AS chain_began,
                fleet_event_canonical(e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource,
                                      e.device_ids_text, e.released) AS canon,
-               e.device_ids IS DISTINCT FROM CAST(e.device_ids_text AS jsonb)
-                   OR NOT (e.devices @> d.devices AND d.devices @> e.devices) AS derived_differs
+               e.device_ids IS DISTINCT FROM d.named
+                   OR NOT (to_jsonb(e.devices) <@ d.listed AND d.listed <@ to_jsonb(e.devices))
+                   AS derived_differs
         FROM fleet_events e
         JOIN s ON s.store_id = e.store_id
-        CROSS JOIN LATERAL (SELECT fleet_event_devices(e.pod_uid, CAST(e.device_ids_text AS jsonb))
-                                AS devices) d
+        CROSS JOIN LATERAL (
+            SELECT CAST(e.device_ids_text AS jsonb) AS named,
+                   coalesce(jsonb_path_query_array(CAST(e.device_ids_text AS jsonb),
+                                                   fleet_device_path(e.pod_uid)),
+                            CAST('[]' AS jsonb)) AS listed
+        ) d
         WINDOW w AS (PARTITION BY e.store_id ORDER BY e.seq)
     ),
     checked AS (

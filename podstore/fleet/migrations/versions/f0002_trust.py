@@ -70,26 +70,25 @@ LANGUAGE sql STABLE PARALLEL SAFE
 RETURN sha256(convert_to('podstore-history-chain-v1', 'UTF8') || decode('00', 'hex')
               || convert_to(CAST(store_id AS text), 'UTF8'))
 """,
-    # Every device an event names (the node's allocation_event_devices): the NUMA map's lists
-    # of an entry event, the list of a registered-devices event.
+    # Every device an event names (the node's allocation_event_devices, without those a
+    # replace released): the strings in the NUMA map's lists of an entry event, in the list
+    # of a registered-devices event. One path query: no subquery per list.
+    """
+CREATE FUNCTION fleet_device_path(pod_uid text) RETURNS jsonpath
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN pod_uid IS NULL THEN CAST('$[*] ? (@.type() == "string")' AS jsonpath)
+            ELSE CAST('$.*[*] ? (@.type() == "string")' AS jsonpath) END
+""",
     """
 CREATE FUNCTION fleet_event_devices(pod_uid text, device_ids jsonb) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE
-    WHEN pod_uid IS NULL THEN ARRAY(
-        SELECT DISTINCT d FROM jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(device_ids) = 'array' THEN device_ids END) AS d)
-    ELSE ARRAY(
-        SELECT DISTINCT d
-        FROM jsonb_each(CASE WHEN jsonb_typeof(device_ids) = 'object' THEN device_ids END) AS n
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(n.value) = 'array' THEN n.value END) AS d)
-    END
+RETURN ARRAY(SELECT jsonb_path_query(device_ids, fleet_device_path(pod_uid)) #>> '{}')
 """,
 )
 
 _PURE_NAMES = (
     "fleet_event_devices(text, jsonb)",
+    "fleet_device_path(text)",
     "fleet_chain_genesis(uuid)",
     "fleet_event_canonical(bigint, timestamptz, text, text, text, text, text, text)",
     "fleet_ts_text(timestamptz)",
