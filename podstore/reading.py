@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from podstore.errors import PodStoreError
 from podstore.rules import validate
-from podstore.rules.times import TimeArg, parse_time
+from podstore.rules.times import TimeArg, format_ts, parse_time
 from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
 from podstore.storage import entries as entry_store
@@ -108,6 +108,10 @@ class Reader:
     def events_between(self, after: int, through: int) -> list[EventRow]:
         """Every kept event after seq ``after`` up to ``through``, oldest first (EventRow)."""
         return [_event_row(r) for r in self._fetch(ship_sql.EVENTS_BETWEEN, (after, through))]
+
+    def clock(self) -> str:
+        """The history clock's time now, in stored form (what a snapshot is stamped with)."""
+        return format_ts(events.utcnow())
 
     def first_ts_after(self, seq: int) -> str | None:
         """The stored time of the oldest kept event after ``seq`` (None: none)."""

@@ -44,8 +44,7 @@ from podstore.fleet.status import ShippingStatus
 from podstore.fleet.urls import FleetURL, resolve
 from podstore.reading import EventRow, StateEntry
 from podstore.rules import validate
-from podstore.rules.times import format_ts, parse_ts
-from podstore.storage import events as node_events
+from podstore.rules.times import parse_ts
 from podstore.store import PodStore
 
 if TYPE_CHECKING:
@@ -124,7 +123,7 @@ def _read_batch(reader: Reader, after: int, limit: int) -> _Batch:
 def _read_snapshot(reader: Reader, after: int) -> _Snapshot:
     at_seq, head = reader.chain_head()
     # The time the state is observed: taken inside the snapshot, on the history's own clock.
-    ts = format_ts(node_events.utcnow())
+    ts = reader.clock()
     entries, registered = reader.current_state()
     kept = reader.events_between(after, at_seq)
     kept_seqs = {e[0] for e in kept}

@@ -179,17 +179,19 @@ def test_f0002_upgrades_and_downgrades_a_database_with_data(empty_url: str) -> N
         extra = 5 if table == "fleet_events" else 0
         got = rows(empty_url, f"SELECT count(*) FROM {table}")[0][0]
         assert got >= count + extra if table != "fleet_stores" else got == count, table
-    columns = {r[0] for r in rows(
-        empty_url,
-        "SELECT column_name FROM information_schema.columns WHERE table_name = 'fleet_stores'",
-    )}
+    columns = {
+        r[0]
+        for r in rows(
+            empty_url,
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'fleet_stores'",
+        )
+    }
     assert columns == {"store_id", "node", "last_seq", "last_shipped_at", "first_shipped_at"}
-    assert rows(
-        empty_url, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'fleet%'"
-    ) == [(0,)]
+    assert rows(empty_url, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'fleet%'") == [(0,)]
     assert rows(empty_url, "SELECT count(DISTINCT node) FROM v_fleet_allocations") == [(1,)]
     again = migrate.upgrade(empty_url)
     assert again.after == "f0002" and _diff(empty_url) == []
-    assert rows(
-        empty_url, "SELECT node, events FROM fleet_stores ORDER BY node"
-    ) == [("old-a", 8), ("old-b", 2)]
+    assert rows(empty_url, "SELECT node, events FROM fleet_stores ORDER BY node") == [
+        ("old-a", 8),
+        ("old-b", 2),
+    ]
