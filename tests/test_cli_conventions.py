@@ -49,6 +49,7 @@ NOT_LISTINGS = {
     "podstore migrate upgrade",
     "podstore migrate downgrade",
     "podstore migrate current",
+    "podstore reset-identity",
     "podstore fleet init",
     "podstore ship",
     "podstore watch",

@@ -9,6 +9,7 @@ test checks.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
             sql.UPDATE_ALLOCATION,
             (row.devices is None, raw, row.alloc_resp_json_null, allocation_id),
         )
+        held = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
         conn.execute(sql.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         responses.clear(conn, [(allocation_id,)])
@@ -94,7 +96,10 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
             conn.executemany(sql.INSERT_EMPTY_LIST, empty)
     if response is not None:
         responses.write(conn, allocation_id, response)
-    events.append_entry(conn, op or ("replace" if replacing else "insert"), key, row.devices)
+    released = events.released_devices((d for (d,) in held), row.devices) if replacing else ()
+    events.append_entry(
+        conn, op or ("replace" if replacing else "insert"), key, row.devices, released
+    )
 
 
 #: Entries per round of executemany calls in write_many: the rows of one chunk are built,
@@ -143,8 +148,8 @@ def _write_chunk(
     containers: dict[tuple[int, str], int],
     existing: dict[tuple[int, str], int],
     ids: list[int],
-    stamp: tuple[int, str],
-) -> tuple[int, str]:
+    stamp: events.Stamp,
+) -> events.Stamp:
     """One chunk of write_many; ``ids`` holds the highest pod, container and allocation ids
     so far and is advanced in place. Returns the stamp for the next chunk's events."""
     new_pods: list[tuple[int, str]] = []
@@ -155,7 +160,9 @@ def _write_chunk(
     device_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
     response_rows = responses.ResponseRows()
-    pending = events.Pending()
+    # (key, devices, the allocation it replaces or None): the events, queued once the
+    # replaced entries' old devices are known.
+    written: list[tuple[Key, DevicesPerNUMA | None, int | None]] = []
     for (uid, name, resource), row in items:
         pod_id = pods.get(uid)
         if pod_id is None:
@@ -183,9 +190,11 @@ def _write_chunk(
                     row.alloc_resp_json_null,
                 )
             )
+            written.append(((uid, name, resource), row.devices, None))
         else:
             updates.append((row.devices is None, raw, row.alloc_resp_json_null, allocation_id))
             cleared.append((allocation_id,))
+            written.append(((uid, name, resource), row.devices, allocation_id))
         if row.devices:
             for node, lst in row.devices.items():
                 if lst:
@@ -194,15 +203,22 @@ def _write_chunk(
                     empty_rows.append((allocation_id, node, lst is None))
         if response is not None:
             response_rows.add(allocation_id, response)
-        pending.entry(op, (uid, name, resource), row.devices)
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
+    held: dict[int, list[str]] = {}
     if updates:
         conn.executemany(sql.UPDATE_ALLOCATION, updates)
-        conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
+        # A key written twice in one chunk is folded before (write_many), so each id once.
+        replaced = json.dumps([c[0] for c in cleared])
+        for aid, device_id in conn.execute(sql.CLEAR_ALLOCATIONS_DEVICES, (replaced,)).fetchall():
+            held.setdefault(int(aid), []).append(device_id)
         conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
         responses.clear(conn, cleared)
+    pending = events.Pending()
+    for key, devices, old in written:
+        gone = () if old is None else events.released_devices(held.get(old, ()), devices)
+        pending.entry(op, key, devices, gone)
     conn.executemany(sql.INSERT_DEVICE, device_rows)
     if empty_rows:
         conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
