@@ -326,8 +326,6 @@ def ship(
                 refused=isinstance(exc, FleetRefusedError),
                 last_seq=totals.last,
             )
-        if isinstance(exc, FleetRefusedError):
-            log.error("store %s (node %s) to %s: %s", store_id, node, target.shown, exc)
         raise
     last = totals.last if totals.last is not None else 0
     if status is not None:

@@ -325,9 +325,8 @@ def load(
         conn.commit()
     load_s = time.perf_counter() - t0
     if log is not None:
-        log(
-            f"fleetgen: {stores:,} stores, {stores * events_per_store:,} events loaded in {load_s:.0f}s"
-        )
+        total = stores * events_per_store
+        log(f"fleetgen: {stores:,} stores, {total:,} events loaded in {load_s:.0f}s")
     t0 = time.perf_counter()
     with psycopg.connect(libpq, autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '512MB'")

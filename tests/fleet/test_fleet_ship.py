@@ -13,6 +13,7 @@ from fleetlib import (
     fleet_events,
     fleet_last_seq,
     node_events,
+    rows,
 )
 
 from podstore import FleetError, InvalidInputError, PodStore
@@ -129,9 +130,9 @@ def test_bad_arguments_and_a_missing_schema_change_nothing(tmp_path: Path, empty
             ship(store, empty_url, node="n", batch_size=0)
         with pytest.raises(InvalidInputError, match="PostgreSQL"):
             ship(store, "mysql://u@h/db", node="n")
-        assert read.query(
-            empty_url, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleet%'"
-        ).rows == [(0,)]
+        assert rows(empty_url, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleet%'") == [
+            (0,)
+        ]
 
 
 def test_a_store_older_than_what_was_shipped_is_refused(tmp_path: Path, fleet_url: str) -> None:
@@ -146,6 +147,8 @@ def test_a_store_older_than_what_was_shipped_is_refused(tmp_path: Path, fleet_ur
         ship(store, fleet_url, node="n")
     with PodStore.open(tmp_path / "old.db") as old, pytest.raises(FleetError, match="older copy"):
         ship(old, fleet_url, node="n")
+    # Refused by the server, as diverged, and counted.
+    assert read.nodes(fleet_url).dicts()[0]["refusals"] == 1
     assert fleet_last_seq(fleet_url, old.store_id) == 2
 
 
