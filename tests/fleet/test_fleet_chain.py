@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -274,3 +275,48 @@ def test_fleet_verify_command_exit_status_and_node_filter(fleet_url: str) -> Non
     assert "1 of 2 stores have a broken chain" in bad.stderr
     only = runner.invoke(cli, ["fleet", "verify", "--url", fleet_url, "--node", "n1"])
     assert only.exit_code == 0 and "n2" not in only.output
+
+
+def test_a_history_edited_on_the_node_is_refused_by_the_server(
+    tmp_path: Path, fleet_url: str
+) -> None:
+    import sqlite3
+
+    from fleetlib import busy_node, fleet_event_seqs
+
+    from podstore import FleetRefusedError, PodStore
+    from podstore.fleet.ship import ship
+
+    db = tmp_path / "n.db"
+    with busy_node(db, seed=21) as store:
+        first = ship(store, fleet_url, node="n")
+        for i in range(5):
+            store.insert(f"new-{i}", "c", "nvidia.com/gpu", {0: [f"GPU-new-{i}"]}, None)
+        sid = store.store_id
+    edited = first.last_seq + 3
+    # Someone with the file rewrites an event not shipped yet (past the append-only trigger).
+    with sqlite3.connect(db) as raw:
+        triggers = [
+            r[0]
+            for r in raw.execute(
+                "SELECT name FROM sqlite_master "
+                "WHERE type = 'trigger' AND tbl_name = 'allocation_events'"
+            )
+        ]
+        for name in triggers:
+            raw.execute(f"DROP TRIGGER {name}")
+        raw.execute(
+            "UPDATE allocation_events SET pod_uid = 'someone-else' WHERE seq = ?", (edited,)
+        )
+    raw.close()
+    node_verify = CliRunner().invoke(cli, ["--db", str(db), "verify"])
+    assert node_verify.exit_code == 1 and str(edited) in node_verify.output + str(
+        node_verify.stderr_bytes or b""
+    )
+    with (
+        PodStore.open(db, readonly=True, verify="off") as store,
+        pytest.raises(FleetRefusedError) as info,
+    ):
+        ship(store, fleet_url, node="n")
+    assert info.value.reason == "diverged" and f"seq {edited}" in str(info.value)
+    assert fleet_event_seqs(fleet_url, sid)[-1] == first.last_seq  # nothing of the batch
