@@ -81,6 +81,24 @@ def _other_backend(url: str) -> Any:
     return conn
 
 
+def _server_reach(owner_url: str, url: str) -> list[str]:
+    """SERVER_REACH tried as the URL's role against a session of the owner, which survives;
+    the server's errors."""
+    seen = []
+    with _other_backend(owner_url) as victim:
+        pid = victim.info.backend_pid
+        for statement in SERVER_REACH:
+            seen.append(_refused(url, statement.format(pid=pid)))
+        assert victim.execute("SELECT 1").fetchone() == (1,)
+    assert not os.path.exists("/tmp/podstore-evil")
+    return seen
+
+
+def _all_permission_denied(seen: list[str]) -> None:
+    others = [s for s in seen if "InsufficientPrivilege" not in s and "permission denied" not in s]
+    assert not others, others
+
+
 def _ship(url: str, sid: str, node: str, n: int = 10) -> tuple[int, str | None]:
     events, _ = chained(sid, entry_rows(1, n))
     with connect(url) as conn:
@@ -139,15 +157,8 @@ def test_the_server_refuses_a_node_role_every_other_write_and_object(
         "SELECT fleet_may_ship('rights-w')",
     ):
         seen.append(_refused(node, call))
-    with _other_backend(fleet_url) as victim:
-        pid = victim.info.backend_pid
-        for statement in SERVER_REACH:
-            seen.append(_refused(node, statement.format(pid=pid)))
-        assert victim.execute("SELECT 1").fetchone() == (1,)
-    assert not os.path.exists("/tmp/podstore-evil")
-    assert all("InsufficientPrivilege" in s or "permission denied" in s for s in seen), [
-        s for s in seen if "InsufficientPrivilege" not in s and "permission denied" not in s
-    ]
+    seen += _server_reach(fleet_url, node)
+    _all_permission_denied(seen)
     # What a node role can read: the schema revision, nothing of any store.
     with connect(node) as conn:
         assert conn.execute("SELECT version_num FROM fleet_alembic_version").fetchone()
@@ -192,15 +203,8 @@ def test_the_server_refuses_a_reader_everything_but_reading(fleet_url: str) -> N
     for statement in NEW_OBJECTS:
         seen.append(_refused(auditor, statement))
     seen.append(_refused(auditor, f"SELECT fleet_ship_open('{sid}', 'rights-r')"))
-    with _other_backend(fleet_url) as victim:
-        pid = victim.info.backend_pid
-        for statement in SERVER_REACH:
-            seen.append(_refused(auditor, statement.format(pid=pid)))
-        assert victim.execute("SELECT 1").fetchone() == (1,)
-    assert not os.path.exists("/tmp/podstore-evil")
-    assert all("InsufficientPrivilege" in s or "permission denied" in s for s in seen), [
-        s for s in seen if "InsufficientPrivilege" not in s and "permission denied" not in s
-    ]
+    seen += _server_reach(fleet_url, auditor)
+    _all_permission_denied(seen)
     assert rows(fleet_url, "SELECT count(*) FROM fleet_events") == [(10,)]
 
 
