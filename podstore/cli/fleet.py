@@ -26,6 +26,7 @@ from podstore.cli.sql import param_option, unique_columns
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from podstore.fleet.admin import GrantReport
     from podstore.types import QueryResult
 
 #: The environment variable the fleet commands read when --url is not given.
@@ -311,7 +312,7 @@ def grant_reader(role: str, url: str | None, login: bool, print_sql: bool) -> No
     _report_grant(report, "reads the fleet's tables and views and nothing else")
 
 
-def _report_grant(report: Any, what: str) -> None:
+def _report_grant(report: GrantReport, what: str) -> None:
     done = "created" if report.created else "already existed; its rights were set"
     click.echo(f"role {report.role} {done}: it {what}")
     for warning in report.warnings:
