@@ -211,19 +211,22 @@ CREATE FUNCTION fleet_ship_batch(
     p_store_id uuid, p_node text, p_node_high bigint, p_prev bytea, p_events json)
 RETURNS TABLE (shipped bigint, refused text)
 LANGUAGE plpgsql SECURITY DEFINER {_SETTINGS}
+-- Plans of its statements kept for the session: the big apply statement's plan depends on no
+-- value worth planning for, and planning it for every call cost a fifth of a small batch.
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     st fleet_stores;
-    v_reason text;
-    v_expect bytea;
-    v_rows fleet_event_in[];
-    v_n bigint;
-    v_bad bigint;
+    l_reason text;
+    l_expect bytea;
+    l_rows fleet_event_in[];
+    l_n bigint;
+    l_bad bigint;
 BEGIN
     st := fleet_ship_lock(p_store_id, p_node);
-    v_reason := fleet_ship_check(st, p_node);
-    IF v_reason IS NOT NULL THEN
-        RETURN QUERY SELECT CAST(0 AS bigint), v_reason;
+    l_reason := fleet_ship_check(st, p_node);
+    IF l_reason IS NOT NULL THEN
+        RETURN QUERY SELECT CAST(0 AS bigint), l_reason;
         RETURN;
     END IF;
     IF p_prev IS NULL OR length(p_prev) <> 32 OR p_node_high IS NULL THEN
@@ -238,47 +241,47 @@ BEGIN
             p_store_id, p_node_high, st.last_seq));
         RETURN;
     END IF;
-    v_expect := fleet_chain_expected(st);
-    IF v_expect IS NOT NULL AND p_prev <> v_expect THEN
+    l_expect := fleet_chain_expected(st);
+    IF l_expect IS NOT NULL AND p_prev <> l_expect THEN
         RETURN QUERY SELECT CAST(0 AS bigint), fleet_ship_refuse(p_store_id, format(
             'refused: store %s diverged from the fleet''s copy at seq %s: the node''s chain '
             'there is %s, the fleet holds %s (a clone, or a history edited or replaced); '
             'nothing was written',
-            p_store_id, st.last_seq, encode(p_prev, 'hex'), encode(v_expect, 'hex')));
+            p_store_id, st.last_seq, encode(p_prev, 'hex'), encode(l_expect, 'hex')));
         RETURN;
     END IF;
-    v_rows := ARRAY(
+    l_rows := ARRAY(
         SELECT CAST(ROW(u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource, u.device_ids,
                         u.released, decode(u.hash, 'hex')) AS fleet_event_in)
         FROM json_to_recordset(p_events)
              AS u (seq bigint, ts timestamptz, op text, pod_uid text, container text,
                    resource text, device_ids text, released text, hash text)
         ORDER BY u.seq);
-    v_n := cardinality(v_rows);
-    IF v_n > 0 AND ((v_rows[1]).seq <> st.last_seq + 1 OR (v_rows[v_n]).seq <> st.last_seq + v_n
-                    OR (v_rows[v_n]).seq > p_node_high
-                    OR (SELECT count(DISTINCT r.seq) FROM unnest(v_rows) r) <> v_n) THEN
+    l_n := cardinality(l_rows);
+    IF l_n > 0 AND ((l_rows[1]).seq <> st.last_seq + 1 OR (l_rows[l_n]).seq <> st.last_seq + l_n
+                    OR (l_rows[l_n]).seq > p_node_high
+                    OR (SELECT count(DISTINCT r.seq) FROM unnest(l_rows) r) <> l_n) THEN
         RAISE EXCEPTION 'fleet_ship_batch: the events must be seqs % to % without a hole',
-            st.last_seq + 1, st.last_seq + v_n USING ERRCODE = 'PS001';
+            st.last_seq + 1, st.last_seq + l_n USING ERRCODE = 'PS001';
     END IF;
     -- Every hash recomputed: the first from what the chain held, each next from the one
     -- before it (itself checked), so the whole batch continues the fleet's chain.
-    SELECT min(c.seq) INTO v_bad
+    SELECT min(c.seq) INTO l_bad
     FROM (SELECT r.seq, r.hash,
                  sha256(coalesce(lag(r.hash) OVER (ORDER BY r.seq), p_prev)
                         || fleet_event_canonical(r.seq, r.ts, r.op, r.pod_uid, r.container,
                                                  r.resource, r.device_ids, r.released))
                      AS expect
-          FROM unnest(v_rows) r) c
+          FROM unnest(l_rows) r) c
     WHERE c.hash IS DISTINCT FROM c.expect;
-    IF v_bad IS NOT NULL THEN
+    IF l_bad IS NOT NULL THEN
         RETURN QUERY SELECT CAST(0 AS bigint), fleet_ship_refuse(p_store_id, format(
             'refused: store %s diverged: the hash of seq %s does not cover its content and '
             'the chain before it (the node''s history was edited after it was written); '
-            'nothing was written', p_store_id, v_bad));
+            'nothing was written', p_store_id, l_bad));
         RETURN;
     END IF;
-    IF v_expect IS NULL THEN
+    IF l_expect IS NULL THEN
         -- History shipped before the chain: this batch anchors it, on the node's word.
         INSERT INTO fleet_chain_links (store_id, seq, prev_hash, reason)
         VALUES (p_store_id, st.last_seq + 1, p_prev, 'adopted');
@@ -287,7 +290,7 @@ BEGIN
             'events up to seq %s were shipped before the hash chain; the chain continues from '
             '%s, as the node sent it', st.last_seq, encode(p_prev, 'hex')));
     END IF;
-    IF v_n = 0 THEN
+    IF l_n = 0 THEN
         UPDATE fleet_stores SET last_shipped_at = now(), head_hash = p_prev
         WHERE store_id = p_store_id;
         RETURN QUERY SELECT CAST(0 AS bigint), CAST(NULL AS text);
@@ -299,7 +302,7 @@ BEGIN
     -- parts never touch the same row (device rows carry the seq of the event that wrote
     -- them: the old version's rows are deleted, the new version's inserted under another key).
     WITH u AS (
-        SELECT r.*, CAST(r.device_ids AS jsonb) AS dj FROM unnest(v_rows) r
+        SELECT r.*, CAST(r.device_ids AS jsonb) AS dj FROM unnest(l_rows) r
     ),
     inserted AS (
         INSERT INTO fleet_events (store_id, seq, ts, op, pod_uid, container, resource,
@@ -411,13 +414,13 @@ BEGIN
         ON CONFLICT (store_id, resource) DO UPDATE SET device_ids = EXCLUDED.device_ids
     )
     UPDATE fleet_stores
-    SET last_seq = (v_rows[v_n]).seq, head_hash = (v_rows[v_n]).hash, last_shipped_at = now(),
+    SET last_seq = (l_rows[l_n]).seq, head_hash = (l_rows[l_n]).hash, last_shipped_at = now(),
         events = events + (SELECT count(*) FROM inserted),
         entries = entries + (SELECT n FROM added) - (SELECT count(*) FROM removed),
         device_rows = device_rows + (SELECT count(*) FROM held)
                       - (SELECT count(*) FROM released)
     WHERE store_id = p_store_id;
-    RETURN QUERY SELECT v_n, CAST(NULL AS text);
+    RETURN QUERY SELECT l_n, CAST(NULL AS text);
 END
 $fn$
 """,
@@ -436,20 +439,20 @@ LANGUAGE plpgsql SECURITY DEFINER {_SETTINGS}
 AS $fn$
 DECLARE
     st fleet_stores;
-    v_reason text;
-    v_expect bytea;
-    v_kept fleet_event_in[];
-    v_n bigint;
-    v_bad bigint;
-    v_ts timestamptz;
-    v_entries bigint;
-    v_registered bigint;
-    v_rows bigint;
+    l_reason text;
+    l_expect bytea;
+    l_kept fleet_event_in[];
+    l_n bigint;
+    l_bad bigint;
+    l_ts timestamptz;
+    l_entries bigint;
+    l_registered bigint;
+    l_rows bigint;
 BEGIN
     st := fleet_ship_lock(p_store_id, p_node);
-    v_reason := fleet_ship_check(st, p_node);
-    IF v_reason IS NOT NULL THEN
-        RETURN QUERY SELECT CAST(0 AS bigint), CAST(0 AS bigint), v_reason;
+    l_reason := fleet_ship_check(st, p_node);
+    IF l_reason IS NOT NULL THEN
+        RETURN QUERY SELECT CAST(0 AS bigint), CAST(0 AS bigint), l_reason;
         RETURN;
     END IF;
     IF p_head IS NULL OR length(p_head) <> 32 OR p_at_seq IS NULL OR p_ts IS NULL THEN
@@ -469,43 +472,43 @@ BEGIN
         RAISE EXCEPTION 'fleet_ship_snapshot: the fleet already holds seq %', p_at_seq
             USING ERRCODE = 'PS001';
     END IF;
-    v_kept := ARRAY(
+    l_kept := ARRAY(
         SELECT CAST(ROW(u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource, u.device_ids,
                         u.released, decode(u.hash, 'hex')) AS fleet_event_in)
         FROM json_to_recordset(p_kept)
              AS u (seq bigint, ts timestamptz, op text, pod_uid text, container text,
                    resource text, device_ids text, released text, hash text)
         ORDER BY u.seq);
-    v_n := cardinality(v_kept);
-    IF v_n > 0 AND ((v_kept[1]).seq <= st.last_seq OR (v_kept[v_n]).seq > p_at_seq
-                    OR (SELECT count(DISTINCT r.seq) FROM unnest(v_kept) r) <> v_n) THEN
+    l_n := cardinality(l_kept);
+    IF l_n > 0 AND ((l_kept[1]).seq <= st.last_seq OR (l_kept[l_n]).seq > p_at_seq
+                    OR (SELECT count(DISTINCT r.seq) FROM unnest(l_kept) r) <> l_n) THEN
         RAISE EXCEPTION 'fleet_ship_snapshot: kept events must be distinct seqs after % up '
             'to %', st.last_seq, p_at_seq USING ERRCODE = 'PS001';
     END IF;
-    IF v_n > 0 AND (v_kept[v_n]).seq = p_at_seq AND (v_kept[v_n]).hash <> p_head THEN
+    IF l_n > 0 AND (l_kept[l_n]).seq = p_at_seq AND (l_kept[l_n]).hash <> p_head THEN
         RAISE EXCEPTION 'fleet_ship_snapshot: the chain value at seq % is not that event''s '
             'hash', p_at_seq USING ERRCODE = 'PS001';
     END IF;
-    v_expect := fleet_chain_expected(st);
-    SELECT min(c.seq) INTO v_bad
+    l_expect := fleet_chain_expected(st);
+    SELECT min(c.seq) INTO l_bad
     FROM (SELECT k.seq, k.hash,
                  sha256(CASE WHEN lag(k.seq) OVER w = k.seq - 1 THEN lag(k.hash) OVER w
-                             WHEN k.seq = st.last_seq + 1 AND v_expect IS NOT NULL
-                                 THEN v_expect
+                             WHEN k.seq = st.last_seq + 1 AND l_expect IS NOT NULL
+                                 THEN l_expect
                              ELSE decode(l.prev, 'hex') END
                         || fleet_event_canonical(k.seq, k.ts, k.op, k.pod_uid, k.container,
                                                  k.resource, k.device_ids, k.released))
                      AS expect
-          FROM unnest(v_kept) k
+          FROM unnest(l_kept) k
           LEFT JOIN json_to_recordset(p_links) AS l (seq bigint, prev text) ON l.seq = k.seq
           WINDOW w AS (ORDER BY k.seq)) c
     WHERE c.expect IS NULL OR c.hash IS DISTINCT FROM c.expect;
-    IF v_bad IS NOT NULL THEN
+    IF l_bad IS NOT NULL THEN
         RETURN QUERY SELECT CAST(0 AS bigint), CAST(0 AS bigint), fleet_ship_refuse(
             p_store_id, format(
             'refused: store %s diverged: the hash of seq %s does not continue the chain '
             '(the fleet''s head, the event before it, or the link the node recorded when it '
-            'pruned its predecessor); nothing was written', p_store_id, v_bad));
+            'pruned its predecessor); nothing was written', p_store_id, l_bad));
         RETURN;
     END IF;
 
@@ -514,11 +517,11 @@ BEGIN
     INSERT INTO fleet_chain_links (store_id, seq, prev_hash, reason)
     SELECT p_store_id, k.seq, decode(l.prev, 'hex'),
            CASE WHEN k.seq = st.last_seq + 1 THEN 'adopted' ELSE 'pruned' END
-    FROM (SELECT k.seq, lag(k.seq) OVER (ORDER BY k.seq) AS before FROM unnest(v_kept) k) k
+    FROM (SELECT k.seq, lag(k.seq) OVER (ORDER BY k.seq) AS before FROM unnest(l_kept) k) k
     JOIN json_to_recordset(p_links) AS l (seq bigint, prev text) ON l.seq = k.seq
     WHERE k.before IS DISTINCT FROM k.seq - 1
-      AND NOT (k.seq = st.last_seq + 1 AND v_expect IS NOT NULL);
-    IF v_n = 0 OR (v_kept[v_n]).seq <> p_at_seq THEN
+      AND NOT (k.seq = st.last_seq + 1 AND l_expect IS NOT NULL);
+    IF l_n = 0 OR (l_kept[l_n]).seq <> p_at_seq THEN
         INSERT INTO fleet_chain_links (store_id, seq, prev_hash, reason)
         VALUES (p_store_id, p_at_seq + 1, p_head, 'snapshot');
     END IF;
@@ -530,7 +533,7 @@ BEGIN
            CAST(k.device_ids AS jsonb),
            fleet_event_devices(k.pod_uid, CAST(k.device_ids AS jsonb)),
            k.device_ids, k.released, k.hash
-    FROM unnest(v_kept) k;
+    FROM unnest(l_kept) k;
 
     -- The state, replaced whole.
     DELETE FROM fleet_double_allocated WHERE store_id = p_store_id;
@@ -542,7 +545,7 @@ BEGIN
            p_at_seq
     FROM json_to_recordset(p_entries)
          AS e (pod_uid text, container text, resource text, device_ids text);
-    GET DIAGNOSTICS v_entries = ROW_COUNT;
+    GET DIAGNOSTICS l_entries = ROW_COUNT;
     INSERT INTO fleet_allocations (store_id, pod_uid, container, resource, seq, numa_node,
                                    position, device_id)
     SELECT p_store_id, e.pod_uid, e.container, e.resource, p_at_seq, CAST(n.key AS bigint),
@@ -554,7 +557,7 @@ BEGIN
         CASE WHEN jsonb_typeof(n.value) = 'array' THEN n.value END)
         WITH ORDINALITY AS d (device_id, ord)
     WHERE e.store_id = p_store_id;
-    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    GET DIAGNOSTICS l_rows = ROW_COUNT;
     INSERT INTO fleet_double_allocated (store_id, resource, device_id, pod_count)
     SELECT p_store_id, a.resource, a.device_id, count(DISTINCT a.pod_uid)
     FROM fleet_allocations a WHERE a.store_id = p_store_id
@@ -562,7 +565,7 @@ BEGIN
     INSERT INTO fleet_registered (store_id, resource, device_ids)
     SELECT p_store_id, r.resource, CAST(r.device_ids AS jsonb)
     FROM json_to_recordset(p_registered) AS r (resource text, device_ids text);
-    GET DIAGNOSTICS v_registered = ROW_COUNT;
+    GET DIAGNOSTICS l_registered = ROW_COUNT;
 
     -- Stamped when it was taken, and never before what the fleet already holds of the
     -- store (its events up to p_at_seq, an earlier snapshot): owners at an instant then read
@@ -572,21 +575,21 @@ BEGIN
                      WHERE e.store_id = p_store_id AND e.seq <= p_at_seq
                      ORDER BY e.seq DESC LIMIT 1),
                     (SELECT max(s.ts) FROM fleet_snapshots s WHERE s.store_id = p_store_id))
-    INTO v_ts;
+    INTO l_ts;
     INSERT INTO fleet_snapshots (store_id, at_seq, after_seq, missing_events, entries,
                                  registered, ts, anchor_hash)
-    VALUES (p_store_id, p_at_seq, st.last_seq, p_at_seq - st.last_seq - v_n, v_entries,
-            v_registered, v_ts, p_head);
+    VALUES (p_store_id, p_at_seq, st.last_seq, p_at_seq - st.last_seq - l_n, l_entries,
+            l_registered, l_ts, p_head);
     INSERT INTO fleet_snapshot_devices (store_id, at_seq, pod_uid, container, resource,
                                         device_id)
     SELECT DISTINCT a.store_id, p_at_seq, a.pod_uid, a.container, a.resource, a.device_id
     FROM fleet_allocations a WHERE a.store_id = p_store_id;
     UPDATE fleet_stores
     SET last_seq = p_at_seq, head_hash = p_head, last_shipped_at = now(),
-        events = events + v_n, entries = v_entries, device_rows = v_rows,
+        events = events + l_n, entries = l_entries, device_rows = l_rows,
         snapshots = snapshots + 1
     WHERE store_id = p_store_id;
-    RETURN QUERY SELECT v_n, p_at_seq - st.last_seq - v_n, CAST(NULL AS text);
+    RETURN QUERY SELECT l_n, p_at_seq - st.last_seq - l_n, CAST(NULL AS text);
 END
 $fn$
 """,
