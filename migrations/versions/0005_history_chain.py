@@ -26,7 +26,7 @@ nothing; a pruned predecessor's devices are gone with it).
 
 The two event tables are rebuilt (a NOT NULL column cannot be added to rows that exist): the old
 ones are renamed aside, the new ones filled from them in chunks of :data:`CHUNK` events (the
-hashes computed as the rows stream by, so memory stays flat however long the history), then
+hashes computed as the rows stream by: Python holds one chunk at a time), then
 the old ones are dropped (with their indexes), child before parent so that no ON DELETE
 CASCADE fires. The new indexes are built after the fill. The append-only trigger is dropped
 first and re-created from its stored text. Downgrading rebuilds them without the new columns
