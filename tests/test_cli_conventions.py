@@ -51,6 +51,10 @@ NOT_LISTINGS = {
     "podstore migrate current",
     "podstore reset-identity",
     "podstore fleet init",
+    "podstore fleet grant-node",
+    "podstore fleet grant-reader",
+    "podstore fleet rename-node",
+    "podstore fleet retire",
     "podstore ship",
     "podstore watch",
     # Its output is the Prometheus text exposition format (docs/watch.md), not a listing.

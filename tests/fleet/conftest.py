@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.pgserver import PgServer, PgServerUnavailable
 
-from podstore.fleet import db, migrate
+from podstore.fleet import admin, db, migrate
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +45,8 @@ def empty_url(pg: PgServer) -> Iterator[str]:
 
 @pytest.fixture
 def fleet_url(empty_url: str) -> str:
-    """A new database with the fleet schema at head."""
+    """A new database with the fleet schema at head, and the reader role `fleet sql` runs
+    statements as."""
     migrate.init(empty_url)
+    admin.grant_reader(empty_url, "podstore_reader")
     return empty_url
