@@ -16,6 +16,7 @@ others, ``python -m bench --only fleet`` alone; its figures land in ``latest.jso
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import shutil
@@ -27,12 +28,24 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench.sections import RunContext, Section, register
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
 
-from harness.pgserver import PgServer  # noqa: E402
 
-from bench.sections import RunContext, Section, register  # noqa: E402
+def _load_pgserver() -> Any:
+    """tests/harness/pgserver.py, loaded from its path: the bench starts its server the way the
+    tests do, without putting the test support package on everyone's import path."""
+    path = os.path.join(REPO, "tests", "harness", "pgserver.py")
+    spec = importlib.util.spec_from_file_location("bench_pgserver", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+PgServer = _load_pgserver().PgServer
 
 Log = Callable[[str], None]
 

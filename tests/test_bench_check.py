@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.digest import source_digest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -31,11 +33,6 @@ def _results(out: Path, digest: str) -> None:
 
 
 def test_check_accepts_results_of_this_tree_and_refuses_others(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO))
-    try:
-        from bench.digest import source_digest
-    finally:
-        sys.path.remove(str(REPO))
     digest = source_digest(str(REPO))
     _results(tmp_path / "same", digest)
     done = _check(tmp_path / "same")
@@ -49,11 +46,6 @@ def test_check_accepts_results_of_this_tree_and_refuses_others(tmp_path: Path) -
 
 
 def test_digest_follows_the_package_source(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO))
-    try:
-        from bench.digest import source_digest
-    finally:
-        sys.path.remove(str(REPO))
     for tree in ("podstore", "migrations"):
         (tmp_path / tree).mkdir()
         (tmp_path / tree / "a.py").write_text("x = 1\n")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from audit_fixture import build
+from harness.audit_fixture import build
 
 from podstore.cli import main
 from podstore.sqlite.connection import ConnectOptions

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from audit_fixture import build
+from harness.audit_fixture import build
 
 from podstore import PodStore
 from podstore.sqlite.migrate import HEAD_REVISION

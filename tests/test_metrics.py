@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.watch_support import State, checkpoint_path, podstore_command, random_state, wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from watch_support import State, checkpoint_path, podstore_command, random_state, wait_for
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore
 from podstore.checkpoint import write_checkpoint_file

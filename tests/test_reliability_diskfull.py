@@ -11,14 +11,10 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import workload
 from harness.figures import report
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.cli import on_a_terminal
 
 from podstore import PodStore
 
@@ -147,44 +148,11 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
     )
 
 
-def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run podstore with stdout on a pseudo-terminal; returns (exit code, what it showed)."""
-    import pty
-    import select
-
-    master, slave = pty.openpty()
-    shown = b""
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from podstore.cli import main; main()", *args],
-            cwd=cwd,
-            stdout=slave,
-            stderr=subprocess.STDOUT,
-        )
-        os.close(slave)
-        while True:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                shown += chunk
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=120)
-    finally:
-        os.close(master)
-    return code, shown.decode("utf-8", "replace")
-
-
-def test_progress_bars_on_a_terminal(tmp_path: Path) -> None:
-    code, err = _on_a_terminal(["import", str(VECTORS / "v2-large.json")], tmp_path)
+def test_progress_barson_a_terminal(tmp_path: Path) -> None:
+    code, err = on_a_terminal(["import", str(VECTORS / "v2-large.json")], tmp_path)
     assert code == 0, err
     assert "decoding entries" in err and "100%" in err
-    code, err = _on_a_terminal(["export", str(tmp_path / "out")], tmp_path)
+    code, err = on_a_terminal(["export", str(tmp_path / "out")], tmp_path)
     assert code == 0, err
     assert "reading entries" in err and "100%" in err
     assert (tmp_path / "out").read_bytes() == (VECTORS / "v2-large.json").read_bytes()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from watch_support import (
+from harness.watch_support import (
     State,
     canonical_event,
     checkpoint_path,

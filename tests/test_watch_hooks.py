@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from watch_support import checkpoint_path, file_state, mutate, random_state, store_state, wait_for
+from harness.watch_support import (
+    checkpoint_path,
+    file_state,
+    mutate,
+    random_state,
+    store_state,
+    wait_for,
+)
 
 from podstore import PodStore, PodStoreError
 from podstore.rules.secrets import mask_url, scrub, url_password

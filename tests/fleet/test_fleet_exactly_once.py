@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetlib import (
+from harness.fleetlib import (
     assert_same_state,
     fleet_entries,
     fleet_event_seqs,

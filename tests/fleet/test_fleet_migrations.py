@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from click.testing import CliRunner
-from fleetlib import rows
+from harness.fleetlib import rows
 
 from podstore.cli import cli
 from podstore.fleet import db, migrate, schema, views

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleetlib import assert_same_state, fleet_event_seqs, node_events
+from harness.fleetlib import assert_same_state, fleet_event_seqs, node_events
 
 from podstore import PodDevicesEntry, PodStore
 from podstore.fleet import read
