@@ -231,7 +231,8 @@ def _chain(events: list[Any], states: list[State]) -> bool:
 
 def test_missing_file_and_directory_come_and_go(tmp_path: Path, watch: Any) -> None:
     """The directory does not exist at start; it appears, the file appears, the file goes, the
-    whole directory goes (a kubelet reinstall) and comes back."""
+    whole directory goes (a kubelet reinstall) and comes back. (The arming races behind it are
+    run many times in-process: tests/test_watch_trigger.py.)"""
     cp = tmp_path / "var" / "lib" / "kubelet" / "device-plugins" / "kubelet_internal_checkpoint"
     db = tmp_path / "store.db"
     w = watch(cp, "--interval", "3600")
