@@ -4,7 +4,6 @@ rename, as kubelet replaces it."""
 from __future__ import annotations
 
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from harness.watch_support import (
     State,
+    WatchProcess,
     canonical_event,
     checkpoint_path,
     expected_events,
@@ -35,46 +35,6 @@ from podstore.checkpoint import write_checkpoint_file
 WITHIN = 1.0
 
 
-class Watch:
-    """A ``podstore watch`` subprocess; its log goes to a file."""
-
-    def __init__(self, db: Path, cp: Path, *args: str, log: Path) -> None:
-        self.log_path = log
-        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [*podstore_command(), "--db", str(db), "watch", str(cp), *args],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    def wait_log(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
-        found: list[re.Match[str]] = []
-
-        def seen() -> bool:
-            m = re.search(pattern, self.log())
-            if m:
-                found.append(m)
-            return m is not None
-
-        try:
-            wait_for(seen, timeout, step=0.02)
-        except AssertionError:
-            raise AssertionError(f"no {pattern!r} in the log:\n{self.log()}") from None
-        return found[0]
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(timeout=20)
-        finally:
-            self._log.close()
-        return code
-
-
 @pytest.fixture
 def cp(tmp_path: Path) -> Path:
     return checkpoint_path(tmp_path)
@@ -82,10 +42,12 @@ def cp(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def watch(tmp_path: Path) -> Iterator[Any]:
-    started: list[Watch] = []
+    started: list[WatchProcess] = []
 
-    def start(cp: Path, *args: str, db: Path | None = None) -> Watch:
-        w = Watch(db or tmp_path / "store.db", cp, *args, log=tmp_path / f"watch{len(started)}.log")
+    def start(cp: Path, *args: str, db: Path | None = None) -> WatchProcess:
+        w = WatchProcess(
+            db or tmp_path / "store.db", cp, *args, log=tmp_path / f"watch{len(started)}.log"
+        )
         started.append(w)
         return w
 

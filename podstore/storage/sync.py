@@ -166,7 +166,10 @@ def apply(
         state.token = ""  # the rollback undoes this sync's changes to the file tables
         raise
     finally:
-        _clear(conn)
+        # SQLite rolls a transaction back by itself on some errors (a full disk), and with it
+        # the tables SETUP created in it: clearing them then would only hide the error.
+        if conn.in_transaction:
+            _clear(conn)
 
 
 def _clear(conn: sqlite3.Connection) -> None:
