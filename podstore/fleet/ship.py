@@ -5,8 +5,10 @@ Each batch is one PostgreSQL transaction that
 1. locks the store's ``fleet_stores`` row and reads ``last_seq``, the newest node seq held;
 2. reads up to ``batch_size`` node events after it, in one read transaction of its own on a
    read-only connection to the store file (the node store is never written);
-3. inserts them (``ON CONFLICT (store_id, seq) DO NOTHING``) with the devices they name,
-   applies them to the store's current state and sets ``last_seq`` to the newest.
+3. inserts them with the devices they name, applies them to the store's current state and
+   sets ``last_seq`` to the newest. (The insert's ``ON CONFLICT (store_id, seq) DO NOTHING``
+   never fires under the row lock, which only ever lets a batch insert seqs after
+   ``last_seq``; the row lock, not it, keeps each event single.)
 
 So the events and the state they produce commit together or not at all, and shippers of one
 store (a repeated ``ship``, two at once, one resuming after a kill -9) queue on the row lock

@@ -23,7 +23,8 @@ REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 # Shippers of one store queue here: the upsert takes the row's lock and returns the newest
 # last_seq (ON CONFLICT DO UPDATE works on the latest committed version), and each batch runs
 # under that lock from reading last_seq to writing the new one, so two shippers never send the
-# same events.
+# same events. (APPLY_BATCH's ON CONFLICT DO NOTHING therefore never fires; the lock, not it,
+# keeps each event single.)
 LOCK_STORE = """
     INSERT INTO fleet_stores (store_id, node) VALUES (:store_id, :node)
     ON CONFLICT (store_id) DO UPDATE SET node = EXCLUDED.node
