@@ -167,7 +167,7 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
             def serving() -> bool:
                 m = re.search(r"serving metrics on http://([\d.]+):(\d+)/metrics", log.read_text())
                 match.extend([m] if m else [])
-                return m is not None and "following" in log.read_text()
+                return m is not None and " INFO following " in log.read_text()
 
             wait_for(serving, 20, step=0.02)
             host, port = match[0].group(1), int(match[0].group(2))

@@ -341,5 +341,7 @@ def test_sigterm_finishes_the_sync_held_in_progress(
     log = w.log()
     assert code == 0, log
     assert _applied(db, file_state(state)), "the sync in progress was abandoned"
-    assert log.index("applied") < log.index("stopped"), log
+    applied = re.search(r" INFO applied ", log)
+    stopped = re.search(r" INFO stopped$", log, re.M)
+    assert applied and stopped and applied.start() < stopped.start(), log
     assert check_store(db) == []

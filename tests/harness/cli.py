@@ -78,3 +78,23 @@ def commands(group: click.Group, prefix: str = "podstore") -> Iterator[str]:
         yield path
         if isinstance(command, click.Group):
             yield from commands(command, path)
+
+
+def without_paths(text: str, *paths: str | os.PathLike[str]) -> str:
+    """``text`` with every occurrence of ``paths`` (as given and resolved) replaced by
+    ``<path>``: what a test may search for words (a temporary directory's random name, or the
+    checkout's, may hold any of them)."""
+    found = {os.fspath(p) for p in paths} | {str(Path(p).resolve()) for p in paths}
+    for path in sorted(found, key=len, reverse=True):
+        text = text.replace(path, "<path>")
+    return text
+
+
+def column(table: str, name: str) -> list[str]:
+    """The values of column ``name`` of a table the CLI printed (header, then one row per
+    line), cut at the header's offsets, so a path in another column cannot reach it."""
+    header, *lines = table.splitlines()
+    start = header.index(name)
+    rest = header[start + len(name) :]
+    end = start + len(name) + (len(rest) - len(rest.lstrip())) if rest.strip() else None
+    return [line[start:end].strip() for line in lines if line.strip()]

@@ -384,7 +384,10 @@ class WatchProcess:
         )
 
     def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        """The log so far, the test's temporary directory shown as ``<tmp>`` (its name must
+        not match what a test looks for)."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return text.replace(str(self.log_path.parent), "<tmp>")
 
     def wait_log(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
         found: list[re.Match[str]] = []
