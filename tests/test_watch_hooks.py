@@ -21,10 +21,10 @@ from harness.watch_support import (
 )
 
 from podstore import PodStore, PodStoreError
+from podstore.metrics.stats import BUCKETS, SyncStats
 from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.watch.follower import Follower
 from podstore.watch.shipping import RetryingHook
-from podstore.watch.stats import BUCKETS, SyncStats
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from podstore.errors import CheckpointError, CheckpointNotFoundError, PodStoreError
+from podstore.metrics.stats import SyncStats
 from podstore.store import PodStore
 from podstore.types import SyncReport
-from podstore.watch.stats import SyncStats
 from podstore.watch.trigger import FileTrigger, Signature, signature
 from podstore.watch.wakeup import Wakeup
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from podstore.metrics.stats import SyncStats
 from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.store import PodStore
 from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
 from podstore.watch.shipping import RetryingHook
-from podstore.watch.stats import SyncStats
 from podstore.watch.textfile import TextfileWriter
 
 log = logging.getLogger("podstore")
