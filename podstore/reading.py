@@ -9,15 +9,17 @@ caller that handles one row at a time holds one page, however large the store.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from podstore.rules import validate
 from podstore.rules.times import TimeArg, parse_time
 from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
-from podstore.storage import events
+from podstore.storage import audit, events
+from podstore.storage.sql import audit as audit_sql
 from podstore.storage.sql import events as events_sql
-from podstore.types import AllocationEvent
+from podstore.types import AllocationEvent, DeviceHolding, DeviceOwner, PodSummary
 
 
 def history_query(
@@ -80,6 +82,34 @@ class Reader:
         sql, params = history_query(pod_uid, device_id, since, until)
         return self._guarded.rows(sql, params).mapped(events.to_event)
 
+    def pods(self) -> RowStream[PodSummary]:
+        """Every pod in uid order, with its container, entry and distinct device counts and
+        its resources (``podstore pods``)."""
+        return self._guarded.rows(audit_sql.PODS).mapped(audit.pod_summary)
+
+    def devices(self, resource: str | None = None) -> Iterator[DeviceHolding]:
+        """Every held device once per holder, then the registered devices nobody holds,
+        resource by resource, devices in id order (``podstore devices``); ``resource`` keeps
+        one. Streamed: one device's holders are held at a time. Raises InvalidInputError for a
+        bad argument."""
+        if resource is not None:
+            resource = validate.text(resource, "resource")
+        return audit.device_holdings(self._guarded.rows, resource)
+
+    def owners(self, device_id: str) -> RowStream[DeviceOwner]:
+        """The containers holding ``device_id`` now, in any resource, sorted (``podstore
+        owners``). Raises InvalidInputError for a bad argument."""
+        device = validate.text(device_id, "device_id")
+        return self._guarded.rows(audit_sql.OWNERS_NOW, {"device": device}).mapped(
+            audit.device_owner
+        )
+
+    def containers(self, pod_uid: str) -> RowStream[str]:
+        """The names of ``pod_uid``'s containers, sorted (none for an unknown pod). Raises
+        InvalidInputError for a bad argument."""
+        pod = validate.text(pod_uid, "pod_uid")
+        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(_first)
+
     def close(self) -> None:
         """End the snapshot and close its connection (open streams end too)."""
         self._guarded.close()
@@ -89,3 +119,7 @@ class Reader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]

@@ -12,7 +12,6 @@ from click.shell_completion import CompletionItem
 from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules.times import parse_time as parse_time_argument
-from podstore.storage.sql import audit
 from podstore.store import PodStore
 
 
@@ -55,8 +54,8 @@ def complete_containers(ctx: click.Context, _param: click.Parameter, incomplete:
     if not pod:
         return []
     try:
-        with _completion_store(ctx) as store:
-            result = store.query(audit.CONTAINERS_OF_POD, (pod,))
+        with _completion_store(ctx) as store, store.reader() as reader:
+            names = list(reader.containers(pod))
     except (PodStoreError, OSError):
         return []
-    return [CompletionItem(r[0]) for r in result.rows if str(r[0]).startswith(incomplete)]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
