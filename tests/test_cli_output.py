@@ -7,8 +7,11 @@ import csv
 import io
 import json
 import math
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -176,3 +179,24 @@ def test_emit_object_formats() -> None:
     out = io.StringIO()
     emit_object(info, "csv", out=out)
     assert out.getvalue().splitlines() == ["database,pods,ratio", "x.db,2,inf"]
+
+
+@pytest.mark.parametrize(("fmt", "loaded"), [("json", False), ("table", False), ("yaml", True)])
+def test_pyyaml_is_imported_only_for_yaml_output(tmp_path: Path, fmt: str, loaded: bool) -> None:
+    """PyYAML's resolvers decide which strings YAML must quote; nothing else needs it."""
+    from podstore import PodStore
+
+    db = tmp_path / "s.db"
+    with PodStore.open(db) as store:
+        store.insert("p", "c", "r", {0: ["true", "1.0"]}, b"")
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('yaml' in sys.modules, file=sys.stderr))\n"
+        "from podstore.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--db", str(db), "devices", "-o", fmt],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == str(loaded)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, NoReturn
 
@@ -33,7 +32,7 @@ def not_found(message: str) -> NoReturn:
 
 
 def _completion_store(ctx: click.Context) -> Any:
-    db = ctx.find_root().params.get("db") or os.environ.get("PODSTORE_DB") or DEFAULT_DB
+    db = ctx.find_root().params.get("db") or DEFAULT_DB  # --db, else $PODSTORE_DB (click)
     # A key press must not wait for the open-time check of every page.
     return PodStore.open(db, readonly=True, verify="off")
 

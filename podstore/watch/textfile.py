@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from podstore.errors import PodStoreError
+from podstore.watch.failures import ProblemLog
 
 log = logging.getLogger("podstore")
 
@@ -41,7 +42,7 @@ class TextfileWriter:
         self.registry = registry
         self.db = db
         self._seen: FilesSignature | None = None
-        self._problem: str | None = None
+        self._problems = ProblemLog(log)
 
     def after_sync(self) -> None:
         """A sync ran: its counters changed even when the store did not."""
@@ -60,9 +61,7 @@ class TextfileWriter:
         try:
             write_textfile(self.path, self.registry)
         except PodStoreError as exc:
-            if str(exc) != self._problem:
-                log.error("%s", exc)
-                self._problem = str(exc)
+            self._problems.report(str(exc), "%s", exc)
         else:
-            self._problem = None
+            self._problems.clear()
             self._seen = now
