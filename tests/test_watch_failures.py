@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from harness.watch_support import log_lines
 
 from podstore.watch.failures import Backoff, ProblemLog
 
@@ -25,22 +26,9 @@ def test_backoff_refuses_bad_delays(first: float, cap: float) -> None:
         Backoff(first, cap)
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
-
-
 def test_a_problem_is_logged_once_while_it_lasts_and_its_end_once() -> None:
     logger = logging.getLogger("podstore.test.failures")
-    logger.propagate = False
-    lines = _Lines()
-    logger.addHandler(lines)
-    logger.setLevel(logging.INFO)
-    try:
+    with log_lines(logger.name) as lines:
         log = ProblemLog(logger, cleared="%s: good again")
         assert not log.clear("f")  # nothing to clear: nothing said
         assert log.report("busy", "sync %s", "busy")
@@ -52,9 +40,7 @@ def test_a_problem_is_logged_once_while_it_lasts_and_its_end_once() -> None:
         silent = ProblemLog(logger)
         silent.report("x", "x")
         assert silent.clear()
-    finally:
-        logger.removeHandler(lines)
-    assert lines.lines == [
+    assert lines == [
         "ERROR sync busy",
         "WARNING sync full",
         "INFO f: good again",

@@ -54,10 +54,7 @@ def watch(tmp_path: Path) -> Iterator[Any]:
 
     yield start
     for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()
-            w._log.close()
+        w.kill()
 
 
 def reader(db: Path) -> PodStore:

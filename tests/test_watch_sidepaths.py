@@ -4,7 +4,6 @@ backoff, counter and log line, and SIGTERM while a sync is held in progress."""
 
 from __future__ import annotations
 
-import logging
 import random
 import re
 import signal
@@ -22,6 +21,7 @@ from harness.watch_support import (
     WriteLock,
     checkpoint_path,
     file_state,
+    log_lines,
     mutate,
     random_state,
     store_state,
@@ -51,10 +51,7 @@ def watches(tmp_path: Path) -> Iterator[list[WatchProcess]]:
     started: list[WatchProcess] = []
     yield started
     for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()
-        w._log.close()
+        w.kill()
 
 
 def _reader(db: Path) -> PodStore:
@@ -163,23 +160,9 @@ class _Outcomes:
 
 @pytest.fixture
 def follower_log() -> Iterator[list[str]]:
-    """What the follower logs, captured on the ``podstore`` logger itself (the command line
-    stops its propagation)."""
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(f"{record.levelname} {record.getMessage()}")
-
-    logger = logging.getLogger("podstore")
-    handler, level = Keep(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
+    """What the follower logs."""
+    with log_lines() as lines:
         yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def _follow(follower: Follower) -> threading.Thread:

@@ -9,13 +9,15 @@ empty), responses decoded, order never; it is written independently of the SQL i
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -404,6 +406,13 @@ class WatchProcess:
             raise AssertionError(f"no {pattern!r} in the log:\n{self.log()}") from None
         return found[0]
 
+    def kill(self) -> None:
+        """End it at once if it still runs (a test's clean-up) and close its log."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -412,6 +421,27 @@ class WatchProcess:
         finally:
             self._log.close()
         return code
+
+
+@contextmanager
+def log_lines(name: str = "podstore") -> Iterator[list[str]]:
+    """``LEVEL message`` of every record logged to logger ``name`` (and below it) in the
+    block, captured on that logger itself (the command line stops its propagation)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(f"{record.levelname} {record.getMessage()}")
+
+    logger = logging.getLogger(name)
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 _HOLD_LOCK = """
