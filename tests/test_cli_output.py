@@ -200,3 +200,20 @@ def test_pyyaml_is_imported_only_for_yaml_output(tmp_path: Path, fmt: str, loade
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == str(loaded)
+
+
+def test_json_of_many_batches_is_exactly_json_dumps_of_all_rows() -> None:
+    """Rows are encoded a batch at a time and spliced: across batch boundaries too the text is
+    json.dumps(rows, indent=2)'s (non-finite floats as strings)."""
+    from podstore.cli.output import BATCH_ROWS
+
+    n = 2 * BATCH_ROWS + 7
+    rows = [
+        {"a": f"x{i}", "b": [str(i), "y"] if i % 3 else [], "c": {"0": ["d"]}, "f": i / 7}
+        for i in range(n)
+    ]
+    rows[BATCH_ROWS + 1]["f"] = math.inf
+    want = json.loads(json.dumps(rows))
+    want[BATCH_ROWS + 1]["f"] = "Infinity"
+    assert render(rows, ["a", "b", "c", "f"], "json") == json.dumps(want, indent=2)
+    assert render([], ["a"], "json") == json.dumps([], indent=2)

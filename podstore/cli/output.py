@@ -15,10 +15,10 @@ Formats:
   escaped as ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e`` … so that a value cannot break a line,
   fake a row or recolour the terminal. No rows: ``(none)``.
 - ``json``: a list of objects, keys in column order, two-space indent, exactly as
-  ``json.dumps(rows, indent=2)`` would print it (each row is ``json.dumps``'d on its own and
-  set one level in), but strict: a non-finite float (which SQL can produce) is written as the
-  string ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``, never as a bare token that JSON
-  parsers refuse.
+  ``json.dumps(rows, indent=2)`` would print it (the library's encoder writes each batch of
+  rows; the batches are spliced between one pair of brackets), but strict: a non-finite
+  float (which SQL can produce) is written as the string ``"Infinity"``, ``"-Infinity"`` or
+  ``"NaN"``, never as a bare token that JSON parsers refuse.
 - ``yaml``: the same list as block YAML (``cli/yaml_text.py``; ``.inf``/``.nan`` are valid
   YAML).
 - ``csv``: a header row, then the rows; lists joined with commas, None empty.
@@ -215,18 +215,20 @@ def _batches(rows: Iterator[Row]) -> Iterator[list[Row]]:
         yield batch
 
 
+#: The library's encoder, made once (json.dumps with options builds one per call).
+_JSON = json.JSONEncoder(indent=2, allow_nan=False)
+
+
 def _json(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     count = 0
     out.write("[")
     for batch in _batches(rows):
-        parts = []
-        for row in batch:
-            text = json.dumps({c: _strict(row.get(c)) for c in columns}, indent=2, allow_nan=False)
-            # One object of the list: its lines one level deeper (a JSON string holds no raw
-            # line break, so every newline here is the encoder's).
-            parts.append(("\n  " if count == 0 else ",\n  ") + text.replace("\n", "\n  "))
-            count += 1
-        out.write("".join(parts))
+        # json.dumps of a batch is "[" + its rows at list depth + "\n]": the rows, with a
+        # comma between batches, are exactly what json.dumps(all rows) writes between its
+        # brackets (per row would run the indenting encoder's set-up once a row).
+        text = _JSON.encode([{c: _strict(row.get(c)) for c in columns} for row in batch])
+        out.write(("," if count else "") + text[1:-2])
+        count += len(batch)
     out.write("\n]\n" if count else "]\n")
     return count
 
@@ -302,7 +304,7 @@ def emit_object(info: Mapping[str, Any], fmt: str, *, out: TextIO | None = None)
             )
         )
     elif fmt == "json":
-        stream.write(json.dumps(_strict(info), indent=2, allow_nan=False) + "\n")
+        stream.write(_JSON.encode(_strict(info)) + "\n")
     elif fmt == "yaml":
         stream.write(yaml_text.mapping({k: plain(v) for k, v in info.items()}))
     else:
