@@ -1,21 +1,27 @@
-"""deploy/: the systemd unit and the DaemonSet parse, run ``podstore watch`` with a command line
-the CLI accepts, mount the kubelet device-plugins directory read-only and keep the store on the
-node."""
+"""deploy/: the systemd units and the Kubernetes manifests parse, run podstore with command
+lines the CLI's own parser accepts, from the documented venv, mount only what docs/deploy.md
+lists (read-only where it says so), keep secrets off command lines, and carry the security
+settings docs/deploy.md chooses."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 import yaml
 
 from podstore.cli import cli
 from podstore.watch.follower import DEFAULT_CHECKPOINT
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
 KUBELET_DIR = "/var/lib/kubelet/device-plugins"
+VENV_PODSTORE = "/opt/podstore/bin/podstore"
+STORE_DIR = "/var/lib/podstore"
 
 
 def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
@@ -41,74 +47,249 @@ def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def parsed_watch(argv: list[str]) -> dict[str, Any]:
-    """The parameters ``podstore watch`` gets from ``argv`` (the CLI's own parser: unknown or
+def unit(name: str) -> dict[str, dict[str, list[str]]]:
+    return parse_unit((DEPLOY / name).read_text(encoding="utf-8"))
+
+
+def paths(values: list[str]) -> list[str]:
+    """A path-list setting's paths, without the '-' (ignore if missing) prefix."""
+    return [p.lstrip("-") for p in " ".join(values).split()]
+
+
+def parsed(argv: list[str]) -> tuple[str, dict[str, Any]]:
+    """The subcommand and the parameters podstore's own parser gives ``argv`` (unknown or
     malformed options fail here)."""
     assert Path(argv[0]).name == "podstore", argv
     with cli.make_context("podstore", argv[1:]) as ctx:
         # Click keeps the subcommand apart until it runs (``protected_args``, deprecated as a
         # public name in 8.2; from 9.0 it is at the head of ``args``).
         rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
-        assert rest[0] == "watch", argv
-        command = cli.get_command(ctx, "watch")
-        assert isinstance(command, click.Command)
-        with command.make_context("watch", rest[1:], parent=ctx) as sub:
-            return {"db": ctx.params["db"], **sub.params}
+        command = cli.get_command(ctx, rest[0])
+        assert isinstance(command, click.Command), rest
+        with command.make_context(rest[0], rest[1:], parent=ctx) as sub:
+            return rest[0], {"db": ctx.params["db"], **sub.params}
 
 
-def test_systemd_unit() -> None:
-    unit = parse_unit((DEPLOY / "podstore-watch.service").read_text(encoding="utf-8"))
-    service = unit["Service"]
+# ---- systemd --------------------------------------------------------------------------------
+
+
+def test_watch_unit() -> None:
+    u = unit("podstore-watch.service")
+    service = u["Service"]
     (exec_start,) = service["ExecStart"]
-    params = parsed_watch(shlex.split(exec_start))
+    argv = shlex.split(exec_start)
+    assert argv[0] == VENV_PODSTORE
+    command, params = parsed(argv)
+    assert command == "watch"
     assert str(params["checkpoint"]) == DEFAULT_CHECKPOINT
     assert params["metrics_addr"] == ("127.0.0.1", 9465)  # loopback on a host
     assert not params["once"]
-    # The kubelet directory is read-only to the service; the store directory is its only
-    # writable place, and the store lives there.
+    assert str(params["db"]).startswith(STORE_DIR + "/")
+    # Secrets from an optional root-only file, never on the command line.
+    assert service["EnvironmentFile"] == ["-/etc/podstore/podstore.env"]
+    assert "postgresql" not in exec_start
+    # The store directory is the only writable place; kubelet's read-only, pods' hidden.
     assert service["ProtectSystem"] == ["strict"]
-    assert KUBELET_DIR in " ".join(service["ReadOnlyPaths"]).split()
-    writable = " ".join(service.get("ReadWritePaths", [])).split()
-    assert writable == ["/var/lib/podstore"]
-    assert KUBELET_DIR not in writable
-    assert str(params["db"]).startswith("/var/lib/podstore/")
+    assert paths(service["ReadWritePaths"]) == [STORE_DIR]
     assert service["StateDirectory"] == ["podstore"]
+    assert "/var/lib/kubelet" in paths(service["ReadOnlyPaths"])
+    assert paths(service["InaccessiblePaths"]) == ["/var/lib/kubelet/pods"]
+    assert service["PrivateTmp"] == ["yes"] and service["NoNewPrivileges"] == ["yes"]
+    # Root without capabilities, and no unix sockets (kubelet's are in the directory it reads).
+    assert service["CapabilityBoundingSet"] == [""] and service["AmbientCapabilities"] == [""]
+    assert service["RestrictAddressFamilies"] == ["AF_INET AF_INET6"]
+    assert "User" not in service
     assert service["KillSignal"] == ["SIGTERM"] and service["Restart"] == ["always"]
-    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+    assert u["Install"]["WantedBy"] == ["multi-user.target"]
 
 
-def test_daemonset() -> None:
-    docs = list(yaml.safe_load_all((DEPLOY / "podstore-watch-daemonset.yaml").read_text()))
-    (ds,) = [d for d in docs if d and d.get("kind") == "DaemonSet"]
-    assert ds["apiVersion"] == "apps/v1"
+def test_ship_unit_and_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    u = unit("podstore-ship.service")
+    service = u["Service"]
+    assert service["Type"] == ["oneshot"]
+    (exec_start,) = service["ExecStart"]
+    argv = shlex.split(exec_start)
+    assert argv[0] == VENV_PODSTORE
+    monkeypatch.delenv("PODSTORE_FLEET_URL", raising=False)
+    with pytest.raises(click.BadParameter, match="PODSTORE_FLEET_URL"):
+        parsed(argv)  # the URL can only come from the environment file
+    monkeypatch.setenv("PODSTORE_FLEET_URL", "postgresql://node@fleet.example/fleet")
+    command, params = parsed(argv)
+    assert command == "ship" and params["url"] == "postgresql://node@fleet.example/fleet"
+    assert str(params["db"]).startswith(STORE_DIR + "/")
+    assert u["Unit"]["ConditionPathExists"] == [str(params["db"])]
+    assert service["EnvironmentFile"] == ["-/etc/podstore/podstore.env"]
+    assert service["ProtectSystem"] == ["strict"]
+    assert paths(service["ReadWritePaths"]) == [STORE_DIR]
+    assert paths(service["InaccessiblePaths"]) == ["/var/lib/kubelet"]
+    assert service["CapabilityBoundingSet"] == [""]
+
+    timer = unit("podstore-ship.timer")
+    assert timer["Timer"]["OnUnitInactiveSec"] == ["5min"]
+    assert "RandomizedDelaySec" in timer["Timer"]
+    assert timer["Install"]["WantedBy"] == ["timers.target"]
+    assert "Unit" not in timer["Timer"]  # the service of the same name
+
+
+def test_environment_file_example() -> None:
+    """systemd's EnvironmentFile syntax: KEY=VALUE lines and comments; the variable podstore
+    reads."""
+    lines = [
+        line
+        for line in (DEPLOY / "podstore.env.example").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    keys = [line.split("=", 1)[0] for line in lines]
+    assert keys == ["PODSTORE_FLEET_URL"]
+    assert all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S+", line) for line in lines)
+
+
+# ---- Kubernetes -----------------------------------------------------------------------------
+
+
+def manifest(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def daemonset() -> dict[str, Any]:
+    (ds,) = manifest("podstore-watch-daemonset.yaml")
+    assert ds["kind"] == "DaemonSet" and ds["apiVersion"] == "apps/v1"
+    return ds
+
+
+def containers() -> dict[str, dict[str, Any]]:
+    spec = daemonset()["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec["containers"]}
+
+
+def documented_mounts() -> set[tuple[str, str, str, str]]:
+    """docs/deploy.md's table of mounts: (container, host path, mount path, access)."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text.split("<!-- mounts -->")[1].lstrip("\n")
+    rows = set()
+    for line in section.splitlines()[2:]:  # after the header and its rule
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().strip("`") for c in line.strip("|").split("|")]
+        rows.add((cells[0], cells[1], cells[2], cells[3]))
+    assert rows
+    return rows
+
+
+def test_daemonset_mounts_only_what_the_docs_list() -> None:
+    ds = daemonset()
     spec = ds["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounted = set()
+    for name, c in containers().items():
+        for m in c["volumeMounts"]:
+            source = volumes[m["name"]]["hostPath"]["path"]
+            access = "read-only" if m.get("readOnly") else "read-write"
+            mounted.add((name, source, m["mountPath"], access))
+    assert mounted == documented_mounts()
+    assert all("hostPath" in v for v in volumes.values())
+    assert not any(
+        m.get("mountPropagation") for c in containers().values() for m in c["volumeMounts"]
+    )
+    # Only the store is writable, and the kubelet directory is read-only.
+    assert {(s, a) for _, s, _, a in mounted if a == "read-write"} == {(STORE_DIR, "read-write")}
+    assert (("podstore-watch", KUBELET_DIR, KUBELET_DIR, "read-only")) in mounted
+
+
+def test_daemonset_command_lines() -> None:
+    cs = containers()
+    watch = cs["podstore-watch"]
+    argv = watch["command"] + watch.get("args", [])
+    assert argv[0] == VENV_PODSTORE
+    command, params = parsed(argv)
+    assert command == "watch"
+    assert str(params["checkpoint"]) == DEFAULT_CHECKPOINT
+    assert str(params["db"]).startswith(STORE_DIR + "/")
+    assert params["node"] == "$(NODE_NAME)"
+    env = {e["name"]: e for e in watch["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    host, port = params["metrics_addr"]
+    assert host == "0.0.0.0"
+    assert [(p["name"], p["containerPort"]) for p in watch["ports"]] == [("metrics", port)]
+    # The probe is cheap: no GET /metrics (it reads the whole store).
+    probe = watch["livenessProbe"]
+    assert "httpGet" not in probe and probe["tcpSocket"]["port"] == "metrics"
+
+    ship = cs["podstore-ship"]
+    script = ship["command"][-1]
+    assert ship["command"][:2] == ["/bin/sh", "-c"]
+    (line,) = [x for x in script.splitlines() if VENV_PODSTORE in x]
+    argv = shlex.split(line.replace('"$NODE_NAME"', "node-1"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PODSTORE_FLEET_URL", "postgresql://node@fleet.example/fleet")
+        command, params = parsed(argv)
+    assert command == "ship" and params["node"] == "node-1"
+    assert str(params["db"]).startswith(STORE_DIR + "/")
+    assert "trap 'exit 0' TERM" in script  # SIGTERM ends the loop at once
+
+
+def test_fleet_url_comes_from_the_secret() -> None:
+    (secret,) = manifest("podstore-fleet-secret.yaml")
+    assert secret["kind"] == "Secret"
+    assert secret["metadata"]["namespace"] == daemonset()["metadata"]["namespace"]
+    env = {e["name"]: e for e in containers()["podstore-ship"]["env"]}
+    ref = env["PODSTORE_FLEET_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == secret["metadata"]["name"]
+    assert ref["key"] in secret["stringData"]
+    assert ref["optional"] is True
+    for c in containers().values():
+        assert "postgresql://" not in " ".join(c["command"] + c.get("args", []))
+        assert all("value" not in e or "postgresql" not in e["value"] for e in c.get("env", []))
+
+
+def test_daemonset_security() -> None:
+    ds = daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(key), key
+    images = {c["image"] for c in spec["containers"]}
+    assert len(images) == 1
+    for name, c in containers().items():
+        sc = c["securityContext"]
+        # uid 0 is the documented choice (kubelet's files are root's, mode 0600), with no
+        # capability at all.
+        assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False, name
+        assert sc["readOnlyRootFilesystem"] is True, name
+        assert sc["allowPrivilegeEscalation"] is False, name
+        assert sc["privileged"] is False, name
+        assert sc["capabilities"] == {"drop": ["ALL"]}, name
+        resources = c["resources"]
+        assert set(resources["requests"]) == {"cpu", "memory"}, name
+        assert set(resources["limits"]) == {"cpu", "memory"}, name
     assert ds["spec"]["selector"]["matchLabels"].items() <= (
         ds["spec"]["template"]["metadata"]["labels"].items()
     )
-    (container,) = spec["containers"]
-    params = parsed_watch(container["command"] + container.get("args", []))
-    assert str(params["checkpoint"]) == DEFAULT_CHECKPOINT
-    assert params["node"] == "$(NODE_NAME)"
-    env = {e["name"]: e for e in container["env"]}
-    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    port = params["metrics_addr"][1]
-    assert port in [p["containerPort"] for p in container["ports"]]
-
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    kubelet = mounts[KUBELET_DIR]
-    assert kubelet["readOnly"] is True
-    assert volumes[kubelet["name"]]["hostPath"]["path"] == KUBELET_DIR
-    # The store is on the node (survives the pod), in a mount that is writable.
-    (store_mount,) = [
-        m for path, m in mounts.items() if str(params["db"]).startswith(path.rstrip("/") + "/")
-    ]
-    assert not store_mount.get("readOnly", False)
-    assert volumes[store_mount["name"]]["hostPath"]["path"] == "/var/lib/podstore"
-    # Every other mount is read-only, and nothing else is writable in the container.
-    assert all(m.get("readOnly") for m in mounts.values() if m is not store_mount)
-    security = container["securityContext"]
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"]["drop"] == ["ALL"]
     assert spec["terminationGracePeriodSeconds"] >= 10
+
+
+def test_tolerations_are_for_gpu_nodes_only() -> None:
+    spec = daemonset()["spec"]["template"]["spec"]
+    for t in spec["tolerations"]:
+        assert t.get("key"), f"a wildcard toleration: {t}"
+        assert "node-role.kubernetes.io" not in t["key"], t
+        assert t["effect"] == "NoSchedule", t
+    assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu", "amd.com/gpu"}
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+
+
+def test_podmonitor_scrapes_the_daemonset_as_job_podstore() -> None:
+    (pm,) = manifest("podstore-podmonitor.yaml")
+    assert pm["kind"] == "PodMonitor" and pm["apiVersion"] == "monitoring.coreos.com/v1"
+    ds = daemonset()
+    assert pm["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= (
+        ds["spec"]["template"]["metadata"]["labels"].items()
+    )
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+    assert relabel["job"]["replacement"] == "podstore"  # what the rules select
+    assert relabel["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]

@@ -131,8 +131,15 @@ def test_verify_checkpoint_output_formats(tmp_path: Path, fmt: str) -> None:
         assert rows[1]["stored"] == 1616683355 and rows[1]["computed"] == 1616683350
     elif fmt == "csv":
         lines = res.stdout.splitlines()
-        assert lines[0] == "file,status,format,entries,stored,computed,error"
-        assert lines[1].split(",")[1:6] == ["OK", "v1", "9", "1323978195", "1323978195"]
+        assert lines[0] == "file,kind,status,format,entries,stored,computed,error"
+        assert lines[1].split(",")[1:7] == [
+            "devices",
+            "OK",
+            "v1",
+            "9",
+            "1323978195",
+            "1323978195",
+        ]
     elif fmt == "yaml":
         assert "status: MISMATCH" in res.stdout
     else:
