@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import tempfile
 
 
 def fsync_directory(path: str | os.PathLike[str]) -> None:
@@ -37,6 +36,10 @@ def replace_file(
     """
     target = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(target)
+    # Imported here: tempfile brings random, shutil, … (almost 1 MiB) into every command, and
+    # only writers of whole files need it.
+    import tempfile
+
     # Mode 0600 until the fchmod below; the name starts with "." and ends with ".tmp".
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
