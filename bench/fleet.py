@@ -2,7 +2,7 @@
 one PostgreSQL, asked the fleet questions while 4 shippers ship more on top.
 
 1. **Generated history**: 10,000 stores × 1,000 events, chained as nodes chain them, written
-   with COPY together with the state they end in (tests/fleet/fleetgen.py; shipping them
+   with COPY together with the state they end in (tests/harness/fleetgen.py; shipping them
    would take most of an hour). Timed: the load and the index builds.
 2. **Ingest on top**: 1,000 real node stores (PodStore, 100 pods each: inserts, replaces,
    deletes, re-inserts, registered devices, a few double allocations) shipped by 4 shipper
@@ -22,6 +22,7 @@ fleet server's memory settings (SETTINGS). Registered as the section ``fleet``
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import shutil
@@ -34,14 +35,26 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench.sections import RunContext, Section, register
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, os.path.join(REPO, "tests", "fleet"))
 
-import fleetgen  # noqa: E402
-from harness.pgserver import PgServer  # noqa: E402
 
-from bench.sections import RunContext, Section, register  # noqa: E402
+def _load_harness(name: str) -> Any:
+    """tests/harness/NAME.py, loaded from its path: the bench starts its server and generates
+    its fleet the way the tests do, without putting the test support package on everyone's
+    import path."""
+    path = os.path.join(REPO, "tests", "harness", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+PgServer = _load_harness("pgserver").PgServer
+fleetgen = _load_harness("fleetgen")
 
 Log = Callable[[str], None]
 

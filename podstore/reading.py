@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from podstore.errors import PodStoreError
@@ -19,11 +19,12 @@ from podstore.rules import validate
 from podstore.rules.times import TimeArg, format_ts, parse_time
 from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
+from podstore.storage import audit, events
 from podstore.storage import entries as entry_store
-from podstore.storage import events
+from podstore.storage.sql import audit as audit_sql
 from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import ship as ship_sql
-from podstore.types import AllocationEvent
+from podstore.types import AllocationEvent, DeviceHolding, DeviceOwner, PodSummary
 
 T = TypeVar("T")
 
@@ -93,6 +94,34 @@ class Reader:
         """``PodStore.history`` streamed: the same events, oldest first, one page at a time."""
         sql, params = history_query(pod_uid, device_id, since, until)
         return self._guarded.rows(sql, params).mapped(events.to_event)
+
+    def pods(self) -> RowStream[PodSummary]:
+        """Every pod in uid order, with its container, entry and distinct device counts and
+        its resources (``podstore pods``)."""
+        return self._guarded.rows(audit_sql.PODS).mapped(audit.pod_summary)
+
+    def devices(self, resource: str | None = None) -> Iterator[DeviceHolding]:
+        """Every held device once per holder, then the registered devices nobody holds,
+        resource by resource, devices in id order (``podstore devices``); ``resource`` keeps
+        one. Streamed: one device's holders are held at a time. Raises InvalidInputError for a
+        bad argument."""
+        if resource is not None:
+            resource = validate.text(resource, "resource")
+        return audit.device_holdings(self._guarded.rows, resource)
+
+    def owners(self, device_id: str) -> RowStream[DeviceOwner]:
+        """The containers holding ``device_id`` now, in any resource, sorted (``podstore
+        owners``). Raises InvalidInputError for a bad argument."""
+        device = validate.text(device_id, "device_id")
+        return self._guarded.rows(audit_sql.OWNERS_NOW, {"device": device}).mapped(
+            audit.device_owner
+        )
+
+    def containers(self, pod_uid: str) -> RowStream[str]:
+        """The names of ``pod_uid``'s containers, sorted (none for an unknown pod). Raises
+        InvalidInputError for a bad argument."""
+        pod = validate.text(pod_uid, "pod_uid")
+        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(_first)
 
     # ---- what shipping reads (podstore.fleet.ship), all from this one snapshot ----------------
 
@@ -171,3 +200,7 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def _event_row(row: tuple[Any, ...]) -> EventRow:
     seq, ts, op, pod, container, resource, ids, released, digest = row
     return (int(seq), ts, op, pod, container, resource, ids, released, bytes(digest))
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]

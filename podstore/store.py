@@ -36,6 +36,7 @@ from podstore.sqlite.translate import translated_errors
 from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
 from podstore.storage import events, sync, transfer
+from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
@@ -225,7 +226,7 @@ class PodStore:
         ContainerAllocateResponse, its bytes, or None. A replacing insert keeps the entry's
         position. Raises InvalidInputError naming the bad argument; nothing is written then.
         """
-        row = entry_store.Row(
+        row = entry_rows.Row(
             validate.text(pod_uid, "pod_uid"),
             validate.text(container_name, "container_name"),
             validate.text(resource_name, "resource_name"),
@@ -248,9 +249,9 @@ class PodStore:
         decode is skipped with a warning (kubelet logs and skips it); a null ``alloc_resp``
         restores as an empty response. Existing entries not named are kept.
         """
-        rows: list[entry_store.Row] = []
+        rows: list[entry_rows.Row] = []
         for i, entry in enumerate(validate.checkpoint_entries(entries, "entries")):
-            row = transfer.to_row(entry)
+            row = entry_rows.to_row(entry)
             if isinstance(row, str):
                 log.error(
                     "skipping checkpoint entry %d (%s/%s/%s): AllocResp does not decode: %s",
@@ -263,11 +264,7 @@ class PodStore:
                 continue
             rows.append(row)
         with self._sessions.write() as conn:
-            if len(rows) > 64:
-                entry_store.write_many(conn, rows)
-            else:
-                for row in rows:
-                    entry_store.write_one(conn, row, "import")
+            entry_store.write_rows(conn, rows, "import")
 
     def set_registered_devices(
         self, mapping: Mapping[str, Sequence[str] | AbstractSet[str] | None] | None

@@ -197,6 +197,42 @@ class StoreStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PodSummary:
+    """One pod of ``Reader.pods()`` (``podstore pods``): how many containers and entries it
+    has, the distinct (resource, device) pairs it holds, and its resources in code point
+    order."""
+
+    pod_uid: str
+    containers: int
+    entries: int
+    devices: int
+    resources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHolding:
+    """One row of ``Reader.devices()`` (``podstore devices``): a held device once per holder,
+    with the NUMA ids its entry lists it under (-1: no topology); or a registered device
+    nobody holds (``pod_uid`` and ``container`` None, ``numa_nodes`` empty)."""
+
+    resource: str
+    device_id: str
+    numa_nodes: tuple[int, ...]
+    registered: bool
+    pod_uid: str | None
+    container: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceOwner:
+    """A container holding a device now (``Reader.owners()``, ``podstore owners``)."""
+
+    pod_uid: str
+    container: str
+    resource: str
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationEvent:
     """One change in the allocation history (``PodStore.history``; docs/sql.md).
 

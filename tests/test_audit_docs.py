@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_fixture import build
+from harness.audit_fixture import build
 
 from podstore import PodStore
 

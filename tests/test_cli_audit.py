@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from audit_fixture import build
+from harness.audit_fixture import build
 
 from podstore.cli import main
 from podstore.sqlite.connection import ConnectOptions
@@ -350,13 +350,14 @@ def test_shell_completion(node: Path) -> None:
     assert "_podstore_completion" in script.stdout
     assert "complete -o nosort -F _podstore_completion podstore" in script.stdout
 
-    def complete(words: str) -> list[str]:
+    def complete(words: str, **more: str) -> list[str]:
         proc = subprocess.run(
             _command(),
             capture_output=True,
             text=True,
             env={
                 **env,
+                **more,
                 "_PODSTORE_COMPLETE": "bash_complete",
                 "COMP_WORDS": words,
                 "COMP_CWORD": str(len(words.split(" ")) - 1),
@@ -372,3 +373,5 @@ def test_shell_completion(node: Path) -> None:
     assert complete(f"podstore --db {node} get pod-") == ["pod-a", "pod-b", "pod-c", "pod-d"]
     assert complete(f"podstore --db {node} run-options pod-d ") == ["init", "main"]
     assert complete("podstore --db /nonexistent/x.db get ") == []
+    # The store named by $PODSTORE_DB when --db is not given (click reads it for the option).
+    assert complete("podstore run-options pod-d ", PODSTORE_DB=str(node)) == ["init", "main"]

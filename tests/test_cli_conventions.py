@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 import pytest
-from test_cli_docs import commands
+from harness.cli import commands
 
 from podstore import ImportRefusedError, PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.deploy import containers, unit
 from harness.ops_resources import measure
-from test_deploy import containers, unit
 
 MIB = 1024 * 1024
 

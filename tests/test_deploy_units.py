@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.deploy import DEPLOY, STORE_DIR, VENV_PODSTORE, unit
 from harness.pgserver import PgServer, PgServerUnavailable
-from test_deploy import DEPLOY, STORE_DIR, VENV_PODSTORE, unit
-from watch_support import podstore_command
+from harness.watch_support import podstore_command
 
 from podstore import PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from chain_support import connect_ro as _conn
-from chain_support import recompute
+from harness.chain_support import connect_ro as _conn
+from harness.chain_support import recompute
 
 from podstore import (
     ContainerAllocateResponse,

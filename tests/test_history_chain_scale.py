@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import scale_store as ss
+from harness import scale_store as ss
 
 from podstore import PodStore, check_store
 

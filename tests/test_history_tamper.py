@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from scale_store import podstore_argv
+from harness.scale_store import podstore_argv
 
 from podstore import PodStore
 from podstore.rules import chain

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from refmodel import table_dump
+from harness.refmodel import table_dump
 
 from podstore import ContainerAllocateResponse, PodStore
 from podstore.deviceplugin import CDIDevice, DeviceSpec, Mount

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from refmodel import table_dump
+from harness.refmodel import table_dump
 
 from podstore import PodDevicesEntry, PodStore, check_store
 from podstore.rules import chain

@@ -25,8 +25,8 @@ import pytest
 import yaml
 from harness.ops_metrics import EXISTING, PENDING, metric_names
 from harness.promserver import BinaryUnavailable, NodeExporter, Prometheus, get
+from harness.watch_support import podstore_command
 from prometheus_client.parser import text_string_to_metric_families
-from watch_support import podstore_command
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import workload
 from harness.figures import report
 

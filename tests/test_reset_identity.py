@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from chain_support import recompute
-from refmodel import table_dump
+from harness.chain_support import recompute
+from harness.refmodel import table_dump
 
 from podstore import PodStore, ReadOnlyStoreError, StoreCorruptError, check_store
 from podstore.cli import main

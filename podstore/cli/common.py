@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, NoReturn
 
@@ -12,7 +11,6 @@ from click.shell_completion import CompletionItem
 from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules.times import parse_time as parse_time_argument
-from podstore.storage.sql import audit
 from podstore.store import PodStore
 
 
@@ -34,7 +32,7 @@ def not_found(message: str) -> NoReturn:
 
 
 def _completion_store(ctx: click.Context) -> Any:
-    db = ctx.find_root().params.get("db") or os.environ.get("PODSTORE_DB") or DEFAULT_DB
+    db = ctx.find_root().params.get("db") or DEFAULT_DB  # --db, else $PODSTORE_DB (click)
     # A key press must not wait for the open-time check of every page.
     return PodStore.open(db, readonly=True, verify="off")
 
@@ -55,8 +53,8 @@ def complete_containers(ctx: click.Context, _param: click.Parameter, incomplete:
     if not pod:
         return []
     try:
-        with _completion_store(ctx) as store:
-            result = store.query(audit.CONTAINERS_OF_POD, (pod,))
+        with _completion_store(ctx) as store, store.reader() as reader:
+            names = list(reader.containers(pod))
     except (PodStoreError, OSError):
         return []
-    return [CompletionItem(r[0]) for r in result.rows if str(r[0]).startswith(incomplete)]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]

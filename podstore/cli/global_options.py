@@ -8,7 +8,6 @@ value given after the command wins over one given before it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -40,8 +39,10 @@ def group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--db",
         "db",
         metavar="PATH",
-        default=lambda: os.environ.get("PODSTORE_DB") or DEFAULT_DB,
-        show_default="$PODSTORE_DB, else ./podstore.db",
+        envvar="PODSTORE_DB",
+        show_envvar=True,
+        default=DEFAULT_DB,
+        show_default=True,
         help=DB_HELP,
     )(fn)
 

@@ -18,9 +18,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from podstore.metrics.stats import BUCKETS, RESULTS, SyncStats
 from podstore.storage.sql import metrics as sql
 from podstore.store import PodStore
-from podstore.watch.stats import BUCKETS, RESULTS, SyncStats
 
 # name → help text of the per-resource gauges, in exposition order.
 _PER_RESOURCE = {

@@ -16,45 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.deviceplugin import Device, NUMANode, TopologyInfo
-from podstore.rules.alloc_resp import Response
 from podstore.storage import events, responses
+from podstore.storage.rows import BULK_ROWS, Row, device_rows
 from podstore.storage.sql import entries as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, ResourceDeviceInstances
 
 Key = events.Key
 
 
-@dataclass(slots=True)
-class Row:
-    """One entry ready to write: validated, with its response checked and decoded once."""
-
-    pod_uid: str
-    container_name: str
-    resource_name: str
-    devices: DevicesPerNUMA | None
-    response: Response | None
-    alloc_resp_json_null: bool = False
-
-    @property
-    def alloc_resp(self) -> bytes | None:
-        return None if self.response is None else self.response.raw
-
-
 # ---- writing ---------------------------------------------------------------------------------
-
-
-def _device_rows(
-    allocation_id: int, devices: DevicesPerNUMA | None
-) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
-    rows: list[tuple[int, int, int, str]] = []
-    empty: list[tuple[int, int, bool]] = []
-    if devices:
-        for node, ids in devices.items():
-            if not ids:
-                empty.append((allocation_id, node, ids is None))
-                continue
-            rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(ids)]
-    return rows, empty
 
 
 def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
@@ -89,7 +59,7 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
         responses.clear(conn, [(allocation_id,)])
         replacing = True
     if row.devices:
-        devices, empty = _device_rows(allocation_id, row.devices)
+        devices, empty = device_rows(allocation_id, row.devices)
         if devices:
             conn.executemany(sql.INSERT_DEVICE, devices)
         if empty:
@@ -140,6 +110,16 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import"
     return len(items)
 
 
+def write_rows(conn: sqlite3.Connection, rows: list[Row], op: str) -> None:
+    """Write ``rows`` with ``op`` events: one at a time up to BULK_ROWS, else in bulk (the same
+    result either way)."""
+    if len(rows) > BULK_ROWS:
+        write_many(conn, rows, op)
+    else:
+        for row in rows:
+            write_one(conn, row, op)
+
+
 def _write_chunk(
     conn: sqlite3.Connection,
     items: list[tuple[Key, Row]],
@@ -157,7 +137,7 @@ def _write_chunk(
     new_allocations: list[tuple[int, int, str, bool, bytes | None, bool]] = []
     updates: list[tuple[bool, bytes | None, bool, int]] = []
     cleared: list[tuple[int]] = []
-    device_rows: list[tuple[int, int, int, str]] = []
+    held_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
     response_rows = responses.ResponseRows()
     # (key, devices, the allocation it replaces or None): the events, queued once the
@@ -196,11 +176,9 @@ def _write_chunk(
             cleared.append((allocation_id,))
             written.append(((uid, name, resource), row.devices, allocation_id))
         if row.devices:
-            for node, lst in row.devices.items():
-                if lst:
-                    device_rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(lst)]
-                else:
-                    empty_rows.append((allocation_id, node, lst is None))
+            devices, empty = device_rows(allocation_id, row.devices)
+            held_rows += devices
+            empty_rows += empty
         if response is not None:
             response_rows.add(allocation_id, response)
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
@@ -216,10 +194,10 @@ def _write_chunk(
         conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
         responses.clear(conn, cleared)
     pending = events.Pending()
-    for key, devices, old in written:
-        gone = () if old is None else events.released_devices(held.get(old, ()), devices)
-        pending.entry(op, key, devices, gone)
-    conn.executemany(sql.INSERT_DEVICE, device_rows)
+    for key, numa_map, old in written:
+        gone = () if old is None else events.released_devices(held.get(old, ()), numa_map)
+        pending.entry(op, key, numa_map, gone)
+    conn.executemany(sql.INSERT_DEVICE, held_rows)
     if empty_rows:
         conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
     response_rows.write(conn)

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from podstore.errors import CheckpointError, CheckpointNotFoundError, PodStoreError
+from podstore.metrics.stats import SyncStats
 from podstore.store import PodStore
 from podstore.types import SyncReport
-from podstore.watch.stats import SyncStats
+from podstore.watch.failures import Backoff, ProblemLog
 from podstore.watch.trigger import FileTrigger, Signature, signature
 from podstore.watch.wakeup import Wakeup
 
@@ -83,10 +84,10 @@ class Follower:
         self.on_tick = list(on_tick or ())
         self.wakeup = Wakeup()
         self._stopping = False
-        self._problem: str | None = None
+        self._problems = ProblemLog(log, cleared="%s: good again")
         self._seen: Signature = None
         self._retry_at: float | None = None
-        self._retry_delay = RETRY_FIRST
+        self._backoff = Backoff(RETRY_FIRST, max(interval, RETRY_FIRST))
 
     # ---- one sync -------------------------------------------------------------------------
 
@@ -114,9 +115,7 @@ class Follower:
 
     def _log(self, outcome: SyncOutcome) -> None:
         if outcome.ok:
-            if self._problem is not None:
-                log.info("%s: good again", self.path)
-                self._problem = None
+            self._problems.clear(self.path)
             report = outcome.report
             if report is not None and report.changed:
                 log.info(
@@ -133,20 +132,17 @@ class Follower:
                 )
             return
         problem = f"{outcome.result}: {outcome.problem}"
-        if problem != self._problem:
-            level = logging.WARNING if outcome.result in ("missing", "invalid") else logging.ERROR
-            log.log(level, "sync %s (store left as it was)", problem)
-            self._problem = problem
+        level = logging.WARNING if outcome.result in ("missing", "invalid") else logging.ERROR
+        self._problems.report(problem, "sync %s (store left as it was)", problem, level=level)
 
     def _schedule_retry(self, outcome: SyncOutcome) -> None:
         # A store error (busy, disk full) is retried on its own; a bad or missing file waits
         # for the file to change.
         if outcome.result == "error":
-            self._retry_at = time.monotonic() + self._retry_delay
-            self._retry_delay = min(self._retry_delay * 2, max(self.interval, RETRY_FIRST))
+            self._retry_at = time.monotonic() + self._backoff.next()
         else:
             self._retry_at = None
-            self._retry_delay = RETRY_FIRST
+            self._backoff.reset()
 
     # ---- following ------------------------------------------------------------------------
 

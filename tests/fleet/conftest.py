@@ -7,15 +7,10 @@ installs the distribution's postgresql package).
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from harness.pgserver import PgServer, PgServerUnavailable
 
 from podstore.fleet import admin, db, migrate

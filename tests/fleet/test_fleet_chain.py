@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fleetlib import chained, connect, entry_rows, rows, send_batch
-from test_chain_rule import FIRST, GENESIS, STORE_ID
+from harness.chain_support import FIRST, GENESIS, STORE_ID
+from harness.fleetlib import chained, connect, entry_rows, rows, send_batch
 
 from podstore.cli import cli
 from podstore.fleet import read
@@ -282,7 +282,7 @@ def test_a_history_edited_on_the_node_is_refused_by_the_server(
 ) -> None:
     import sqlite3
 
-    from fleetlib import busy_node, fleet_event_seqs
+    from harness.fleetlib import busy_node, fleet_event_seqs
 
     from podstore import FleetRefusedError, PodStore
     from podstore.fleet.ship import ship

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from fleetlib import fleet_event_seqs, rows
+from harness.fleetlib import fleet_event_seqs, rows
 from harness.pgserver import PgServer
 
 from podstore import FleetUnavailableError, PodStore

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from audit_fixture import at, clock
 from click.testing import CliRunner
-from fleetlib import assert_same_state, fleet_event_seqs, node_events
+from harness.audit_fixture import at, clock
+from harness.fleetlib import assert_same_state, fleet_event_seqs, node_events
 
 from podstore import PodStore
 from podstore.cli import cli

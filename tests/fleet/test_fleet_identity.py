@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fleetlib import (
+from harness.fleetlib import (
     assert_same_state,
     busy_node,
     fleet_events,

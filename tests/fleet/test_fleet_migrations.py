@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from click.testing import CliRunner
-from fleetlib import rows
+from harness.fleetlib import rows
 
 from podstore.cli import cli
 from podstore.fleet import db, migrate, schema, views
@@ -137,7 +137,7 @@ F0001_DATA = [
 
 
 def test_f0002_upgrades_and_downgrades_a_database_with_data(empty_url: str) -> None:
-    from fleetlib import chained, connect, entry_rows, send_batch
+    from harness.fleetlib import chained, connect, entry_rows, send_batch
 
     migrate.upgrade(empty_url, "f0001")
     for statement in F0001_DATA:

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from fleetlib import as_role, chained, connect, entry_rows, rows, send_batch
+from harness.fleetlib import as_role, chained, connect, entry_rows, rows, send_batch
 from harness.pgserver import PgServer
 
 from podstore import FleetError, FleetRefusedError, InvalidInputError

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleetlib import assert_same_state, fleet_event_seqs, node_events
+from harness.fleetlib import assert_same_state, fleet_event_seqs, node_events
 
 from podstore import PodDevicesEntry, PodStore
 from podstore.fleet import read
@@ -147,7 +147,7 @@ def _plan(url: str, sql: str, params: dict[str, object]) -> str:
 def test_a_generated_fleet_answers_right_with_the_planned_lookups(fleet_url: str) -> None:
     # The benchmark's 10,000 stores / 10,000,000 events at a bounded size: answers checked
     # against the generator's own model, and the plans that keep them fast at scale.
-    import fleetgen
+    from harness import fleetgen
 
     from podstore.fleet import sql as q
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fleetlib import (
+from harness.fleetlib import (
     assert_same_state,
     busy_node,
     fleet_event_seqs,
@@ -102,7 +102,7 @@ def test_double_allocations_are_found_per_store_only(tmp_path: Path, fleet_url: 
 def test_owners_at_a_past_instant_follow_the_shipped_history(
     tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from audit_fixture import at, clock
+    from harness.audit_fixture import at, clock
 
     store = PodStore.open(tmp_path / "n.db")
     with store, clock(monkeypatch) as now:

@@ -3,8 +3,8 @@ scrape, at a given number of checkpoint entries — the figures behind the Daemo
 and limits and the systemd units' memory settings (docs/deploy.md).
 
 A real ``podstore watch --metrics-addr 127.0.0.1:0`` subprocess follows a checkpoint of N
-entries (tests/scale_store.py's node shape: two entries per pod, GPUs on two NUMA nodes and an
-SR-IOV VF, RegisteredDevices listing every held device plus 5 %):
+entries (tests/harness/scale_store.py's node shape: two entries per pod, GPUs on two NUMA
+nodes and an SR-IOV VF, RegisteredDevices listing every held device plus 5 %):
 
 1. ``first``: start on a new store, first sync of the whole file (what a new node does);
 2. ``change``: a rewrite with one changed entry, synced;
@@ -17,9 +17,9 @@ Memory is read from ``/proc/PID/status`` (``VmHWM``, the peak resident set, and 
 CPU from ``/proc/PID/stat`` (every thread, ended ones too). A phase is over when the process has
 used no CPU for 0.5 s (a sync never sleeps), checked afterwards through the sync counters.
 
-By hand: ``python tests/harness/ops_resources.py 1000 10000`` prints one JSON object a size.
-``tests/test_deploy_resources.py`` runs it at 1,000 entries and holds the manifests' limits
-against it.
+By hand: ``PYTHONPATH=tests python -m harness.ops_resources 1000 10000`` prints one JSON
+object a size. ``tests/test_deploy_resources.py`` runs it at 1,000 entries and holds the
+manifests' limits against it.
 """
 
 from __future__ import annotations
@@ -37,10 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scale_store import GPU, VF, entries, gpu, vf
-
+from harness.scale_store import GPU, VF, entries, gpu, vf
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
 
 _SERVING = re.compile(rb"serving metrics on http://([0-9.]+):(\d+)/metrics")

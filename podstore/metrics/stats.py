@@ -1,8 +1,8 @@
 """What the follower counts: syncs by result, the last good sync, sync durations.
 
 Plain counters behind a lock (the metrics endpoint reads them from its own thread); the
-metrics collector turns them into Prometheus families at scrape time, so this package needs
-no prometheus_client.
+metrics collector turns them into Prometheus families at scrape time, so this module needs
+no prometheus_client (the follower imports it without the ``watch`` extra's libraries).
 """
 
 from __future__ import annotations
