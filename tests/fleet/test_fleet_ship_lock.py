@@ -48,6 +48,8 @@ def test_a_ship_reads_last_seq_only_once_it_holds_the_store_row(
         shipped = fleet_events(fleet_url, store.store_id)
         _grow(store, 5, 5)
         newest = node_events(store)[-1][0]
+        with store.reader() as reader:
+            _, head = reader.chain_head()  # what the other shipper's batch would leave
         with psycopg.connect(fleet_url) as holder:
             locked = holder.execute(
                 "SELECT last_seq FROM fleet_stores WHERE store_id = %s FOR UPDATE",
@@ -60,8 +62,8 @@ def test_a_ship_reads_last_seq_only_once_it_holds_the_store_row(
                 assert second.poll() is None, second.communicate()[1]
                 assert fleet_events(fleet_url, store.store_id) == shipped
                 holder.execute(
-                    "UPDATE fleet_stores SET last_seq = %s WHERE store_id = %s",
-                    (newest, store.store_id),
+                    "UPDATE fleet_stores SET last_seq = %s, head_hash = %s WHERE store_id = %s",
+                    (newest, head, store.store_id),
                 )
                 holder.commit()
             finally:
