@@ -3,7 +3,8 @@ what the follower's loop records as it goes (a :class:`Pulse`), never from the s
 
 Live (``/healthz`` 200) unless one of these holds for a follower:
 
-- its loop has ended, or the thread running it died (``stopped``);
+- its loop has ended (``stopped``): returned, or left by an exception that ended the thread
+  running it;
 - one sync has run for longer than ``stuck_after`` (``sync stuck``: a lock held, a file
   system that hangs);
 - its loop has not come round for ``interval + stuck_after`` outside a sync (``loop stuck``:
@@ -24,7 +25,6 @@ Both answers are small JSON objects: ``{"status": "ok"|"unhealthy"|"ready"|"not 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +42,6 @@ class Pulse:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.started = clock()
-        self.thread: threading.Thread | None = None
         self.loop_at = self.started
         self.sync_since: float | None = None
         self.last_result: str | None = None
@@ -51,8 +50,7 @@ class Pulse:
         self.ended = False
 
     def running(self) -> None:
-        """The loop starts in the calling thread."""
-        self.thread = threading.current_thread()
+        """The loop starts."""
         self.ended = False
         self.loop_at = self.clock()
 
@@ -74,7 +72,8 @@ class Pulse:
         self.loop_at = now
 
     def stopped(self) -> None:
-        """The loop ended."""
+        """The loop ended (the follower calls this in a ``finally``: an exception that ends
+        its thread ends the loop too)."""
         self.ended = True
 
 
@@ -116,8 +115,6 @@ class Health:
         p = w.pulse
         if p.ended and not self.stopping:
             return [f"{w.name}: the follower stopped"]
-        if p.thread is not None and not p.thread.is_alive():
-            return [f"{w.name}: the follower's thread died"]
         out = []
         if p.sync_since is not None and now - p.sync_since > self.stuck_after:
             out.append(f"{w.name}: a sync has run for {now - p.sync_since:.0f} s")
@@ -140,7 +137,7 @@ class Health:
             "sync_running_seconds": (
                 None if p.sync_since is None else round(now - p.sync_since, 3)
             ),
-            "alive": not p.ended and (p.thread is None or p.thread.is_alive()),
+            "alive": not p.ended,
         }
 
     def live(self) -> Answer:

@@ -94,10 +94,6 @@ class Watch:
         self._url: str | None = None  # the fleet URL last read
         self.shipper = self._shipper() if self.ships else None
         self.pruner = self._pruner() if config.keep_history is not None else None
-        if self.pruner is not None:
-            pruner = self.pruner
-            self.follower.on_sync.append(lambda _outcome: pruner.maybe())
-            self.follower.on_tick.append(pruner.maybe)
         registry = self._registry()
         if registry is not None and config.metrics_addr is not None:
             self._serve_metrics(registry, *config.metrics_addr)
@@ -257,6 +253,11 @@ class Watch:
         if shipper is not None:
             shipper.start()
             self.follower.on_sync.append(lambda outcome: _ship_after(shipper, outcome))
+        pruner = self.pruner
+        if pruner is not None:
+            # After syncs, and at polling ticks so that an idle node prunes too.
+            self.follower.on_sync.append(lambda _outcome: pruner.maybe())
+            self.follower.on_tick.append(pruner.maybe)
         _stop_on_signals(self.follower)
         shipping = f", shipping ({shipper.name})" if shipper is not None else ""
         log.info(
