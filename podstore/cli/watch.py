@@ -51,7 +51,7 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     default=DEFAULT_CHECKPOINT,
     # No check here: a checkpoint that is missing, unreadable or a directory is a sync
     # result (missing, invalid) the follower counts and waits out, not a usage error.
-    type=click.Path(path_type=Path),
+    type=click.Path(readable=False, path_type=Path),
 )
 @click.option(
     "--once",
