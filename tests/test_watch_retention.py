@@ -23,7 +23,6 @@ from harness.watch_support import (
     checkpoint_path,
     mutate,
     random_state,
-    wait_for,
 )
 
 from podstore import PodStore
@@ -122,9 +121,7 @@ def test_prune_command_keep_and_before(tmp_path: Path) -> None:
         busy_history(store, rounds=1)
     out = podstore("--db", str(db), "prune", "--before", "2099-01-01T00:00:00Z", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == (
-        "pruned 10 history events older than 2099-01-01T00:00:00.000000Z\n"
-    )
+    assert out.stdout == ("pruned 10 history events older than 2099-01-01T00:00:00.000000Z\n")
 
 
 @pytest.mark.parametrize(
@@ -186,7 +183,9 @@ def test_watch_once_keep_history_prunes_after_the_sync(tmp_path: Path) -> None:
         before = seqs(store)
     time.sleep(1.1)
     state.write(cp)
-    run = podstore("--db", str(db), "watch", "--once", str(cp), "--keep-history", "1s", cwd=tmp_path)
+    run = podstore(
+        "--db", str(db), "watch", "--once", str(cp), "--keep-history", "1s", cwd=tmp_path
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
     with PodStore.open(db, readonly=True) as store:
         after = seqs(store)
@@ -268,4 +267,3 @@ def test_prune_at_node_scale_against_its_api_call(tmp_path: Path) -> None:
     # Both whole processes: the command's start-up on top of the same transaction.
     assert cli.wall_s < 3 * api.wall_s + 2.0
     assert cli.peak_rss_mib < 200
-

@@ -66,8 +66,9 @@ def test_nothing_unshipped_is_pruned_while_the_fleet_is_down(
             list(range(shipped + 1, high + 1))
         )
         assert_same_state(fleet_url, store)
-        assert fleet_events(fleet_url, store.store_id)[-report.shipped :] == (
-            node_events(store)[-report.shipped :]
+        assert (
+            fleet_events(fleet_url, store.store_id)[-report.shipped :]
+            == (node_events(store)[-report.shipped :])
         )
 
 
