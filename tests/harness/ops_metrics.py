@@ -4,8 +4,8 @@ end-to-end tests check against — and a reader of the metric names in a PromQL 
 ``EXISTING``: what ``podstore watch --metrics-addr`` serves today (the contract of
 docs/watch.md; the ``podstore_ship_*`` names when it ships), plus Prometheus's own ``up``.
 ``PENDING``: names promised by the contracts (node-state.md: NUMA, CPU, memory and DRA) that no
-command serves yet. The end-to-end test fails when a pending name starts being served, so that it moves to
-``EXISTING`` and its panels get checked for data: the pending list only shrinks.
+command serves yet. The end-to-end test fails when a pending name starts being served, so that
+it moves to ``EXISTING`` and its panels get checked for data: the pending list only shrinks.
 """
 
 from __future__ import annotations

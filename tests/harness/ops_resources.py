@@ -22,8 +22,9 @@ CPU from ``/proc/PID/stat`` (every thread, ended ones too). A phase is over when
 used no CPU for 0.5 s (a sync never sleeps), checked afterwards through the sync counters.
 
 By hand: ``PYTHONPATH=tests python -m harness.ops_resources [--fleet] 1000 10000`` prints one
-JSON object a size (``--fleet`` starts a throwaway PostgreSQL, tests/harness/pgserver.py). ``tests/test_deploy_resources.py`` runs it at 1,000 entries and holds the
-manifests' limits against it.
+JSON object a size (``--fleet`` starts a throwaway PostgreSQL, tests/harness/pgserver.py).
+``tests/test_deploy_resources.py`` runs it at 1,000 entries and holds the manifests' limits
+against it.
 """
 
 from __future__ import annotations
@@ -93,9 +94,7 @@ def memory_kib(pid: int) -> dict[str, int]:
 class Watcher:
     """A ``podstore watch`` subprocess with its metrics on a free loopback port."""
 
-    def __init__(
-        self, db: Path, checkpoint: Path, log: Path, url_file: Path | None = None
-    ) -> None:
+    def __init__(self, db: Path, checkpoint: Path, log: Path, url_file: Path | None = None) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         ship = ["--ship-to-file", str(url_file), "--node", "resources"] if url_file else []
@@ -230,7 +229,6 @@ def main(argv: list[str]) -> None:
     server = None
     if fleet:
         from harness.pgserver import PgServer
-
         from podstore.fleet import migrate
 
         server = PgServer()
