@@ -50,6 +50,7 @@ NOT_LISTINGS = {
     "podstore migrate downgrade",
     "podstore migrate current",
     "podstore reset-identity",
+    "podstore prune",
     "podstore fleet init",
     "podstore fleet grant-node",
     "podstore fleet grant-reader",

@@ -24,8 +24,14 @@ from harness.deploy import (
     unit,
 )
 
+from podstore import logs
 from podstore.cli import cli
 from podstore.watch.follower import DEFAULT_CHECKPOINT
+
+#: Where the DaemonSet mounts the Secret podstore-fleet, and the file --ship-to-file reads.
+FLEET_DIR = "/etc/podstore/fleet"
+#: What the unit and the DaemonSet keep on the node (docs/deploy.md).
+KEEP_HISTORY = 30 * 86400
 
 
 def paths(values: list[str]) -> list[str]:
@@ -62,7 +68,12 @@ def test_watch_unit() -> None:
     assert params["metrics_addr"] == ("127.0.0.1", 9465)  # loopback on a host
     assert not params["once"]
     assert str(params["db"]).startswith(STORE_DIR + "/")
-    # Secrets from an optional root-only file, never on the command line.
+    assert params["keep_history"] == KEEP_HISTORY
+    # The fleet URL as a credential (a file only this service sees), never on the command
+    # line; other settings from an optional root-only file.
+    assert service["LoadCredential"] == ["fleet-url:/etc/podstore/fleet-url"]
+    assert params["ship_to_file"] == "${CREDENTIALS_DIRECTORY}/fleet-url"
+    assert params["ship_to"] is None and not params["ship_to_env"]
     assert service["EnvironmentFile"] == ["-/etc/podstore/podstore.env"]
     assert "postgresql" not in exec_start
     # The store directory is the only writable place; kubelet's read-only, pods' hidden.
@@ -124,6 +135,13 @@ def test_environment_file_example() -> None:
 # ---- Kubernetes -----------------------------------------------------------------------------
 
 
+def source(volume: dict[str, Any]) -> str:
+    """What a volume shows the container: a host path, or ``Secret NAME``."""
+    if "hostPath" in volume:
+        return str(volume["hostPath"]["path"])
+    return f"Secret {volume['secret']['secretName']}"
+
+
 def documented_mounts() -> set[tuple[str, str, str, str]]:
     """docs/deploy.md's table of mounts: (container, host path, mount path, access)."""
     text = (ROOT / "docs" / "deploy.md").read_text()
@@ -145,11 +163,10 @@ def test_daemonset_mounts_only_what_the_docs_list() -> None:
     mounted = set()
     for name, c in containers().items():
         for m in c["volumeMounts"]:
-            source = volumes[m["name"]]["hostPath"]["path"]
             access = "read-only" if m.get("readOnly") else "read-write"
-            mounted.add((name, source, m["mountPath"], access))
+            mounted.add((name, source(volumes[m["name"]]), m["mountPath"], access))
     assert mounted == documented_mounts()
-    assert all("hostPath" in v for v in volumes.values())
+    assert all(set(v) & {"hostPath", "secret"} for v in volumes.values())
     assert not any(
         m.get("mountPropagation") for c in containers().values() for m in c["volumeMounts"]
     )
@@ -160,11 +177,20 @@ def test_daemonset_mounts_only_what_the_docs_list() -> None:
 
 def test_daemonset_command_lines() -> None:
     cs = containers()
+    assert list(cs) == ["podstore-watch"]  # it ships itself: no separate shipping container
     watch = cs["podstore-watch"]
     argv = watch["command"] + watch.get("args", [])
     assert argv[0] == VENV_PODSTORE
-    command, params = parsed(argv)
+    try:
+        command, params = parsed(argv)
+        assert logs.current() == "json"  # --log-format json, for the log collector
+    finally:
+        logs.set_format("text")
+        logs.unconfigure()
     assert command == "watch"
+    assert params["keep_history"] == KEEP_HISTORY
+    assert params["ship_to_file"] == f"{FLEET_DIR}/url"
+    assert params["ship_to"] is None and not params["ship_to_env"]
     assert str(params["checkpoint"]) == DEFAULT_CHECKPOINT
     assert str(params["db"]).startswith(STORE_DIR + "/")
     assert params["node"] == "$(NODE_NAME)"
@@ -173,35 +199,31 @@ def test_daemonset_command_lines() -> None:
     host, port = params["metrics_addr"]
     assert host == "0.0.0.0"
     assert [(p["name"], p["containerPort"]) for p in watch["ports"]] == [("metrics", port)]
-    # The probe is cheap: no GET /metrics (it reads the whole store).
-    probe = watch["livenessProbe"]
-    assert "httpGet" not in probe and probe["tcpSocket"]["port"] == "metrics"
-
-    ship = cs["podstore-ship"]
-    script = ship["command"][-1]
-    assert ship["command"][:2] == ["/bin/sh", "-c"]
-    (line,) = [x for x in script.splitlines() if VENV_PODSTORE in x]
-    argv = shlex.split(line.replace('"$NODE_NAME"', "node-1"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PODSTORE_FLEET_URL", "postgresql://node@fleet.example/fleet")
-        command, params = parsed(argv)
-    assert command == "ship" and params["node"] == "node-1"
-    assert str(params["db"]).startswith(STORE_DIR + "/")
-    assert "trap 'exit 0' TERM" in script  # SIGTERM ends the loop at once
+    # The probes ask the health endpoints, which never read the store (GET /metrics reads
+    # all of it).
+    assert watch["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert watch["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
 def test_fleet_url_comes_from_the_secret() -> None:
     (secret,) = manifest("podstore-fleet-secret.yaml")
     assert secret["kind"] == "Secret"
     assert secret["metadata"]["namespace"] == daemonset()["metadata"]["namespace"]
-    env = {e["name"]: e for e in containers()["podstore-ship"]["env"]}
-    ref = env["PODSTORE_FLEET_URL"]["valueFrom"]["secretKeyRef"]
-    assert ref["name"] == secret["metadata"]["name"]
-    assert ref["key"] in secret["stringData"]
-    assert ref["optional"] is True
+    spec = daemonset()["spec"]["template"]["spec"]
+    watch = containers()["podstore-watch"]
+    (mount,) = [m for m in watch["volumeMounts"] if m["mountPath"] == FLEET_DIR]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    ref = volume["secret"]
+    assert ref["secretName"] == secret["metadata"]["name"]
+    assert ref["optional"] is True  # no Secret: not shipping, not failing
+    # Owner-only: podstore refuses a URL file with a password that others may read.
+    assert ref["defaultMode"] == 0o400
+    assert "url" in secret["stringData"]  # the file --ship-to-file names
     for c in containers().values():
         assert "postgresql://" not in " ".join(c["command"] + c.get("args", []))
-        assert all("value" not in e or "postgresql" not in e["value"] for e in c.get("env", []))
+        assert all("postgresql" not in str(e) for e in c.get("env", []))
+        assert all("secretKeyRef" not in str(e) for e in c.get("env", []))
 
 
 def test_daemonset_security() -> None:

@@ -1,13 +1,19 @@
 """The DaemonSet's requests and limits and the units' memory settings against a measurement:
-a real ``podstore watch`` at 1,000 entries (tests/harness/ops_resources.py; docs/deploy.md has
-the 10,000-entry figures the settings were sized from) must fit them with room to spare."""
+a real ``podstore watch`` at 1,000 entries shipping to a real PostgreSQL, as the DaemonSet
+runs it (tests/harness/ops_resources.py; docs/deploy.md has the 10,000-entry figures the
+settings were sized from), must fit them with room to spare."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from harness.deploy import containers, unit
 from harness.ops_resources import measure
+from harness.pgserver import PgServer, PgServerUnavailable
+
+from podstore.fleet import db, migrate
 
 MIB = 1024 * 1024
 
@@ -37,8 +43,26 @@ def test_settings_agree() -> None:
         assert quantity(r["requests"]["cpu"]) <= quantity(r["limits"]["cpu"])
 
 
-def test_a_1000_entry_follower_fits_the_limits(tmp_path: Path) -> None:
-    figures = measure(1000, tmp_path)
+@pytest.fixture(scope="module")
+def fleet_url() -> Iterator[str]:
+    try:
+        server = PgServer()
+    except PgServerUnavailable as exc:
+        pytest.fail(str(exc))
+    try:
+        server.start()
+        url = server.create_database("resources")
+        migrate.init(url)
+        yield url
+    finally:
+        db.dispose_all()
+        migrate.forget_all()
+        server.destroy()
+
+
+def test_a_1000_entry_follower_fits_the_limits(tmp_path: Path, fleet_url: str) -> None:
+    figures = measure(1000, tmp_path, fleet_url)
+    assert figures["shipping"] is True
     watch = containers()["podstore-watch"]["resources"]
     limit = quantity(watch["limits"]["memory"])
     request = quantity(watch["requests"]["memory"])

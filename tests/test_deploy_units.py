@@ -1,7 +1,8 @@
 """The systemd units for real, as far as this machine allows: ``systemd-analyze verify`` and
 ``security`` on them (in a private root where the venv's podstore exists), the watch unit's
-choice of root without capabilities shown on a real root-only checkpoint, and the ship unit's
-command line shipping to a real PostgreSQL with the URL from an environment file."""
+choice of root without capabilities shown on a real root-only checkpoint, the ship unit's
+command line shipping to a real PostgreSQL with the URL from an environment file, and the
+watch unit's with the URL from its ``LoadCredential=`` file."""
 
 from __future__ import annotations
 
@@ -156,9 +157,9 @@ def test_root_without_capabilities_reads_kubelets_files(tmp_path: Path) -> None:
     os.chown(checkpoint, 4242, 4242)
     checkpoint.chmod(0o600)
     run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    # (watch's argument check finds the file unreadable before any sync: exit 2.)
-    assert run.returncode != 0
-    assert "not readable" in run.stderr or "ermission denied" in run.stderr, run.stderr
+    # A sync that fails (counted invalid), not a usage error: exit 1.
+    assert run.returncode == 1, run.stderr
+    assert "ermission denied" in run.stderr, run.stderr
     with PodStore.open(db, readonly=True) as store:
         assert store.query("SELECT count(*) FROM allocation_events").rows == before
     # And with a capability, the same file reads: the refusal above was the missing one.
@@ -251,3 +252,59 @@ def test_ship_unit_ships_with_the_url_from_the_environment_file(
         assert "hunter2-secret" not in run.stdout + run.stderr
     events = pg.psql("SELECT count(*) FROM fleet_events", database="ops_ship")
     assert int(events) == shipped
+
+
+def test_watch_unit_ships_with_the_url_from_its_credential(pg: PgServer, tmp_path: Path) -> None:
+    """The watch unit's command line, as systemd runs it: ``${CREDENTIALS_DIRECTORY}``
+    replaced by the directory holding the ``LoadCredential=`` copy (mode 0400, as systemd
+    makes it), here with ``--once`` added: it syncs, ships to a real PostgreSQL, and prunes;
+    with an empty credential (no fleet) it syncs and does not ship."""
+    url = pg.create_database("ops_watch")
+    with_password = url.replace("postgres@", "postgres:hunter3-secret@", 1)
+    init = subprocess.run(
+        [*podstore_command(), "fleet", "init", "--url", url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    service = unit("podstore-watch.service")["Service"]
+    (credential,) = service["LoadCredential"]
+    name, _, source = credential.partition(":")
+    assert source == "/etc/podstore/fleet-url"
+    credentials = tmp_path / "credentials"
+    credentials.mkdir(mode=0o700)
+    (credentials / name).write_text(with_password + "\n")
+    (credentials / name).chmod(0o400)
+    store_dir = tmp_path / "var-lib-podstore"
+    plugins = tmp_path / "device-plugins"
+    plugins.mkdir()
+    shutil.copy(EXAMPLE, plugins / "kubelet_internal_checkpoint")
+    (exec_start,) = service["ExecStart"]
+    argv = [
+        a.replace("${CREDENTIALS_DIRECTORY}", str(credentials))
+        .replace("/var/lib/kubelet/device-plugins", str(plugins))
+        .replace(STORE_DIR, str(store_dir))
+        .replace("127.0.0.1:9465", "127.0.0.1:0")
+        for a in shlex.split(exec_start)
+    ]
+    assert argv[0] == VENV_PODSTORE and "postgresql" not in " ".join(argv)
+    argv = [*podstore_command(), *argv[1:], "--once"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PODSTORE_", "PG"))}
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "hunter3-secret" not in run.stdout + run.stderr
+    with (
+        PodStore.open(store_dir / "podstore.db", readonly=True) as store,
+        store.reader() as reader,
+    ):
+        high = reader.high_water()
+    assert int(pg.psql("SELECT max(seq) FROM fleet_events", database="ops_watch")) == high
+
+    # An empty credential: no fleet; the sync is done and nothing is shipped.
+    (credentials / name).chmod(0o600)
+    (credentials / name).write_text("")
+    (plugins / "kubelet_internal_checkpoint").unlink()
+    write_checkpoint_file(plugins / "kubelet_internal_checkpoint", dumps_checkpoint([], {}))
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "holds no fleet URL: not shipping" in run.stderr
+    assert int(pg.psql("SELECT max(seq) FROM fleet_events", database="ops_watch")) == high

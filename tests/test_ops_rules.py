@@ -93,6 +93,37 @@ def test_a_broken_rule_fails_its_unit_tests(tmp_path: Path) -> None:
     assert "PodstoreDoubleAllocatedDevices" in run.stdout + run.stderr
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # Without "after a good sync": a node that never synced fires too.
+        (
+            "\n          and on (job, instance, checkpoint) "
+            "(podstore_checkpoint_last_sync_timestamp_seconds > 0)",
+            "",
+        ),
+        # The comparison turned round: recovered and idle nodes fire, stale ones do not.
+        (
+            "> on (job, instance, checkpoint) podstore_checkpoint_last_sync",
+            "< on (job, instance, checkpoint) podstore_checkpoint_last_sync",
+        ),
+        # Sooner than 15 minutes.
+        (
+            "podstore_checkpoint_last_sync_timestamp_seconds > 0)\n        for: 15m",
+            "podstore_checkpoint_last_sync_timestamp_seconds > 0)\n        for: 5m",
+        ),
+    ],
+)
+def test_a_broken_stale_rule_fails_its_unit_tests(tmp_path: Path, old: str, new: str) -> None:
+    text = RULES.read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / RULES.name).write_text(text.replace(old, new))
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    run = run_promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path)
+    assert run.returncode != 0, run.stdout
+    assert "PodstoreCheckpointStale" in run.stdout + run.stderr
+
+
 def test_the_prometheusrule_manifest_holds_the_same_rules() -> None:
     plain = yaml.safe_load(RULES.read_text())
     manifest = yaml.safe_load(OPERATOR.read_text())

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 import click
 from click.shell_completion import CompletionItem
 
+from podstore import logs
 from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules.times import parse_time as parse_time_argument
@@ -27,7 +28,7 @@ def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 def not_found(message: str) -> NoReturn:
     """Exit 1 with ``message`` on stderr (what `get` of an unknown pod does)."""
-    click.echo(f"podstore: error: {message}", err=True)
+    logs.say("error", message)
     sys.exit(1)
 
 

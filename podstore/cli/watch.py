@@ -1,10 +1,11 @@
 """``podstore watch``: follow a live kubelet checkpoint file (docs/watch.md).
 
 Exit status: 0 after SIGTERM/SIGINT (the sync in progress is finished first) or, with
-``--once``, when the file was applied or unchanged (and, with ``--ship-to``, shipped); 1 when
-``--once`` found the file missing or bad (the store untouched), on a store error, or when
-``--once --ship-to`` could not ship (the sync stays applied); 2 on bad usage, also when an
-optional part (``podstore[watch]``, ``podstore[fleet]`` for ``--ship-to``) is not installed.
+``--once``, when the file was applied or unchanged (and, when shipping, shipped; with
+``--keep-history``, pruned); 1 when ``--once`` found the file missing or bad (the store
+untouched), on a store error, when ``--once`` could not ship (the sync stays applied), or when
+``--ship-to-file`` names a file open to others; 2 on bad usage, also when an optional part
+(``podstore[watch]``, ``podstore[fleet]`` for shipping) is not installed.
 
 The options become a :class:`~podstore.watch.run.WatchConfig`; podstore/watch/run.py builds
 and runs what it asks for.
@@ -12,6 +13,7 @@ and runs what it asks for.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -20,10 +22,14 @@ from typing import Any
 import click
 
 from podstore.cli.context import Context
+from podstore.cli.durations import duration
 from podstore.cli.extras import require
 from podstore.errors import InvalidInputError
 from podstore.watch.follower import DEFAULT_CHECKPOINT
 from podstore.watch.run import WatchConfig, run
+
+#: The environment variable ``--ship-to-env`` takes the fleet URL from.
+FLEET_URL_ENV = "PODSTORE_FLEET_URL"
 
 
 def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
@@ -43,12 +49,14 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     "checkpoint",
     required=False,
     default=DEFAULT_CHECKPOINT,
-    type=click.Path(dir_okay=False, path_type=Path),
+    # No check here: a checkpoint that is missing, unreadable or a directory is a sync
+    # result (missing, invalid) the follower counts and waits out, not a usage error.
+    type=click.Path(readable=False, path_type=Path),
 )
 @click.option(
     "--once",
     is_flag=True,
-    help="Sync once and exit: 0 when applied or unchanged (and shipped, with --ship-to); 1 "
+    help="Sync once and exit: 0 when applied or unchanged (and shipped, when shipping); 1 "
     "when the file is missing or bad, or the ship failed (the sync stays applied).",
 )
 @click.option(
@@ -62,7 +70,8 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     "--metrics-addr",
     metavar="HOST:PORT",
     callback=_metrics_addr,
-    help="Serve GET /metrics there (':PORT' binds loopback only).",
+    help="Serve GET /metrics there, and the health checks GET /healthz and /readyz "
+    "(':PORT' binds loopback only).",
 )
 @click.option(
     "--textfile",
@@ -75,7 +84,36 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     metavar="URL",
     default=None,
     help="Ship the history to this fleet DB after every applied sync (retried with backoff "
-    "while it is unreachable; with --once, shipped once after the sync).",
+    "while it is unreachable; with --once, shipped once after the sync). A password here "
+    "shows in the process list: prefer --ship-to-file or --ship-to-env.",
+)
+@click.option(
+    "--ship-to-file",
+    metavar="FILE",
+    default=None,
+    help="Ship as --ship-to, to the URL in FILE (one line; mode 0600 or 0400 when it holds a "
+    "password), read again before every ship; missing or empty: not shipping.",
+)
+@click.option(
+    "--ship-to-env",
+    is_flag=True,
+    help=f"Ship as --ship-to, to the URL in ${FLEET_URL_ENV}.",
+)
+@click.option(
+    "--keep-history",
+    metavar="DURATION",
+    callback=duration(),
+    help="Prune history older than this (30d, 12h, …) after syncs, at most every 10 "
+    "minutes; when shipping, never an event the fleet database has not received.",
+)
+@click.option(
+    "--stuck-after",
+    metavar="DURATION",
+    callback=duration(minimum=1),
+    default="5m",
+    show_default=True,
+    help="GET /healthz answers 503 when the follower has been stuck (a sync running, its "
+    "loop not coming round, store errors) this long.",
 )
 @click.option(
     "--node",
@@ -92,6 +130,10 @@ def watch(
     metrics_addr: tuple[str, int] | None,
     textfile: Path | None,
     ship_to: str | None,
+    ship_to_file: str | None,
+    ship_to_env: bool,
+    keep_history: float | None,
+    stuck_after: float,
     node: str,
 ) -> None:
     """Keep the store equal to kubelet's CHECKPOINT file, writing only what changed.
@@ -102,12 +144,20 @@ def watch(
     \b
     /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
     """
+    given = [n for n, v in (("--ship-to", ship_to), ("--ship-to-file", ship_to_file),
+                            ("--ship-to-env", ship_to_env)) if v]  # fmt: skip
+    if len(given) > 1:
+        raise click.UsageError(f"give one of {', '.join(given)}")
+    if ship_to_env:
+        ship_to = os.environ.get(FLEET_URL_ENV) or None
+        if ship_to is None:
+            raise click.BadParameter(f"${FLEET_URL_ENV} is not set", param_hint="'--ship-to-env'")
     if not once:
         require("watchdog", "podstore watch")
     if textfile is not None:
         require("prometheus_client", "--textfile")
-    if ship_to is not None:
-        require("psycopg", "--ship-to", extra="fleet")
+    if given:
+        require("psycopg", given[0], extra="fleet")
     config = WatchConfig(
         checkpoint=str(checkpoint),
         once=once,
@@ -116,5 +166,8 @@ def watch(
         textfile=str(textfile) if textfile is not None else None,
         ship_to=ship_to,
         node=node,
+        ship_to_file=ship_to_file,
+        keep_history=keep_history,
+        stuck_after=stuck_after,
     )
     sys.exit(run(ctx.store(), config))

@@ -98,6 +98,12 @@ class StoreCollector(Collector):
             "Unix time of the last applied or unchanged sync (0: none yet)",
             snap.last_good_sync or 0.0,
         )
+        yield _gauge(
+            "checkpoint_last_failed_sync_timestamp_seconds",
+            "Unix time of the last sync that failed: invalid or missing file, store error "
+            "(0: none yet)",
+            snap.last_failed_sync or 0.0,
+        )
         cumulative = 0
         buckets: list[tuple[str, float]] = []
         for bound, count in zip((*map(_le, BUCKETS), "+Inf"), snap.bucket_counts, strict=True):

@@ -39,11 +39,19 @@ class ProblemLog:
         self.cleared = cleared
         self.current: str | None = None
 
-    def report(self, problem: str, message: str, *args: Any, level: int = logging.ERROR) -> bool:
-        """Log ``message % args`` unless ``problem`` is the one logged last; True if logged."""
+    def report(
+        self,
+        problem: str,
+        message: str,
+        *args: Any,
+        level: int = logging.ERROR,
+        fields: dict[str, Any] | None = None,
+    ) -> bool:
+        """Log ``message % args`` (with ``fields`` for ``--log-format json``) unless
+        ``problem`` is the one logged last; True if logged."""
         if problem == self.current:
             return False
-        self.logger.log(level, message, *args)
+        self.logger.log(level, message, *args, extra=fields)
         self.current = problem
         return True
 

@@ -22,6 +22,7 @@ from podstore.metrics.stats import SyncStats
 from podstore.store import PodStore
 from podstore.types import SyncReport
 from podstore.watch.failures import Backoff, ProblemLog
+from podstore.watch.health import Pulse
 from podstore.watch.trigger import FileTrigger, Signature, signature
 from podstore.watch.wakeup import Wakeup
 
@@ -63,7 +64,7 @@ class Follower:
 
     ``on_sync`` hooks run in the follower's thread after every sync with its outcome, and
     ``on_tick`` hooks at every polling tick; both must return quickly (the shipper only rings
-    its own thread).
+    its own thread). ``pulse`` records the loop's progress for ``/healthz`` and ``/readyz``.
     """
 
     def __init__(
@@ -88,11 +89,13 @@ class Follower:
         self._seen: Signature = None
         self._retry_at: float | None = None
         self._backoff = Backoff(RETRY_FIRST, max(interval, RETRY_FIRST))
+        self.pulse = Pulse()
 
     # ---- one sync -------------------------------------------------------------------------
 
     def sync(self) -> SyncOutcome:
         """Sync once (never raises for a bad file or a store error: the outcome says)."""
+        self.pulse.sync_started()
         seen = signature(self.path)
         started = time.perf_counter()
         try:
@@ -107,6 +110,7 @@ class Follower:
         # The signature from before the read: a rewrite during the read is seen next time.
         self._seen = seen
         self.stats.record(outcome.result, outcome.seconds)
+        self.pulse.sync_ended(outcome.result)
         self._log(outcome)
         self._schedule_retry(outcome)
         for hook in self.on_sync:
@@ -129,11 +133,26 @@ class Follower:
                     report.registered,
                     report.unregistered,
                     f", {len(report.skipped)} entries skipped" if report.skipped else "",
+                    extra={
+                        "event": "sync",
+                        "checkpoint": self.path,
+                        "result": outcome.result,
+                        "seconds": round(outcome.seconds, 6),
+                        "inserted": report.inserted,
+                        "replaced": report.replaced,
+                        "deleted": report.deleted,
+                    },
                 )
             return
         problem = f"{outcome.result}: {outcome.problem}"
         level = logging.WARNING if outcome.result in ("missing", "invalid") else logging.ERROR
-        self._problems.report(problem, "sync %s (store left as it was)", problem, level=level)
+        self._problems.report(
+            problem,
+            "sync %s (store left as it was)",
+            problem,
+            level=level,
+            fields={"event": "sync", "checkpoint": self.path, "result": outcome.result},
+        )
 
     def _schedule_retry(self, outcome: SyncOutcome) -> None:
         # A store error (busy, disk full) is retried on its own; a bad or missing file waits
@@ -153,6 +172,7 @@ class Follower:
 
     def run(self, *, on_start: Callable[[], None] | None = None) -> None:
         """Sync now, then whenever the file changes, until :meth:`stop`."""
+        self.pulse.running()
         trigger = FileTrigger(self.path, self.wakeup.ring)
         trigger.start()
         try:
@@ -163,6 +183,7 @@ class Follower:
             while not self._stopping:
                 deadline = next_poll if self._retry_at is None else min(next_poll, self._retry_at)
                 woke = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
+                self.pulse.beat()
                 if self._stopping:
                     break
                 now = time.monotonic()
@@ -180,5 +201,6 @@ class Follower:
                 if woke or due:
                     self.sync()
         finally:
+            self.pulse.stopped()
             trigger.stop()
             self.wakeup.close()

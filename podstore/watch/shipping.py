@@ -10,12 +10,16 @@ distinct problem, through ``describe`` (the shipper masks URLs there with ``rule
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 
 from podstore.watch.failures import Backoff, ProblemLog
 
 log = logging.getLogger("podstore")
+
+#: What :func:`url_file_holds_url` reads of the file at most (a URL is one line).
+MAX_PEEK = 64 << 10
 
 
 class RetryingHook:
@@ -99,3 +103,22 @@ class RetryingHook:
                 self.successes += 1
                 self._problems.clear(self.name)
                 self._backoff.reset()
+
+
+def url_file_holds_url(path: str | os.PathLike[str] | None) -> bool:
+    """Whether the ``--ship-to-file`` file is there and holds something besides blank lines
+    and ``#`` comments. A missing or empty file (a Kubernetes Secret that is optional or
+    empty, an empty credential) means no fleet is configured: the watch does not ship and
+    the pruner owes no fleet anything. Whether what it holds is an acceptable URL, and the
+    file safe to take one from, is ``fleet.urls.read_url_file``'s to say."""
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PEEK)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # there, but unreadable: read_url_file says why
+    text = data.decode("utf-8", "replace")
+    return any(line.strip() and not line.strip().startswith("#") for line in text.splitlines())

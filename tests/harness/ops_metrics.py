@@ -2,10 +2,10 @@
 end-to-end tests check against — and a reader of the metric names in a PromQL expression.
 
 ``EXISTING``: what ``podstore watch --metrics-addr`` serves today (the contract of
-docs/watch.md), plus Prometheus's own ``up``. ``PENDING``: names promised by the contracts
-(node-state.md: NUMA, CPU, memory and DRA; the lead's shipping metrics) that no command serves
-yet. The end-to-end test fails when a pending name starts being served, so that it moves to
-``EXISTING`` and its panels get checked for data: the pending list only shrinks.
+docs/watch.md; the ``podstore_ship_*`` names when it ships), plus Prometheus's own ``up``.
+``PENDING``: names promised by the contracts (node-state.md: NUMA, CPU, memory and DRA) that no
+command serves yet. The end-to-end test fails when a pending name starts being served, so that
+it moves to ``EXISTING`` and its panels get checked for data: the pending list only shrinks.
 """
 
 from __future__ import annotations
@@ -25,15 +25,24 @@ EXISTING = frozenset(
         "podstore_store_size_bytes",
         "podstore_checkpoint_syncs_total",
         "podstore_checkpoint_last_sync_timestamp_seconds",
+        "podstore_checkpoint_last_failed_sync_timestamp_seconds",
         "podstore_sync_duration_seconds_bucket",
         "podstore_sync_duration_seconds_count",
         "podstore_sync_duration_seconds_sum",
+        # watch --ship-to…: the shipper's calls and the lag behind the node.
+        "podstore_ship_successes_total",
+        "podstore_ship_failures_total",
+        "podstore_ship_refusals_total",
+        "podstore_ship_last_success_timestamp_seconds",
+        "podstore_ship_last_seq",
+        "podstore_ship_lag_events",
+        "podstore_ship_lag_seconds",
         # Prometheus's own per-target series.
         "up",
     }
 )
 
-#: Promised, not served yet: node-state.md (whole-node following) and the shipping metrics.
+#: Promised, not served yet: node-state.md (whole-node following).
 PENDING = frozenset(
     {
         "podstore_exclusive_cpus",
@@ -41,10 +50,6 @@ PENDING = frozenset(
         "podstore_memory_assigned_bytes",
         "podstore_dra_allocated_devices",
         "podstore_numa_misaligned_containers",
-        "podstore_ship_failures_total",
-        "podstore_ship_lag_events",
-        "podstore_ship_lag_seconds",
-        "podstore_ship_last_seq",
     }
 )
 

@@ -13,13 +13,18 @@ nodes and an SR-IOV VF, RegisteredDevices listing every held device plus 5 %):
    then a change and a scrape again;
 5. ``idle``: resident memory after the cycle.
 
+With a fleet database (``fleet_url``), the watch also ships (``--ship-to-file``) after its
+start and after every applied sync, as the DaemonSet does: each phase then ends only after
+its ship was logged, so the ship's memory and CPU are in the phase's figures.
+
 Memory is read from ``/proc/PID/status`` (``VmHWM``, the peak resident set, and ``VmRSS``),
 CPU from ``/proc/PID/stat`` (every thread, ended ones too). A phase is over when the process has
 used no CPU for 0.5 s (a sync never sleeps), checked afterwards through the sync counters.
 
-By hand: ``PYTHONPATH=tests python -m harness.ops_resources 1000 10000`` prints one JSON
-object a size. ``tests/test_deploy_resources.py`` runs it at 1,000 entries and holds the
-manifests' limits against it.
+By hand: ``PYTHONPATH=tests python -m harness.ops_resources [--fleet] 1000 10000`` prints one
+JSON object a size (``--fleet`` starts a throwaway PostgreSQL, tests/harness/pgserver.py).
+``tests/test_deploy_resources.py`` runs it at 1,000 entries and holds the manifests' limits
+against it.
 """
 
 from __future__ import annotations
@@ -89,12 +94,14 @@ def memory_kib(pid: int) -> dict[str, int]:
 class Watcher:
     """A ``podstore watch`` subprocess with its metrics on a free loopback port."""
 
-    def __init__(self, db: Path, checkpoint: Path, log: Path) -> None:
+    def __init__(self, db: Path, checkpoint: Path, log: Path, url_file: Path | None = None) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        ship = ["--ship-to-file", str(url_file), "--node", "resources"] if url_file else []
+        self.ships = url_file is not None
         self.proc = subprocess.Popen(
             [*podstore_argv(), "--db", str(db), "watch", str(checkpoint),
-             "--metrics-addr", "127.0.0.1:0"],
+             "--metrics-addr", "127.0.0.1:0", *ship],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
         )  # fmt: skip
@@ -110,6 +117,17 @@ class Watcher:
                 raise RuntimeError(f"podstore watch exited: {self.log_path.read_text()}")
             time.sleep(0.02)
         raise RuntimeError("podstore watch did not serve its metrics")
+
+    def shipped(self) -> int:
+        """Ships logged so far (each logs ``shipped N events …``)."""
+        return self.log_path.read_bytes().count(b"shipped ")
+
+    def wait_shipped(self, count: int, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.ships and self.shipped() < count:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"no ship {count}: {self.log_path.read_text()}")
+            time.sleep(0.02)
 
     def settle(self, quiet: float = 0.5, timeout: float = 300.0) -> None:
         """Wait until the process used no CPU for ``quiet`` seconds."""
@@ -143,7 +161,8 @@ class Watcher:
             self._log.close()
 
 
-def _phase(w: Watcher, before: float) -> dict[str, Any]:
+def _phase(w: Watcher, before: float, ships: int = 0) -> dict[str, Any]:
+    w.wait_shipped(ships)
     w.settle()
     mem = memory_kib(w.proc.pid)
     return {
@@ -154,11 +173,11 @@ def _phase(w: Watcher, before: float) -> dict[str, Any]:
 
 
 def _cycle(w: Watcher, checkpoint: Path, count: int, change: int, first: str) -> dict[str, Any]:
-    out: dict[str, Any] = {first: _phase(w, 0.0)}
+    out: dict[str, Any] = {first: _phase(w, 0.0, ships=1)}
     expected = w.syncs()
     before = cpu_seconds(w.proc.pid)
     write_node(checkpoint, count, changed=change)
-    out["change"] = _phase(w, before)
+    out["change"] = _phase(w, before, ships=2)
     after = w.syncs()
     if after.get("applied", 0) != expected.get("applied", 0) + 1:
         raise RuntimeError(f"the change was not applied once: {expected} -> {after}")
@@ -170,17 +189,23 @@ def _cycle(w: Watcher, checkpoint: Path, count: int, change: int, first: str) ->
     return out
 
 
-def measure(count: int, workdir: Path) -> dict[str, Any]:
-    """The figures of one size (see the module's docstring)."""
+def measure(count: int, workdir: Path, fleet_url: str | None = None) -> dict[str, Any]:
+    """The figures of one size (see the module's docstring); with ``fleet_url`` (a fleet
+    database at head), shipping too."""
+    url_file = None
+    if fleet_url is not None:
+        url_file = workdir / "fleet-url"
+        url_file.write_text(fleet_url + "\n")
+        url_file.chmod(0o600)
     plugins = workdir / "device-plugins"
     plugins.mkdir(parents=True)
     checkpoint = plugins / "kubelet_internal_checkpoint"
     db = workdir / "store" / "podstore.db"
     write_node(checkpoint, count)
-    result: dict[str, Any] = {"entries": count}
+    result: dict[str, Any] = {"entries": count, "shipping": fleet_url is not None}
     # A new store, then a second process on the store the first left.
     for change, run in enumerate(("new_store", "restart"), start=1):
-        w = Watcher(db, checkpoint, workdir / f"watch-{change}.log")
+        w = Watcher(db, checkpoint, workdir / f"watch-{change}.log", url_file)
         try:
             result[run] = _cycle(w, checkpoint, count, change, "first")
         finally:
@@ -199,9 +224,26 @@ def measure(count: int, workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    for arg in argv or ["1000"]:
-        with tempfile.TemporaryDirectory(prefix="podstore-resources-") as tmp:
-            print(json.dumps(measure(int(arg), Path(tmp))), flush=True)
+    fleet = "--fleet" in argv
+    sizes = [int(a) for a in argv if a != "--fleet"] or [1000]
+    server = None
+    if fleet:
+        from harness.pgserver import PgServer
+        from podstore.fleet import migrate
+
+        server = PgServer()
+        server.start()
+    try:
+        for i, size in enumerate(sizes):
+            url = None
+            if server is not None:
+                url = server.create_database(f"resources_{i}")
+                migrate.init(url)
+            with tempfile.TemporaryDirectory(prefix="podstore-resources-") as tmp:
+                print(json.dumps(measure(size, Path(tmp), url)), flush=True)
+    finally:
+        if server is not None:
+            server.destroy()
 
 
 if __name__ == "__main__":
