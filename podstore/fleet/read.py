@@ -25,6 +25,7 @@ from podstore.types import QueryResult
 
 if TYPE_CHECKING:
     import sqlalchemy
+    from sqlalchemy.engine import Dialect
 
 #: Seconds a ``fleet sql`` statement may run (each fetch of its cursor, on the server).
 DEFAULT_TIMEOUT = 30.0
@@ -58,13 +59,12 @@ VERIFY_COLUMNS = (
 )
 
 
-@functools.cache
-def _driver_sql(sql: str) -> str:
+@functools.lru_cache(maxsize=32)
+def _driver_sql(sql: str, dialect: Dialect) -> str:
     """podstore's statement with its ``:name`` parameters in the driver's own style."""
     from sqlalchemy import text
-    from sqlalchemy.dialects.postgresql import psycopg
 
-    return str(text(sql).compile(dialect=psycopg.dialect()))
+    return str(text(sql).compile(dialect=dialect))
 
 
 def _read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
@@ -81,7 +81,7 @@ def _read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
         driver = conn.connection.driver_connection
         assert driver is not None
         with driver.cursor(binary=True) as cur:
-            cur.execute(_driver_sql(sql), dict(params))
+            cur.execute(_driver_sql(sql, conn.dialect), dict(params))
             columns = tuple(d.name for d in cur.description or ())
             return QueryResult(columns, cur.fetchall())
 
