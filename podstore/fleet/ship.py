@@ -132,17 +132,6 @@ def _read_snapshot(reader: Reader, after: int) -> _Snapshot:
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_EVENT_NAMES = (
-    "seq",
-    "ts",
-    "op",
-    "pod_uid",
-    "container",
-    "resource",
-    "device_ids",
-    "released",
-    "hash",
-)
 
 
 def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -150,8 +139,11 @@ def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return _JSON.encode([dict(zip(names, row, strict=True)) for row in rows])
 
 
-def _events_json(events: Sequence[EventRow]) -> str:
-    return _records(_EVENT_NAMES, [(*e[:8], e[8].hex()) for e in events])
+def _events_wire(events: Sequence[EventRow]) -> tuple[str, bytes]:
+    """Events as the shipping functions take them (``fleet_events_in``, revision f0002): a
+    JSON array of ``[seq, ts, op, pod_uid, container, resource, device_ids, released]``, and
+    their hashes apart, 32 bytes each in the same order."""
+    return _JSON.encode([e[:8] for e in events]), b"".join(e[8] for e in events)
 
 
 def _refusal(message: str) -> FleetRefusedError:
@@ -179,6 +171,7 @@ def _snapshot_call(
 ) -> tuple[int, int, str | None]:
     from sqlalchemy import text
 
+    kept, kept_hashes = _events_wire(snap.kept)
     params = {
         "store_id": store_id,
         "node": node,
@@ -187,7 +180,8 @@ def _snapshot_call(
         "head": snap.head,
         "entries": _records(("pod_uid", "container", "resource", "device_ids"), snap.entries),
         "registered": _records(("resource", "device_ids"), snap.registered),
-        "kept": _events_json(snap.kept),
+        "kept": kept,
+        "kept_hashes": kept_hashes,
         "links": _records(("seq", "prev"), [(s, h.hex()) for s, h in snap.links]),
     }
     shipped, missing, refused = pg.execute(text(q.SHIP_SNAPSHOT), params).one()
@@ -234,11 +228,13 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                             )
                             last = snap.at_seq
                     else:
+                        events, hashes = _events_wire(batch.events)
                         params = {
                             **ids,
                             "node_high": batch.high_water,
                             "prev": batch.prev,
-                            "events": _events_json(batch.events),
+                            "events": events,
+                            "hashes": hashes,
                         }
                         shipped, refused = pg.execute(text(q.SHIP_BATCH), params).one()
                         shipped = int(shipped)

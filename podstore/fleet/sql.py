@@ -33,13 +33,14 @@ SHIP_OPEN = """
     SELECT last_seq, head_hash, refused
     FROM fleet_ship_open(CAST(:store_id AS uuid), CAST(:node AS text))
 """
-#: Events after last_seq (JSON records), with the node's chain value at last_seq and its
-#: newest seq: how many were inserted, or the refusal.
+#: Events after last_seq (``fleet_events_in``: a JSON array of arrays, and the hashes apart),
+#: with the node's chain value at last_seq and its newest seq: how many were inserted, or the
+#: refusal.
 SHIP_BATCH = """
     SELECT shipped, refused
     FROM fleet_ship_batch(CAST(:store_id AS uuid), CAST(:node AS text),
                           CAST(:node_high AS bigint), CAST(:prev AS bytea),
-                          CAST(:events AS json))
+                          CAST(:events AS jsonb), CAST(:hashes AS bytea))
 """
 #: A gap healed: the node's current state at its newest seq replaces the central state.
 SHIP_SNAPSHOT = """
@@ -47,8 +48,8 @@ SHIP_SNAPSHOT = """
     FROM fleet_ship_snapshot(CAST(:store_id AS uuid), CAST(:node AS text),
                              CAST(:at_seq AS bigint), CAST(:ts AS timestamptz),
                              CAST(:head AS bytea), CAST(:entries AS json),
-                             CAST(:registered AS json), CAST(:kept AS json),
-                             CAST(:links AS json))
+                             CAST(:registered AS json), CAST(:kept AS jsonb),
+                             CAST(:kept_hashes AS bytea), CAST(:links AS json))
 """
 
 # ---- reading -------------------------------------------------------------------------------

@@ -147,7 +147,12 @@ def test_a_batch_must_start_right_after_last_seq_without_a_hole(fleet_url: str) 
     sid = str(uuid.uuid4())
     (shipped, _), head = _ship(fleet_url, sid, entry_rows(1, 10))
     assert shipped == 10
-    for bad in (entry_rows(12, 3), entry_rows(5, 10), entry_rows(11, 1) + entry_rows(13, 1)):
+    for bad in (
+        entry_rows(12, 3),
+        entry_rows(5, 10),
+        entry_rows(11, 1) + entry_rows(13, 1),
+        entry_rows(11, 2) + entry_rows(12, 1),  # a seq twice
+    ):
         events, _ = chained(sid, bad, head)
         with connect(fleet_url) as conn, pytest.raises(psycopg.Error, match="without a hole"):
             send_batch(conn, sid, "n1", events, head)

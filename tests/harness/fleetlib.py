@@ -219,6 +219,14 @@ def entry_rows(first: int, n: int, pods: int = 5) -> list[tuple[Any, ...]]:
     return out
 
 
+def wire(events: list[dict[str, Any]]) -> tuple[str, bytes]:
+    """Event records (``chained``) as the shipping functions take them: a JSON array of
+    arrays, and the hashes apart (``fleet_events_in``)."""
+    names = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids", "released")
+    fields = [[e[name] for name in names] for e in events]
+    return json.dumps(fields), b"".join(bytes.fromhex(e["hash"]) for e in events)
+
+
 def send_batch(
     conn: Any,
     store_id: str,
@@ -234,8 +242,8 @@ def send_batch(
         return 0, opened[2]
     high = node_high if node_high is not None else (events[-1]["seq"] if events else opened[0])
     row = conn.execute(
-        "SELECT * FROM fleet_ship_batch(%s, %s, %s, %s, %s)",
-        (store_id, node, high, prev, json.dumps(events)),
+        "SELECT * FROM fleet_ship_batch(%s, %s, %s, %s, %s, %s)",
+        (store_id, node, high, prev, *wire(events)),
     ).fetchone()
     conn.commit()
     return int(row[0]), row[1]
