@@ -147,6 +147,11 @@ class Reader:
         rows = self._fetch(ship_sql.EVENTS_AFTER, (seq, 1))
         return str(rows[0][1]) if rows else None
 
+    def oldest_ts_after(self, seq: int) -> str | None:
+        """The earliest stored time of the kept events after ``seq``, by time (None: none)."""
+        rows = self._fetch(ship_sql.OLDEST_TS_AFTER, (seq,))
+        return None if rows[0][0] is None else str(rows[0][0])
+
     def chain_prev(self, seq: int) -> bytes:
         """The hash event ``seq`` chains from (the genesis, the event before it, or the link
         recorded when that one was pruned). Raises StoreCorruptError when none is there."""

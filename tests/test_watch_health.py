@@ -250,14 +250,19 @@ def test_readyz_waits_for_a_first_sync_the_store_answered(results: list[str], re
     assert got.body["status"] == ("ready" if ready else "not ready")
 
 
-def test_store_errors_count_from_the_last_good_sync() -> None:
+def test_store_errors_count_from_the_first_of_them() -> None:
     now = [1000.0]
     pulse = Pulse(clock=lambda: now[0])
     health = Health(stuck_after=10)
     health.watch("cp", pulse, 1.0)
     pulse.sync_started()
     pulse.sync_ended("applied")
-    for _ in range(9):  # errors for 9 s after a good sync: still live
+    # An idle node: its last good sync an hour old, then one failed sync is no stuck store.
+    now[0] += 3600
+    pulse.sync_started()
+    pulse.sync_ended("error")
+    assert health.live().status == 200
+    for _ in range(9):  # errors for 9 s: still live
         now[0] += 1
         pulse.sync_started()
         pulse.sync_ended("error")
@@ -269,6 +274,11 @@ def test_store_errors_count_from_the_last_good_sync() -> None:
     assert health.live().body["problems"] == ["cp: store errors for 11 s"]
     pulse.sync_started()
     pulse.sync_ended("unchanged")
+    assert health.live().status == 200
+    # A new run of errors counts from its own start.
+    now[0] += 5
+    pulse.sync_started()
+    pulse.sync_ended("error")
     assert health.live().status == 200
     # Bad files are not a liveness problem, however long they last.
     now[0] += 3600

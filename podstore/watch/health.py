@@ -10,7 +10,8 @@ Live (``/healthz`` 200) unless one of these holds for a follower:
 - its loop has not come round for ``interval + stuck_after`` outside a sync (``loop stuck``:
   an after-sync step — a textfile write, a prune — that hangs);
 - its syncs have failed with store errors (``error``: busy past the busy timeout, disk full)
-  for longer than ``stuck_after`` since its last good sync or its start (``store failing``).
+  for longer than ``stuck_after``, counted from the start of the first failed sync of the
+  current run of them (``store errors``).
 
 A missing or bad checkpoint file is not a liveness problem (a restart would not mend it; the
 metrics and alerts say so), nor is a fleet database that is down. Ready (``/readyz`` 200)
@@ -46,6 +47,10 @@ class Pulse:
         self.sync_since: float | None = None
         self.last_result: str | None = None
         self.last_good_at: float | None = None
+        # When the current run of store errors began (the start of its first failed sync):
+        # an idle node's last good sync may be hours old, and one busy error must not count
+        # as hours of errors.
+        self.errors_since: float | None = None
         self.first_ok = False
         self.ended = False
 
@@ -68,6 +73,9 @@ class Pulse:
             self.last_good_at = now
         if result != "error":
             self.first_ok = True
+            self.errors_since = None
+        elif self.errors_since is None:
+            self.errors_since = self.sync_since if self.sync_since is not None else now
         self.sync_since = None
         self.loop_at = now
 
@@ -121,7 +129,7 @@ class Health:
         elif p.sync_since is None and now - p.loop_at > w.interval + self.stuck_after:
             out.append(f"{w.name}: its loop has not come round for {now - p.loop_at:.0f} s")
         if p.last_result == "error":
-            since = p.last_good_at if p.last_good_at is not None else p.started
+            since = p.errors_since if p.errors_since is not None else p.started
             if now - since > self.stuck_after:
                 out.append(f"{w.name}: store errors for {now - since:.0f} s")
         return out

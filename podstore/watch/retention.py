@@ -30,10 +30,6 @@ log = logging.getLogger("podstore")
 #: Seconds between prunes (at most one per this much time).
 PRUNE_EVERY = 600.0
 
-# The oldest kept event after a seq, by time (not by seq: a clock that went back could give a
-# later event an earlier time, and the cut must pass none of them).
-_OLDEST_AFTER = "SELECT min(ts) FROM allocation_events WHERE seq > ?"
-
 
 class Pruner:
     """Prunes ``store``'s history older than ``keep`` seconds (see the module docstring).
@@ -75,9 +71,12 @@ class Pruner:
         last = self.shipped()
         if last is None:
             return None
-        oldest = self.store.query(_OLDEST_AFTER, [last]).rows[0][0]
-        if oldest is not None and str(oldest) < cut:
-            return str(oldest)  # stored times sort as text
+        # By time, not by seq: a clock that went back can give a later event an earlier
+        # time, and the cut must pass none of the events the fleet lacks.
+        with self.store.reader() as reader:
+            oldest = reader.oldest_ts_after(last)
+        if oldest is not None and oldest < cut:
+            return oldest  # stored times sort as text
         return cut
 
     def prune(self) -> int | None:

@@ -152,13 +152,18 @@ def run_reader(store: PodStore, reader: int, should_stop: Callable[[], bool]) ->
     }
 
 
+#: What the processes here wait for a lock: they check consistency, not latency, and 8
+#: processes on a loaded 2-core machine can hold the write lock past the 10 s default.
+BUSY_TIMEOUT = 120.0
+
+
 def _open_reader(db: str, readonly: bool, deadline: float) -> PodStore:
     """A read-only open of a file no writer has created or migrated yet is refused
     (InvalidInputError / SchemaError, as documented): a reader started together with the
     writers waits for the first of them."""
     while True:
         try:
-            return PodStore.open(db, readonly=readonly)
+            return PodStore.open(db, readonly=readonly, busy_timeout=BUSY_TIMEOUT)
         except (InvalidInputError, SchemaError):
             if not readonly or time.monotonic() > deadline:
                 raise
@@ -169,7 +174,7 @@ def main(argv: list[str]) -> int:
     try:
         if argv[0] == "writer":
             _, w, seed, ops, db = argv
-            with PodStore.open(db) as store:
+            with PodStore.open(db, busy_timeout=BUSY_TIMEOUT) as store:
                 out = run_writer(store, int(w), int(seed), int(ops))
         else:
             _, r, db, stop, *flags = argv

@@ -26,6 +26,11 @@ EVENTS_AFTER = f"""
     WHERE seq > ? ORDER BY seq LIMIT ?
 """
 
+#: The earliest stored time among the events after a seq, by time rather than by seq: a clock
+#: that went back can give a later event an earlier time, and a retention cut held at what
+#: the fleet lacks must pass none of them.
+OLDEST_TS_AFTER = "SELECT min(ts) FROM allocation_events WHERE seq > ?"
+
 #: Every event up to and including ``seq`` after ``after`` (a snapshot's kept history), with
 #: the columns of :data:`EVENTS_AFTER`.
 EVENTS_BETWEEN = f"""
