@@ -164,6 +164,31 @@ def test_the_server_refuses_a_node_role_every_other_write_and_object(
         assert conn.execute("SELECT version_num FROM fleet_alembic_version").fetchone()
 
 
+# The shipping path (revision f0002): the entry points `fleet grant-node` grants, and the
+# functions behind them, which write as their caller and are nobody's to call.
+SHIP_ENTRY_POINTS = admin.SHIP_FUNCTIONS
+SHIP_INTERNALS = (
+    "fleet_chain_expected(fleet_stores)",
+    "fleet_ship_check(fleet_stores, text)",
+    "fleet_ship_refuse(uuid, text)",
+    "fleet_ship_lock(uuid, text)",
+    "fleet_may_ship(text)",
+)
+
+
+def test_no_shipping_function_is_executable_through_public(fleet_url: str) -> None:
+    """EXECUTE on the shipping path is revoked from PUBLIC: a reader (SELECT and PUBLIC's
+    rights) may call none of it, a node role only the entry points it was granted. The calls
+    above are refused at the tables too; this pins the first wall."""
+    node = admin.grant_node(fleet_url, "rights-x").role
+    admin.grant_reader(fleet_url, "rights_x_reader")
+    query = "SELECT has_function_privilege(:role, CAST(:fn AS regprocedure), 'EXECUTE')"
+    for fn in (*SHIP_ENTRY_POINTS, *SHIP_INTERNALS):
+        assert rows(fleet_url, query, {"role": "rights_x_reader", "fn": fn}) == [(False,)], fn
+        granted = fn in SHIP_ENTRY_POINTS
+        assert rows(fleet_url, query, {"role": node, "fn": fn}) == [(granted,)], fn
+
+
 def test_grant_node_print_sql_applied_by_hand_gives_the_same_rights(
     fleet_url: str, pg: PgServer
 ) -> None:
