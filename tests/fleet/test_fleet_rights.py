@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from harness.fleetlib import as_role, chained, connect, entry_rows, rows, send_batch
 from harness.pgserver import PgServer
 
-from podstore import FleetError, FleetRefusedError, InvalidInputError
+from podstore import FleetError, FleetRefusedError, InvalidInputError, ReadOnlyStoreError
 from podstore.cli import cli
 from podstore.fleet import admin, read, schema, views
 from podstore.rules import chain
@@ -305,8 +305,27 @@ def test_fleet_sql_refuses_a_superuser_url_without_a_safe_reader_role(empty_url:
     # An ordinary login role without a reader role runs with its own rights, read-only.
     admin.grant_node(empty_url, "rights-o")
     node = as_role(empty_url, "podstore_node_rights_o")
+    # A reader role that reaches other sessions is no reader to drop to: it could end the
+    # node's session.
+    with connect(empty_url) as conn:
+        conn.execute(
+            "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rights_signals') "
+            "THEN CREATE ROLE rights_signals NOLOGIN; END IF; END$$"
+        )
+        conn.execute("GRANT pg_signal_backend TO rights_signals")
+        conn.commit()
+    with _other_backend(node) as victim:
+        kill = f"SELECT pg_terminate_backend({victim.info.backend_pid})"
+        with pytest.raises(FleetError, match="sessions"):
+            read.query(empty_url, kill, reader_role="rights_signals")
+        assert victim.execute("SELECT 1").fetchone() == (1,)
     result = read.query(node, "SELECT current_user", reader_role="no_such_reader_role")
     assert result.rows == [("podstore_node_rights_o",)]
+    # Its own rights include shipping; the read-only transaction still refuses the write.
+    with pytest.raises(ReadOnlyStoreError):
+        read.query(node, "SELECT fleet_ship_open(gen_random_uuid(), 'rights-o')",
+                   reader_role="no_such_reader_role")  # fmt: skip
+    assert rows(empty_url, "SELECT count(*) FROM fleet_stores") == [(0,)]
 
 
 def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> None:
