@@ -160,6 +160,16 @@ def test_check_refuses_results_of_another_tree_and_missing_results(tmp_path: Pat
     assert _check(tmp_path / "missing").returncode == 1
 
 
+def test_check_refuses_a_latest_md_of_another_tree(tmp_path: Path) -> None:
+    """latest.json of this tree is not enough: the tables in latest.md must be of it too."""
+    results, md = _whole_run(source_digest(str(REPO)))
+    _, other_md = _whole_run("0" * 64)
+    done = _check(_write(tmp_path / "mixed", results, other_md))
+    assert done.returncode == 1, done.stdout
+    assert "another tree" in done.stderr and "python -m bench" in done.stderr
+    assert md != other_md
+
+
 def _tree(root: Path) -> None:
     for tree in ("podstore", "migrations", "bench"):
         (root / tree).mkdir()

@@ -92,6 +92,48 @@ def test_pruned_between_two_ships_heals_and_owners_restart_from_the_snapshot(
         assert [r[2] for r in read.owners(fleet_url, "G9", at=at("09:30")).rows] == ["p0"]
 
 
+def test_a_kept_event_edited_on_the_node_is_refused_with_its_snapshot(
+    tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events a node kept in a gap travel with the snapshot, and their hashes are checked
+    there too: one rewritten with sqlite3 (past the append-only trigger) refuses the whole
+    snapshot, naming its seq, and nothing of it is written."""
+    import sqlite3
+
+    from harness.fleetlib import fleet_event_seqs
+
+    from podstore import FleetRefusedError
+
+    db = tmp_path / "n.db"
+    with PodStore.open(db) as store, clock(monkeypatch) as now:
+        now[0] = at("09:00")
+        store.insert("p0", "c", "gpu", {0: ["G9"]}, None)
+        ship(store, fleet_url, node="n")  # seq 1 shipped
+        now[0] = at("10:00")
+        store.delete(["p0"])  # seq 2: pruned below, never shipped
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 3: kept
+        now[0] = at("12:00")
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 4: kept
+        assert store.prune_history(at("11:00")) == 2
+        sid = store.store_id
+    with sqlite3.connect(db) as raw:
+        for (name,) in raw.execute(
+            "SELECT name FROM sqlite_master "
+            "WHERE type = 'trigger' AND tbl_name = 'allocation_events'"
+        ).fetchall():
+            raw.execute(f"DROP TRIGGER {name}")
+        raw.execute("UPDATE allocation_events SET pod_uid = 'someone-else' WHERE seq = 4")
+    raw.close()
+    with (
+        PodStore.open(db, readonly=True, verify="off") as store,
+        pytest.raises(FleetRefusedError) as info,
+    ):
+        ship(store, fleet_url, node="n")
+    assert info.value.reason == "diverged" and "seq 4" in str(info.value)
+    assert fleet_event_seqs(fleet_url, sid) == [1]
+    assert _snapshots(fleet_url, sid) == []
+
+
 def test_pruned_newest_events_are_a_gap_too(
     tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

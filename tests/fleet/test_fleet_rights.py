@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from harness.fleetlib import as_role, chained, connect, entry_rows, rows, send_batch
 from harness.pgserver import PgServer
 
-from podstore import FleetError, FleetRefusedError, InvalidInputError
+from podstore import FleetError, FleetRefusedError, InvalidInputError, ReadOnlyStoreError
 from podstore.cli import cli
 from podstore.fleet import admin, read, schema, views
 from podstore.rules import chain
@@ -164,6 +164,31 @@ def test_the_server_refuses_a_node_role_every_other_write_and_object(
         assert conn.execute("SELECT version_num FROM fleet_alembic_version").fetchone()
 
 
+# The shipping path (revision f0002): the entry points `fleet grant-node` grants, and the
+# functions behind them, which write as their caller and are nobody's to call.
+SHIP_ENTRY_POINTS = admin.SHIP_FUNCTIONS
+SHIP_INTERNALS = (
+    "fleet_chain_expected(fleet_stores)",
+    "fleet_ship_check(fleet_stores, text)",
+    "fleet_ship_refuse(uuid, text)",
+    "fleet_ship_lock(uuid, text)",
+    "fleet_may_ship(text)",
+)
+
+
+def test_no_shipping_function_is_executable_through_public(fleet_url: str) -> None:
+    """EXECUTE on the shipping path is revoked from PUBLIC: a reader (SELECT and PUBLIC's
+    rights) may call none of it, a node role only the entry points it was granted. The calls
+    above are refused at the tables too; this pins the first wall."""
+    node = admin.grant_node(fleet_url, "rights-x").role
+    admin.grant_reader(fleet_url, "rights_x_reader")
+    query = "SELECT has_function_privilege(:role, CAST(:fn AS regprocedure), 'EXECUTE')"
+    for fn in (*SHIP_ENTRY_POINTS, *SHIP_INTERNALS):
+        assert rows(fleet_url, query, {"role": "rights_x_reader", "fn": fn}) == [(False,)], fn
+        granted = fn in SHIP_ENTRY_POINTS
+        assert rows(fleet_url, query, {"role": node, "fn": fn}) == [(granted,)], fn
+
+
 def test_grant_node_print_sql_applied_by_hand_gives_the_same_rights(
     fleet_url: str, pg: PgServer
 ) -> None:
@@ -280,8 +305,27 @@ def test_fleet_sql_refuses_a_superuser_url_without_a_safe_reader_role(empty_url:
     # An ordinary login role without a reader role runs with its own rights, read-only.
     admin.grant_node(empty_url, "rights-o")
     node = as_role(empty_url, "podstore_node_rights_o")
+    # A reader role that reaches other sessions is no reader to drop to: it could end the
+    # node's session.
+    with connect(empty_url) as conn:
+        conn.execute(
+            "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rights_signals') "
+            "THEN CREATE ROLE rights_signals NOLOGIN; END IF; END$$"
+        )
+        conn.execute("GRANT pg_signal_backend TO rights_signals")
+        conn.commit()
+    with _other_backend(node) as victim:
+        kill = f"SELECT pg_terminate_backend({victim.info.backend_pid})"
+        with pytest.raises(FleetError, match="sessions"):
+            read.query(empty_url, kill, reader_role="rights_signals")
+        assert victim.execute("SELECT 1").fetchone() == (1,)
     result = read.query(node, "SELECT current_user", reader_role="no_such_reader_role")
     assert result.rows == [("podstore_node_rights_o",)]
+    # Its own rights include shipping; the read-only transaction still refuses the write.
+    with pytest.raises(ReadOnlyStoreError):
+        read.query(node, "SELECT fleet_ship_open(gen_random_uuid(), 'rights-o')",
+                   reader_role="no_such_reader_role")  # fmt: skip
+    assert rows(empty_url, "SELECT count(*) FROM fleet_stores") == [(0,)]
 
 
 def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> None:
