@@ -147,6 +147,15 @@ _ROWS: dict[str, tuple[str, str]] = {
         "{entries} entries: rendered by the API in {api_render_s} s, by `podstore metrics` "
         "in {cli_s} s (peak RSS {cli_peak_mb} MB)",
     ),
+    "fork-torture": (
+        "fork and kill -9 torture",
+        "{rounds} rounds, {processes} processes ({forks} forks: plain, while a thread was in "
+        "a transaction, while a thread held a reader's snapshot, from inside a transaction — "
+        "{refused_children} such children refused as documented), {kills_sent} SIGKILLs sent "
+        "besides the processes' own; {acknowledged} acknowledged calls, every one found in the "
+        "final store ({present_at_end} pods present, {deleted} deleted); `podstore verify` "
+        "clean after every round; {seconds} s",
+    ),
     "fuzz": (
         "hostile input",
         "{examples_per_test} examples per fuzz test: {refused_unchanged} calls refused with a "
