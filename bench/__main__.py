@@ -5,8 +5,9 @@ Writes ``<out>/latest.json`` and ``<out>/latest.md`` (default ``bench/results``)
 even when a target is missed (the numbers are the output); 1 when the contenders' answers
 differed (written, but not comparable); 2 on bad usage.
 
-``python -m bench --check`` measures nothing: it exits 1 when the committed results were
-measured on another source tree than the current ``podstore/`` (bench/digest.py); CI runs it.
+``python -m bench --check`` measures nothing: it exits 1 unless the committed results are a
+whole run (not ``--quick``, not ``--only``, every section, the default sizes) of the current
+``podstore/``, ``migrations/`` and ``bench/`` (bench/digest.py); CI runs it.
 ``--only NAME[,NAME]`` runs some sections (bench/sections.py; ``--list`` names them).
 """
 
@@ -88,7 +89,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--check",
         action="store_true",
-        help="measure nothing: exit 1 unless <out>/latest.* were measured on this source tree",
+        help="measure nothing: exit 1 unless <out>/latest.* are a whole run (not --quick, not "
+        "--only, every section, the default sizes) of this source tree",
     )
     p.add_argument(
         "--render",
@@ -104,12 +106,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.check:
-        from bench import digest
+        # The registry names every section a whole run has (it needs podstore, not the bench
+        # extra's plotting and table libraries).
+        from bench import digest, runner, sections
 
-        ok, message = digest.check(REPO, args.out)
+        sections.load_extensions()
+        every = {name: s.per_size for name, s in sections.SECTIONS.items()}
+        ok, message = digest.check(REPO, args.out, every, DEFAULT_SIZES)
         print(message, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
-    # Imported here so that --help and --check work without the project's dependencies.
+    # Imported here so that --help works without the project's dependencies.
     from bench import digest, machine, report, runner, sections, targets
 
     sections.load_extensions()
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine.describe(workdir, REPO),
         "source_digest": digest.source_digest(REPO),
         "only": list(only) if only else None,
+        "sections": [s.name for s in sections.selected(only)],
     }
     log(f"sizes {', '.join(map(str, cfg.sizes))}; files in {workdir}")
     try:

@@ -1,43 +1,75 @@
-"""The fleet section of ``python -m bench``: many node stores shipped into one PostgreSQL.
+"""The fleet section of ``python -m bench``: a fleet of 10,000 stores and 10,000,000 events in
+one PostgreSQL, asked the fleet questions while 4 shippers ship more on top.
 
-1,000 simulated node stores × 100 pods (inserts, replaces, deletes, re-inserts, registered
-devices; a few double allocations) are shipped by 4 shipper processes at once into one
-throwaway PostgreSQL started the way the tests start it (tests/harness/pgserver.py, here with
-fsync on). Measured: events per second ingested, against the same events loaded by 4 parallel
-``COPY`` streams into a table with only the primary key (PostgreSQL's own bulk-load path: the
-limit of what any shipper could reach); then the latency of the two fleet questions over the
-result — ``v_fleet_double_allocations`` and owners-at-time of one device — against the same
-question asked of one node store.
+1. **Generated history**: 10,000 stores × 1,000 events, chained as nodes chain them, written
+   with COPY together with the state they end in (tests/harness/fleetgen.py; shipping them
+   would take most of an hour). Timed: the load and the index builds.
+2. **Ingest on top**: 1,000 real node stores (PodStore, 100 pods each: inserts, replaces,
+   deletes, re-inserts, registered devices, a few double allocations) shipped by 4 shipper
+   processes through the shipping functions, every hash checked by the server. Measured:
+   events per second, and the CPU the shippers and the server spent.
+3. **The questions**, each through its API call, quiet and *while the shippers run*: owners of
+   one device at an instant (``read.owners(..., at=...)``), double allocations
+   (``v_fleet_double_allocations``), ``fleet nodes`` (``read.nodes``). Target: p50 < 100 ms
+   under ingest, ingest ≥ 20,000 events/s.
+4. ``fleet verify`` over the whole fleet and for one node, and a COPY of the shipped events
+   into a bare table with 4 parallel streams: the bulk-load ceiling shipping is compared to.
 
-Registered as the section ``fleet`` (bench/sections.py): ``python -m bench`` runs it with the
-others, ``python -m bench --only fleet`` alone; its figures land in ``latest.json`` and
-``latest.md`` with the rest (``--quick``: 100 stores).
+The server is the tests' throwaway PostgreSQL (tests/harness/pgserver.py) with fsync on and a
+fleet server's memory settings (SETTINGS). Registered as the section ``fleet``
+(bench/sections.py); ``--quick``: 1,000 stores × 1,000 events, 200 node stores shipped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import shutil
 import sqlite3
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench.sections import RunContext, Section, register
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
 
-from harness.pgserver import PgServer  # noqa: E402
 
-from bench.sections import RunContext, Section, register  # noqa: E402
+def _load_harness(name: str) -> Any:
+    """tests/harness/NAME.py, loaded from its path: the bench starts its server and generates
+    its fleet the way the tests do, without putting the test support package on everyone's
+    import path."""
+    path = os.path.join(REPO, "tests", "harness", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+PgServer = _load_harness("pgserver").PgServer
+fleetgen = _load_harness("fleetgen")
 
 Log = Callable[[str], None]
 
 TARGET_EVENTS_PER_S = 20_000.0
 TARGET_QUERY_S = 0.100
+
+#: A fleet server's memory, not the 128 MB PostgreSQL starts with (ALTER SYSTEM, restart).
+SETTINGS = {
+    "shared_buffers": "1GB",
+    "effective_cache_size": "4GB",
+    "work_mem": "32MB",
+    "maintenance_work_mem": "512MB",
+    "max_wal_size": "8GB",
+    "checkpoint_timeout": "30min",
+}
 
 
 def _build(args: tuple[str, int, int]) -> tuple[int, str]:
@@ -45,7 +77,8 @@ def _build(args: tuple[str, int, int]) -> tuple[int, str]:
     path, n, pods = args
     from podstore import PodStore
 
-    with sqlite3.connect(path) as raw:  # a copy of the template: give it its own identity
+    # A copy of the (empty) template: give it its own identity before its first event.
+    with sqlite3.connect(path) as raw:
         raw.execute("UPDATE store_meta SET value = ? WHERE key = 'store_id'", (str(uuid.uuid4()),))
     raw.close()
     gpu = "nvidia.com/gpu"
@@ -78,22 +111,42 @@ def _events(path: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+def _backend_cpu(pid: int) -> float:
+    """CPU seconds one server process has used so far (the server runs on this machine)."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+def _backend_pid(conn: Any) -> int:
+    from sqlalchemy import text
+
+    return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
 def _ship_worker(url: str, paths: list[str], start: Any, out: Any) -> None:
     from podstore import PodStore
     from podstore.fleet import db
     from podstore.fleet.ship import ship
     from podstore.fleet.urls import resolve
 
-    db.engine(resolve(url)).connect().close()  # warm: driver loaded, a connection pooled
+    # Warm: driver loaded, one connection pooled — the one every ship below checks out again
+    # (they run one after the other), whose server process is this shipper's backend.
+    with db.engine(resolve(url)).connect() as conn:
+        backend = _backend_pid(conn)
     # Each simulated node has its store open already (a node agent or `podstore watch` does):
     # the clock measures shipping, not opening 1,000 SQLite files.
     stores = [PodStore.open(path, readonly=True, verify="off") for path in paths]
     start.wait()
     cpu0 = time.process_time()
+    server0 = _backend_cpu(backend)
     events = 0
     for path, store in zip(paths, stores, strict=True):
         events += ship(store, url, node=f"node-{os.path.basename(path)[:-3]}").shipped
-    out.put((events, time.process_time() - cpu0))
+    server = _backend_cpu(backend) - server0
+    with db.engine(resolve(url)).connect() as conn:
+        if _backend_pid(conn) != backend:
+            server = float("nan")  # another connection shipped: not measured
+    out.put((events, time.process_time() - cpu0, server))
     for store in stores:
         store.close()
 
@@ -121,7 +174,7 @@ def _copy_worker(url: str, paths: list[str], start: Any, out: Any) -> None:
                     copy.write_row((store_id, *row))
             conn.commit()
             events += len(rows)
-    out.put((events, time.process_time() - cpu0))
+    out.put((events, time.process_time() - cpu0, float("nan")))
 
 
 def _server_cpu(server: PgServer) -> float:
@@ -145,11 +198,17 @@ def _server_cpu(server: PgServer) -> float:
 
 
 def _parallel(
-    target: Any, url: str, paths: list[str], workers: int, server: PgServer
+    target: Any,
+    url: str,
+    paths: list[str],
+    workers: int,
+    server: PgServer,
+    meanwhile: Callable[[threading.Event], None] | None = None,
 ) -> dict[str, float]:
     """Run ``target`` in ``workers`` processes over slices of ``paths``: events, wall seconds
     from the moment all are ready to the moment the last one is done, and the CPU seconds the
-    workers and the server used meanwhile."""
+    workers and the server used meanwhile. ``meanwhile(done)`` runs in this process while they
+    work (until ``done`` is set)."""
     ctx = multiprocessing.get_context("fork")
     start = ctx.Event()
     out = ctx.Queue()
@@ -160,11 +219,18 @@ def _parallel(
     for p in procs:
         p.start()
     time.sleep(2.0)  # every worker has imported and connected
+    done = threading.Event()
+    side = threading.Thread(target=meanwhile, args=(done,)) if meanwhile else None
     server0 = _server_cpu(server)
     t0 = time.perf_counter()
     start.set()
+    if side is not None:
+        side.start()
     results = [out.get(timeout=3600) for _ in procs]
     elapsed = time.perf_counter() - t0
+    done.set()
+    if side is not None:
+        side.join()
     server_cpu = _server_cpu(server) - server0
     for p in procs:
         p.join(timeout=60)
@@ -175,6 +241,18 @@ def _parallel(
         "wall_s": elapsed,
         "client_cpu_s": sum(r[1] for r in results),
         "server_cpu_s": server_cpu,
+        # The workers' own server processes (NaN where not measured).
+        "backend_cpu_s": sum(r[2] for r in results),
+    }
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    samples = sorted(samples)
+    return {
+        "p50_s": statistics.median(samples),
+        "p95_s": samples[min(len(samples) - 1, int(len(samples) * 0.95))],
+        "min_s": samples[0],
+        "reps": len(samples),
     }
 
 
@@ -185,23 +263,30 @@ def _latency(fn: Callable[[], object], reps: int) -> dict[str, float]:
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-    samples.sort()
-    return {
-        "p50_s": statistics.median(samples),
-        "p95_s": samples[min(len(samples) - 1, int(len(samples) * 0.95))],
-        "min_s": samples[0],
-        "reps": reps,
-    }
+    return _summary(samples)
+
+
+def _configure(server: PgServer) -> None:
+    for name, value in SETTINGS.items():
+        server.psql(f"ALTER SYSTEM SET {name} = '{value}'")
+    server.stop()
+    server.start()
 
 
 def run(
-    workdir: str, log: Log, *, stores: int = 1000, pods: int = 100, shippers: int = 4
+    workdir: str,
+    log: Log,
+    *,
+    stores: int = 10_000,
+    events_per_store: int = 1_000,
+    ship_stores: int = 1_000,
+    pods: int = 100,
+    shippers: int = 4,
 ) -> dict[str, Any]:
     from sqlalchemy import text
 
     from podstore import PodStore
-    from podstore.fleet import db, migrate
-    from podstore.fleet import sql as fleet_sql
+    from podstore.fleet import admin, db, migrate, read
     from podstore.fleet.urls import resolve
 
     root = os.path.join(workdir, "fleet")
@@ -209,27 +294,87 @@ def run(
     server = PgServer(fsync=True, prefix="podstore-bench-pg-")
     try:
         server.start()
+        _configure(server)
         url = server.create_database("fleet")
         migrate.init(url)
-        log(f"fleet: building {stores} node stores × {pods} pods")
+        admin.grant_reader(url, "podstore_reader")
+        target = resolve(url)
+
+        log(f"fleet: generating {stores:,} stores × {events_per_store:,} events with COPY")
+        gen = fleetgen.load(url, stores, events_per_store, log=log)
+        sizes = {
+            name: int(server.psql(f"SELECT pg_total_relation_size('{name}')", "fleet"))
+            for name in ("fleet_events", "fleet_allocations", "fleet_stores")
+        }
+
+        log(f"fleet: building {ship_stores:,} node stores × {pods} pods")
         template = os.path.join(root, "template.db")
         PodStore.open(template).close()
         paths = []
-        for n in range(stores):
+        for n in range(ship_stores):
             path = os.path.join(root, f"{n:04d}.db")
             shutil.copy(template, path)
             paths.append(path)
         t0 = time.perf_counter()
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(2) as pool:
-            pool.map(_build, [(p, n, pods) for n, p in enumerate(paths)])
+            pool.map(_build, [(p, stores + n, pods) for n, p in enumerate(paths)])
         build_s = time.perf_counter() - t0
-        mid = _events(paths[stores // 2])[0][1]  # a node's first event, built half-way
-        log(f"fleet: built in {build_s:.0f}s; shipping with {shippers} shippers")
 
-        shipped = _parallel(_ship_worker, url, paths, shippers, server)
+        # The probes: a generated store's device, at an instant inside every history.
+        probe_n = stores // 3
+        probe_device = fleetgen.device(probe_n, 7)
+        probe_at = fleetgen.ts_of(probe_n, events_per_store // 2)
+        expected = fleetgen.owners_at(probe_n, events_per_store, probe_device, probe_at)
+
+        with db.connection(target) as conn:
+
+            def double_allocations() -> object:
+                with conn.begin():
+                    return conn.execute(text("SELECT * FROM v_fleet_double_allocations")).all()
+
+            def owners_at() -> object:
+                return read.owners(target, probe_device, at=probe_at).rows
+
+            def nodes() -> object:
+                return read.nodes(target).rows
+
+            questions = {
+                "owners_at_one_device": owners_at,
+                "v_fleet_double_allocations": double_allocations,
+                "fleet_nodes": nodes,
+            }
+            log("fleet: query latencies, quiet")
+            quiet = {name: _latency(fn, 30) for name, fn in questions.items()}
+            got = [(r[2], r[3], r[4]) for r in read.owners(target, probe_device, at=probe_at).rows]
+            assert got == expected, (got, expected)
+
+            busy: dict[str, list[float]] = {name: [] for name in questions}
+            asking_cpu = [0.0]
+
+            def ask_while_shipping(done: threading.Event) -> None:
+                cpu0 = time.thread_time()
+                while not done.is_set():
+                    for name, fn in questions.items():
+                        t0 = time.perf_counter()
+                        fn()
+                        busy[name].append(time.perf_counter() - t0)
+                asking_cpu[0] = time.thread_time() - cpu0
+
+            log(f"fleet: shipping with {shippers} shippers, asking meanwhile")
+            load_at_ship = os.getloadavg()[0]
+            shipped = _parallel(_ship_worker, url, paths, shippers, server, ask_while_shipping)
         events, ship_s = int(shipped["events"]), shipped["wall_s"]
-        target = resolve(url)
+        under_ingest = {name: _summary(s) for name, s in busy.items() if s}
+
+        log("fleet: fleet verify")
+        t0 = time.perf_counter()
+        checked = read.verify(target)
+        verify_s = time.perf_counter() - t0
+        broken = [r for r in checked.dicts() if r["problem"] is not None]
+        assert not broken, broken[:3]
+        verify_node = _latency(lambda: read.verify(target, node=f"gen-{probe_n:05d}"), 5)
+
         with db.transaction(target) as conn:
             conn.execute(
                 text(
@@ -240,8 +385,6 @@ def run(
         log(f"fleet: shipped {events:,} events in {ship_s:.1f}s; COPY baseline")
         copy = _parallel(_copy_worker, url, paths, shippers, server)
         copied, copy_s = int(copy["events"]), copy["wall_s"]
-        with db.connection(target) as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE"))
         counts: dict[str, int] = {}
         with db.transaction(target) as conn:
             for name in ("fleet_events", "fleet_allocations", "fleet_entries", "fleet_stores"):
@@ -249,39 +392,15 @@ def run(
             doubles = conn.execute(
                 text("SELECT count(*) FROM v_fleet_double_allocations")
             ).scalar_one()
-        log("fleet: query latencies")
-        probe_n = 10  # a store built before `mid`; its pod 0 moved from GPU-10-0 to a spare
-        device = f"GPU-{probe_n}-0"
-
-        with db.connection(target) as conn:
-
-            def double_allocations() -> object:
-                with conn.begin():
-                    return conn.execute(text("SELECT * FROM v_fleet_double_allocations")).all()
-
-            def owners_at() -> object:
-                with conn.begin():
-                    return conn.execute(
-                        text(fleet_sql.OWNERS_AT), {"device_id": device, "node": None, "at": mid}
-                    ).all()
-
-            def owners_now() -> object:
-                with conn.begin():
-                    return conn.execute(
-                        text(fleet_sql.OWNERS_NOW), {"device_id": device, "node": None}
-                    ).all()
-
-            q_double = _latency(double_allocations, 30)
-            q_owners_at = _latency(owners_at, 100)
-            q_owners_now = _latency(owners_now, 100)
-            answer_at = owners_at()
-        with PodStore.open(paths[probe_n], readonly=True, verify="off") as node:
-            n_double = _latency(lambda: node.query("SELECT * FROM v_double_allocations"), 100)
-            n_owners_at = _latency(lambda: node.owners_at(device, mid), 100)
-            node_answer_at = node.owners_at(device, mid)
-        assert [(r[2], r[3], r[4]) for r in answer_at] == node_answer_at  # type: ignore[attr-defined]
         return {
             "stores": stores,
+            "events_per_store": events_per_store,
+            "generated_events": gen.events,
+            "generate_s": gen.load_s,
+            "index_s": gen.index_s,
+            "generated_digest": fleetgen.digest(gen.stores),
+            "sizes_bytes": sizes,
+            "ship_stores": ship_stores,
             "pods_per_store": pods,
             "shippers": shippers,
             "build_s": build_s,
@@ -289,25 +408,30 @@ def run(
             "ship_s": ship_s,
             "events_per_s": events / ship_s,
             "ship_client_cpu_s": shipped["client_cpu_s"],
+            # Every server process meanwhile: the shippers' backends, those answering the
+            # questions, the WAL writer and the rest of the background.
             "ship_server_cpu_s": shipped["server_cpu_s"],
-            # What 2 idle cores would ingest: events per CPU-second spent on both sides, × 2.
+            # The shippers' own backends: the server's cost of shipping, whatever the load.
+            "ship_backend_cpu_s": shipped["backend_cpu_s"],
+            "asking_client_cpu_s": asking_cpu[0],
+            # What 2 idle cores would ingest: events per CPU-second the shippers and their
+            # backends spent, × 2 (the questions asked meanwhile left out).
             "ship_events_per_2_cpu_s": 2
             * events
-            / (shipped["client_cpu_s"] + shipped["server_cpu_s"]),
+            / (shipped["client_cpu_s"] + shipped["backend_cpu_s"]),
             "copy_events_per_2_cpu_s": 2 * copied / (copy["client_cpu_s"] + copy["server_cpu_s"]),
             "load_avg_1m": os.getloadavg()[0],
+            "load_avg_at_ship": load_at_ship,
             "copy_events": copied,
             "copy_s": copy_s,
             "copy_events_per_s": copied / copy_s,
             "rows": counts,
             "double_allocation_rows": int(doubles),
-            "queries": {
-                "v_fleet_double_allocations": q_double,
-                "owners_at_one_device": q_owners_at,
-                "owners_now_one_device": q_owners_now,
-                "node_v_double_allocations": n_double,
-                "node_owners_at": n_owners_at,
-            },
+            "quiet": quiet,
+            "under_ingest": under_ingest,
+            "verify_s": verify_s,
+            "verify_one_node": verify_node,
+            "settings": SETTINGS,
             "server": server.psql("SHOW server_version").strip(),
         }
     finally:
@@ -316,53 +440,69 @@ def run(
         shutil.rmtree(root, ignore_errors=True)
 
 
+_NAMES = {
+    "owners_at_one_device": "owners at a time, one device",
+    "v_fleet_double_allocations": "v_fleet_double_allocations",
+    "fleet_nodes": "fleet nodes",
+}
+
+
 def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
     """(target, measured, limit, passed, detail) per target."""
-    q = res["queries"]
     ingest = res["events_per_s"]
-    return [
+
+    def per(cpu_s: float) -> str:
+        return f"{cpu_s * 1e6 / res['events']:.1f} µs"
+
+    out = [
         (
-            f"ship ≥ {TARGET_EVENTS_PER_S:,.0f} events/s ({res['shippers']} shippers)",
+            f"ship ≥ {TARGET_EVENTS_PER_S:,.0f} events/s ({res['shippers']} shippers) on top of "
+            f"{res['generated_events']:,} events",
             ingest,
             TARGET_EVENTS_PER_S,
             ingest >= TARGET_EVENTS_PER_S,
             f"{res['events']:,} events in {res['ship_s']:.1f}s; COPY baseline "
             f"{res['copy_events_per_s']:,.0f}/s (ship = {ingest / res['copy_events_per_s']:.0%}); "
-            f"CPU {res['ship_client_cpu_s']:.1f}s shippers + {res['ship_server_cpu_s']:.1f}s "
-            f"PostgreSQL = {res['ship_events_per_2_cpu_s']:,.0f} events/s on 2 idle cores "
-            f"(COPY {res['copy_events_per_2_cpu_s']:,.0f}); load average "
-            f"{res['load_avg_1m']:.1f}",
-        ),
-        *(
-            (
-                f"{name} p50 < {TARGET_QUERY_S * 1000:.0f} ms",
-                q[key]["p50_s"],
-                TARGET_QUERY_S,
-                q[key]["p50_s"] < TARGET_QUERY_S,
-                f"p95 {q[key]['p95_s'] * 1000:.1f} ms over {res['rows']['fleet_allocations']:,} "
-                f"allocations, {res['rows']['fleet_events']:,} events; one node: "
-                f"{q[node_key]['p50_s'] * 1000:.2f} ms",
-            )
-            for name, key, node_key in (
-                (
-                    "v_fleet_double_allocations",
-                    "v_fleet_double_allocations",
-                    "node_v_double_allocations",
-                ),
-                ("owners at a time, one device", "owners_at_one_device", "node_owners_at"),
-            )
-        ),
+            f"CPU per event: {per(res['ship_client_cpu_s'])} shippers + "
+            f"{per(res['ship_backend_cpu_s'])} their PostgreSQL backends = "
+            f"{res['ship_events_per_2_cpu_s']:,.0f} events/s on 2 idle cores (COPY "
+            f"{res['copy_events_per_2_cpu_s']:,.0f}); every server process meanwhile "
+            f"{res['ship_server_cpu_s']:.1f}s, the questions' client "
+            f"{res['asking_client_cpu_s']:.1f}s; load average {res['load_avg_at_ship']:.1f} "
+            f"when shipping began",
+        )
     ]
+    for key, name in _NAMES.items():
+        busy = res["under_ingest"].get(key)
+        quiet = res["quiet"][key]
+        if busy is None:
+            continue
+        out.append(
+            (
+                f"{name} p50 < {TARGET_QUERY_S * 1000:.0f} ms while shipping",
+                busy["p50_s"],
+                TARGET_QUERY_S,
+                busy["p50_s"] < TARGET_QUERY_S,
+                f"p95 {busy['p95_s'] * 1000:.1f} ms ({busy['reps']} asked); quiet p50 "
+                f"{quiet['p50_s'] * 1000:.1f} ms; {res['rows']['fleet_events']:,} events, "
+                f"{res['rows']['fleet_stores']:,} stores",
+            )
+        )
+    return out
 
 
 def markdown(res: dict[str, Any]) -> str:
-    q = res["queries"]
     lines = [
         "## Fleet (PostgreSQL)",
         "",
-        f"{res['stores']:,} node stores × {res['pods_per_store']} pods shipped by "
-        f"{res['shippers']} parallel shippers into one PostgreSQL {res['server']} "
-        "(throwaway server, fsync on).",
+        f"{res['stores']:,} generated stores × {res['events_per_store']:,} events "
+        f"({res['generated_events']:,}, chained; COPY {res['generate_s']:.0f} s + indexes "
+        f"{res['index_s']:.0f} s; fleet_events {res['sizes_bytes']['fleet_events'] / 2**30:.1f} "
+        f"GiB with its indexes), then {res['ship_stores']:,} node stores × "
+        f"{res['pods_per_store']} pods shipped by {res['shippers']} parallel shippers into one "
+        f"PostgreSQL {res['server']} (throwaway server, fsync on, "
+        + ", ".join(f"{k} {v}" for k, v in res["settings"].items())
+        + ").",
         "",
         "| target | measured | limit | verdict | detail |",
         "|---|---|---|---|---|",
@@ -371,32 +511,40 @@ def markdown(res: dict[str, Any]) -> str:
         shown = f"{measured:,.0f}/s" if limit > 1 else f"{measured * 1000:.1f} ms"
         lim = f"{limit:,.0f}/s" if limit > 1 else f"{limit * 1000:.0f} ms"
         lines.append(f"| {name} | {shown} | {lim} | {'PASS' if passed else 'MISS'} | {detail} |")
-    lines += ["", "| query | p50 | p95 | min |", "|---|---|---|---|"]
-    for name, s in q.items():
+    lines += ["", "| question | quiet p50 | quiet p95 | shipping p50 | shipping p95 |"]
+    lines.append("|---|---|---|---|---|")
+    for key, name in _NAMES.items():
+        q = res["quiet"][key]
+        b = res["under_ingest"].get(key, {"p50_s": float("nan"), "p95_s": float("nan")})
         lines.append(
-            f"| {name} | {s['p50_s'] * 1000:.2f} ms | {s['p95_s'] * 1000:.2f} ms | "
-            f"{s['min_s'] * 1000:.2f} ms |"
+            f"| {name} | {q['p50_s'] * 1000:.2f} ms | {q['p95_s'] * 1000:.2f} ms | "
+            f"{b['p50_s'] * 1000:.2f} ms | {b['p95_s'] * 1000:.2f} ms |"
         )
     lines += [
         "",
+        f"`fleet verify` of all {res['rows']['fleet_stores']:,} stores "
+        f"({res['rows']['fleet_events']:,} events): {res['verify_s']:.1f} s; of one node: "
+        f"{res['verify_one_node']['p50_s'] * 1000:.1f} ms p50.",
+        "",
         f"Rows: {', '.join(f'{k} {v:,}' for k, v in res['rows'].items())}; "
-        f"{res['double_allocation_rows']} double-allocation rows. "
-        f"Stores built in {res['build_s']:.0f} s (not timed).",
+        f"{res['double_allocation_rows']} double-allocation rows. Node stores built in "
+        f"{res['build_s']:.0f} s (not timed). Generated fleet digest {res['generated_digest']}.",
         "",
     ]
     return "\n".join(lines)
 
 
 def _run(ctx: RunContext) -> dict[str, Any]:
-    quick = bool(getattr(ctx.cfg, "quick", False))
-    # --quick: a tenth of the fleet (the rate and the query latencies, on less data).
-    return run(ctx.workdir, ctx.log, stores=100 if quick else 1000)
+    if getattr(ctx.cfg, "quick", False):
+        # --quick: a tenth of the generated fleet and a fifth of the shipped one.
+        return run(ctx.workdir, ctx.log, stores=1_000, ship_stores=200)
+    return run(ctx.workdir, ctx.log)
 
 
 register(
     Section(
         "fleet",
-        "1,000 node stores shipped into one PostgreSQL; fleet query latency",
+        "10,000 stores / 10,000,000 events in one PostgreSQL; ingest and fleet questions on top",
         run=_run,
         render=lambda res: "\n" + markdown(res),
     )

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Modules that register sections of their own; a missing one is skipped.
-EXTENSIONS: tuple[str, ...] = ("bench.watch", "bench.fleet")
+EXTENSIONS: tuple[str, ...] = ("bench.watch", "bench.fleet", "bench.nodefiles")
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,20 @@ class FleetUnavailableError(FleetError):
     nothing was changed on the node, and whatever the call had not committed there is undone."""
 
 
+class FleetRefusedError(FleetError):
+    """The fleet database refused a ship or a statement, and wrote nothing but the refusal's
+    count: the store belongs to another node, its history diverged from the fleet's copy (a
+    clone, an edited or replaced history), it was retired, or the role lacks the right.
+
+    ``reason`` says which: ``"another node"``, ``"diverged"``, ``"retired"`` or
+    ``"permission"``.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 class QueryLimitError(PodStoreError):
     """A read-only query ran past its time limit, returned more rows than its row limit, or
     built a value larger than a read-only query may; it was stopped (nothing was changed).

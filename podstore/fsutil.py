@@ -36,7 +36,12 @@ def replace_file(
     """
     target = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(target)
-    fd, tmp = _create_temp(directory, name)
+    # Imported here: tempfile brings random, shutil, … (almost 1 MiB) into every command, and
+    # only writers of whole files need it.
+    import tempfile
+
+    # Mode 0600 until the fchmod below; the name starts with "." and ends with ".tmp".
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         try:
             os.fchmod(fd, mode)  # exact, whatever the umask
@@ -53,14 +58,3 @@ def replace_file(
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-
-
-def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
-        try:
-            return os.open(tmp, flags, 0o600), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a temporary file in {directory}")

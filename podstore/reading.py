@@ -9,15 +9,30 @@ caller that handles one row at a time holds one page, however large the store.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+from podstore.errors import PodStoreError
 from podstore.rules import validate
-from podstore.rules.times import TimeArg, parse_time
+from podstore.rules.times import TimeArg, format_ts, parse_time
 from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
-from podstore.storage import events
+from podstore.storage import audit, events
+from podstore.storage import entries as entry_store
+from podstore.storage.sql import audit as audit_sql
 from podstore.storage.sql import events as events_sql
-from podstore.types import AllocationEvent
+from podstore.storage.sql import ship as ship_sql
+from podstore.types import AllocationEvent, DeviceHolding, DeviceOwner, PodSummary
+
+T = TypeVar("T")
+
+#: A history row as shipping sends it: (seq, ts, op, pod_uid, container, resource, device_ids,
+#: released, hash) — the fields the chain covers, as stored, and the event's hash.
+EventRow = tuple[int, str, str, str | None, str | None, str, str | None, str | None, bytes]
+#: An entry of the current state: (pod_uid, container, resource, NUMA map as stored JSON).
+StateEntry = tuple[str, str, str, str | None]
 
 
 def history_query(
@@ -80,6 +95,94 @@ class Reader:
         sql, params = history_query(pod_uid, device_id, since, until)
         return self._guarded.rows(sql, params).mapped(events.to_event)
 
+    def pods(self) -> RowStream[PodSummary]:
+        """Every pod in uid order, with its container, entry and distinct device counts and
+        its resources (``podstore pods``)."""
+        return self._guarded.rows(audit_sql.PODS).mapped(audit.pod_summary)
+
+    def devices(self, resource: str | None = None) -> Iterator[DeviceHolding]:
+        """Every held device once per holder, then the registered devices nobody holds,
+        resource by resource, devices in id order (``podstore devices``); ``resource`` keeps
+        one. Streamed: one device's holders are held at a time. Raises InvalidInputError for a
+        bad argument."""
+        if resource is not None:
+            resource = validate.text(resource, "resource")
+        return audit.device_holdings(self._guarded.rows, resource)
+
+    def owners(self, device_id: str) -> RowStream[DeviceOwner]:
+        """The containers holding ``device_id`` now, in any resource, sorted (``podstore
+        owners``). Raises InvalidInputError for a bad argument."""
+        device = validate.text(device_id, "device_id")
+        return self._guarded.rows(audit_sql.OWNERS_NOW, {"device": device}).mapped(
+            audit.device_owner
+        )
+
+    def containers(self, pod_uid: str) -> RowStream[str]:
+        """The names of ``pod_uid``'s containers, sorted (none for an unknown pod). Raises
+        InvalidInputError for a bad argument."""
+        pod = validate.text(pod_uid, "pod_uid")
+        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(_first)
+
+    # ---- what shipping reads (podstore.fleet.ship), all from this one snapshot ----------------
+
+    def high_water(self) -> int:
+        """The newest seq ever handed out (0 before the first event), pruned or not: every
+        number up to it was an event, so a missing one below it was pruned."""
+        return int(self._fetch(ship_sql.HIGH_WATER, ())[0][0])
+
+    def events_after(self, after: int, limit: int) -> list[EventRow]:
+        """Up to ``limit`` events after seq ``after``, oldest first (EventRow)."""
+        return [_event_row(r) for r in self._fetch(ship_sql.EVENTS_AFTER, (after, limit))]
+
+    def events_between(self, after: int, through: int) -> list[EventRow]:
+        """Every kept event after seq ``after`` up to ``through``, oldest first (EventRow)."""
+        return [_event_row(r) for r in self._fetch(ship_sql.EVENTS_BETWEEN, (after, through))]
+
+    def clock(self) -> str:
+        """The history clock's time now, in stored form (what a snapshot is stamped with)."""
+        return format_ts(events.utcnow())
+
+    def first_ts_after(self, seq: int) -> str | None:
+        """The stored time of the oldest kept event after ``seq`` (None: none)."""
+        rows = self._fetch(ship_sql.EVENTS_AFTER, (seq, 1))
+        return str(rows[0][1]) if rows else None
+
+    def chain_prev(self, seq: int) -> bytes:
+        """The hash event ``seq`` chains from (the genesis, the event before it, or the link
+        recorded when that one was pruned). Raises StoreCorruptError when none is there."""
+        return self._call(lambda conn: events.prev_hash(conn, seq))
+
+    def chain_head(self) -> tuple[int, bytes]:
+        """The newest seq ever handed out and the hash the chain stands at there."""
+        return self._call(events.head)
+
+    def current_state(self) -> tuple[list[StateEntry], list[tuple[str, str | None]]]:
+        """The store's entries (NUMA maps as the history stores them) and registered device
+        lists (JSON text; None for a null list): what a snapshot of the fleet is made of."""
+
+        def read(conn: Any) -> tuple[list[StateEntry], list[tuple[str, str | None]]]:
+            entries = [
+                (e.pod_uid, e.container_name, e.resource_name, events.numa_json(e.device_ids))
+                for e in entry_store.read_entries(conn)
+            ]
+            registered = [
+                (resource, None if ids is None else _JSON.encode(list(ids)))
+                for resource, ids in entry_store.current_registered(conn).items()
+            ]
+            return entries, registered
+
+        return self._call(read)
+
+    def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self._call(lambda conn: conn.execute(sql, params).fetchall())
+        return rows
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._guarded.conn
+        if conn is None:
+            raise PodStoreError("the reader is closed")
+        return self._guarded.call(lambda: fn(conn))
+
     def close(self) -> None:
         """End the snapshot and close its connection (open streams end too)."""
         self._guarded.close()
@@ -89,3 +192,15 @@ class Reader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _event_row(row: tuple[Any, ...]) -> EventRow:
+    seq, ts, op, pod, container, resource, ids, released, digest = row
+    return (int(seq), ts, op, pod, container, resource, ids, released, bytes(digest))
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]

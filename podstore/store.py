@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
@@ -31,14 +32,17 @@ from podstore.sqlite.connection import (
 from podstore.sqlite.guarded import Guarded, Limits, RowStream
 from podstore.sqlite.migrate import Check, ensure_schema
 from podstore.sqlite.sessions import Sessions
+from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
 from podstore.storage import events, sync, transfer
+from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
 from podstore.types import (
     AllocationEvent,
     DeviceRunContainerOptions,
+    HistoryReport,
     ImportReport,
     PodDevicesEntry,
     QueryResult,
@@ -167,6 +171,23 @@ class PodStore:
             self._store_id = value
         return self._store_id
 
+    def reset_identity(self) -> str:
+        """Give the store a new ``store_id`` (a random UUID) and re-chain its whole history
+        from the new genesis, in one transaction; returns the new id.
+
+        For a copied store file (a cloned VM image, ``cp``): the copy then ships to the fleet
+        database as a store of its own instead of colliding with the original. Every event
+        keeps its content and seq; only the hashes (and the links over pruned gaps) change.
+        Raises ReadOnlyStoreError on a read-only open, StoreCorruptError (nothing changed)
+        when the history chain does not verify: re-chaining would hide the break.
+        """
+        new_id = str(uuid.uuid4())
+        with self._sessions.write() as conn:
+            history_chain.rechain(conn, new_id)  # checks the chain under the old id first
+            conn.execute(events_sql.SET_STORE_ID, (new_id,))
+        self._store_id = None  # read again: an enclosing transaction may still roll back
+        return new_id
+
     def close(self) -> None:
         """Close every connection this store opened. Further calls raise PodStoreError."""
         self._sessions.close()
@@ -209,7 +230,7 @@ class PodStore:
         ContainerAllocateResponse, its bytes, or None. A replacing insert keeps the entry's
         position. Raises InvalidInputError naming the bad argument; nothing is written then.
         """
-        row = entry_store.Row(
+        row = entry_rows.Row(
             validate.text(pod_uid, "pod_uid"),
             validate.text(container_name, "container_name"),
             validate.text(resource_name, "resource_name"),
@@ -232,9 +253,9 @@ class PodStore:
         decode is skipped with a warning (kubelet logs and skips it); a null ``alloc_resp``
         restores as an empty response. Existing entries not named are kept.
         """
-        rows: list[entry_store.Row] = []
+        rows: list[entry_rows.Row] = []
         for i, entry in enumerate(validate.checkpoint_entries(entries, "entries")):
-            row = transfer.to_row(entry)
+            row = entry_rows.to_row(entry)
             if isinstance(row, str):
                 log.error(
                     "skipping checkpoint entry %d (%s/%s/%s): AllocResp does not decode: %s",
@@ -247,11 +268,7 @@ class PodStore:
                 continue
             rows.append(row)
         with self._sessions.write() as conn:
-            if len(rows) > 64:
-                entry_store.write_many(conn, rows)
-            else:
-                for row in rows:
-                    entry_store.write_one(conn, row, "import")
+            entry_store.write_rows(conn, rows, "import")
 
     def set_registered_devices(
         self, mapping: Mapping[str, Sequence[str] | AbstractSet[str] | None] | None
@@ -564,6 +581,16 @@ class PodStore:
         cut = parse_time(before, "before")
         with self._sessions.write() as conn:
             return events.prune(conn, cut)
+
+    def verify_history(self) -> HistoryReport:
+        """Check the history's hash chain: every kept event's hash recomputes from what it
+        chains from (the previous event, the link prune_history left where that one was
+        removed, or the genesis of the store_id), no link stands where the predecessor is
+        kept, and the newest seq handed out is accounted for. Read-only; works on a read-only
+        open. ``report.ok`` is True when intact, else ``report.breaks`` names the first broken
+        seqs and what is wrong (docs/api.md, "Tamper-evident history")."""
+        with self._sessions.snapshot() as conn:
+            return history_chain.verify(conn)
 
     def query(
         self,

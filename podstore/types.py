@@ -197,6 +197,42 @@ class StoreStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PodSummary:
+    """One pod of ``Reader.pods()`` (``podstore pods``): how many containers and entries it
+    has, the distinct (resource, device) pairs it holds, and its resources in code point
+    order."""
+
+    pod_uid: str
+    containers: int
+    entries: int
+    devices: int
+    resources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHolding:
+    """One row of ``Reader.devices()`` (``podstore devices``): a held device once per holder,
+    with the NUMA ids its entry lists it under (-1: no topology); or a registered device
+    nobody holds (``pod_uid`` and ``container`` None, ``numa_nodes`` empty)."""
+
+    resource: str
+    device_id: str
+    numa_nodes: tuple[int, ...]
+    registered: bool
+    pod_uid: str | None
+    container: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceOwner:
+    """A container holding a device now (``Reader.owners()``, ``podstore owners``)."""
+
+    pod_uid: str
+    container: str
+    resource: str
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationEvent:
     """One change in the allocation history (``PodStore.history``; docs/sql.md).
 
@@ -204,7 +240,10 @@ class AllocationEvent:
     ``container_name`` and ``resource_name`` set, ``device_ids`` the entry's NUMA map — for a
     delete, the devices it had) or registered, unregistered (``pod_uid`` and
     ``container_name`` None, ``device_ids`` the resource's device list). ``timestamp`` is an
-    aware UTC datetime; ``seq`` orders events (never reused).
+    aware UTC datetime; ``seq`` orders events (never reused). ``released``: the devices the
+    entry held before this event and no longer holds (a replace, or an import or sync over an
+    existing entry), sorted; empty when none, and for events before revision 0005 where the
+    history no longer showed it.
     """
 
     seq: int
@@ -214,6 +253,7 @@ class AllocationEvent:
     container_name: str | None
     resource_name: str
     device_ids: DevicesPerNUMA | list[str] | None
+    released: list[str] = field(default_factory=list)
 
     @property
     def devices(self) -> set[str]:
@@ -224,6 +264,50 @@ class AllocationEvent:
         if isinstance(ids, list):
             return set(ids)
         return {d for lst in ids.values() for d in lst or ()}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBreak:
+    """One place where the history's hash chain does not hold (``HistoryReport.breaks``).
+
+    ``kind``: ``"edited"`` (the event's content no longer gives its hash), ``"hash-edited"``
+    (its hash was changed: the next event chains from the recomputed one), ``"genesis"`` (the
+    first event does not chain from the genesis of the store_id: the store_id or event 1 was
+    changed), ``"removed"`` (the events before ``seq`` are missing and no link records their
+    hash), ``"link-forged"`` (a link where the predecessor is kept, or beyond the newest seq),
+    ``"link-wrong"`` (the event does not chain from its link), ``"head"`` (the newest seq
+    handed out is neither kept nor recorded by a link).
+    """
+
+    seq: int
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryReport:
+    """What ``PodStore.verify_history`` found: the chain is intact when ``breaks`` is empty.
+
+    ``head_seq``/``head_hash``: the newest seq ever handed out and the hash the chain stands
+    at there (what the fleet database compares with). ``breaks``: the first breaks in seq
+    order (at most ``MAX_BREAKS`` of them; ``break_count`` counts all).
+    """
+
+    store_id: str
+    events: int
+    links: int
+    head_seq: int
+    head_hash: bytes
+    breaks: tuple[ChainBreak, ...]
+    break_count: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.breaks
+
+    @property
+    def first_broken_seq(self) -> int | None:
+        return self.breaks[0].seq if self.breaks else None
 
 
 @dataclass(frozen=True, slots=True)

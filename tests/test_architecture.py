@@ -122,14 +122,14 @@ def test_no_layer_imports_a_higher_one() -> None:
     assert upward == []
 
 
-def test_only_the_commands_import_the_fleet() -> None:
+def test_only_the_commands_and_the_watch_wiring_import_the_fleet() -> None:
     importers = sorted(
         n
         for n, t in GRAPH.items()
         if any(x.startswith("podstore.fleet") for x in t) and not n.startswith("podstore.fleet")
     )
-    # watch imports it only inside the --ship-to path.
-    assert importers == ["podstore.cli.fleet", "podstore.cli.ship", "podstore.cli.watch"]
+    # The watch wiring imports it only inside the --ship-to path.
+    assert importers == ["podstore.cli.fleet", "podstore.cli.ship", "podstore.watch.run"]
 
 
 def test_no_command_module_imports_the_command_group() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_fixture import build
+from harness.audit_fixture import build
 
 from podstore import PodStore
 
@@ -110,10 +110,11 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
     ],
     "Decoded responses": [("pod-d", "main", "nvidia.com/gpu", "/data", "/mnt/data")],
     "`allocation_event_devices` — which events name which device": [
-        (3, "2026-12-01T10:30:00.000000Z", "insert", "pod-b", "worker"),
-        (5, "2026-12-01T11:10:00.000000Z", "insert", "pod-c", "rogue"),
-        (11, "2026-12-01T12:35:00.000000Z", "registered", None, None),
+        (3, "2026-12-01T10:30:00.000000Z", "insert", "pod-b", "worker", "listed"),
+        (5, "2026-12-01T11:10:00.000000Z", "insert", "pod-c", "rogue", "listed"),
+        (11, "2026-12-01T12:35:00.000000Z", "registered", None, None, "listed"),
     ],
+    "The hash chain (revision 0005) and `history_chain_links`": [(13, "registered", 32, 0)],
 }
 
 

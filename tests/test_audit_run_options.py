@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from audit_fixture import response_rows_consistent
+from harness.audit_fixture import response_rows_consistent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

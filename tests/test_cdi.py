@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from harness.refmodel import ANNOTATION_NAME, CDI_NAME, resp
 from hypothesis import given
 from hypothesis import strategies as st
-from refmodel import ANNOTATION_NAME, CDI_NAME, resp
 
 from podstore import Annotation, CDIDevice, PodStore
 from podstore.rules import cdi

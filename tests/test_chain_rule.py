@@ -4,14 +4,9 @@ the encoding cannot pass unnoticed on both the node and the fleet side."""
 
 from __future__ import annotations
 
-from podstore.rules import chain
+from harness.chain_support import FIRST, GENESIS, STORE_ID
 
-STORE_ID = "0b8f3c1e-1111-4222-8333-444455556666"
-# printf 'podstore-history-chain-v1\x00%s' "$STORE_ID" | sha256sum
-GENESIS = "ea2ec3e6524f2f6e70d86fb352949a9cc55b1826cb7560843f24ee92cded0f2b"
-# genesis ‖ 01 len "1" ‖ 01 len ts ‖ 01 len "insert" ‖ 01 len "p1" ‖ 01 len "c"
-#         ‖ 01 len "nvidia.com/gpu" ‖ 01 len '{"0":["GPU-0"]}' ‖ 00, through sha256sum
-FIRST = "989504b67834710e792a4f9c76663b9309db12202523eaa19c462dbef73d981e"
+from podstore.rules import chain
 
 
 def test_genesis_and_first_link_match_independent_vectors() -> None:

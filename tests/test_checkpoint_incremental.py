@@ -8,9 +8,9 @@ import random
 from pathlib import Path
 
 import pytest
+from harness.watch_support import mutate, random_state, reordered
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from watch_support import mutate, random_state, reordered
 
 from podstore.checkpoint import read_checkpoint
 from podstore.checkpoint.incremental import EntryCache, read_cached

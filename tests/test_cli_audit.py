@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from audit_fixture import build
+from harness.audit_fixture import build
 
 from podstore.cli import main
 from podstore.sqlite.connection import ConnectOptions
@@ -49,8 +49,8 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def _events(*rows: tuple[int, str, str, str, str, dict[str, list[str]]]) -> list[dict[str, Any]]:
-    keys = ("seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids")
-    return [dict(zip(keys, (s, f"2026-12-01T{t}:00.000000Z", *rest), strict=True))
+    keys = ("seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids", "released")
+    return [dict(zip(keys, (s, f"2026-12-01T{t}:00.000000Z", *rest, []), strict=True))
             for s, t, *rest in rows]  # fmt: skip
 
 
@@ -114,7 +114,8 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
     ),
     (
         ["history", "--pod", "pod-e"],
-        ["seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids"],
+        ["seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids",
+         "released"],
         _events(
             (8, "11:40", "insert", "pod-e", "job", GPU, {"1": ["GPU-5"]}),
             (9, "12:20", "delete", "pod-e", "job", GPU, {"1": ["GPU-5"]}),
@@ -123,7 +124,8 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
     (
         ["history", "--device", "GPU-3", "--since", "2026-12-01T11:00Z",
          "--until", "2026-12-01T12:00Z"],
-        ["seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids"],
+        ["seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids",
+         "released"],
         _events((5, "11:10", "insert", "pod-c", "rogue", GPU, {"1": ["GPU-3"]})),
     ),
     (
@@ -141,6 +143,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0005", "down_revision": "0004",
+             "message": "History chain: every event hashed to its predecessor, and the devices "
+             "each event released."},
             {"revision": "0004", "down_revision": "0003",
              "message": "Lean writes: clustered (WITHOUT ROWID) child tables, and a history seq "
              "without AUTOINCREMENT."},
@@ -345,13 +350,14 @@ def test_shell_completion(node: Path) -> None:
     assert "_podstore_completion" in script.stdout
     assert "complete -o nosort -F _podstore_completion podstore" in script.stdout
 
-    def complete(words: str) -> list[str]:
+    def complete(words: str, **more: str) -> list[str]:
         proc = subprocess.run(
             _command(),
             capture_output=True,
             text=True,
             env={
                 **env,
+                **more,
                 "_PODSTORE_COMPLETE": "bash_complete",
                 "COMP_WORDS": words,
                 "COMP_CWORD": str(len(words.split(" ")) - 1),
@@ -367,3 +373,5 @@ def test_shell_completion(node: Path) -> None:
     assert complete(f"podstore --db {node} get pod-") == ["pod-a", "pod-b", "pod-c", "pod-d"]
     assert complete(f"podstore --db {node} run-options pod-d ") == ["init", "main"]
     assert complete("podstore --db /nonexistent/x.db get ") == []
+    # The store named by $PODSTORE_DB when --db is not given (click reads it for the option).
+    assert complete("podstore run-options pod-d ", PODSTORE_DB=str(node)) == ["init", "main"]

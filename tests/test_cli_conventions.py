@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 import pytest
-from test_cli_docs import commands
+from harness.cli import commands
 
 from podstore import ImportRefusedError, PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
@@ -49,7 +49,13 @@ NOT_LISTINGS = {
     "podstore migrate upgrade",
     "podstore migrate downgrade",
     "podstore migrate current",
+    "podstore reset-identity",
+    "podstore prune",
     "podstore fleet init",
+    "podstore fleet grant-node",
+    "podstore fleet grant-reader",
+    "podstore fleet rename-node",
+    "podstore fleet retire",
     "podstore ship",
     "podstore watch",
     # Its output is the Prometheus text exposition format (docs/watch.md), not a listing.

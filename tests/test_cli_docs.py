@@ -6,23 +6,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import click
 import pytest
+from harness.cli import commands
 
 from podstore.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def commands(group: click.Group, prefix: str = "podstore") -> Iterator[str]:
-    for name, command in sorted(group.commands.items()):
-        path = f"{prefix} {name}"
-        yield path
-        if isinstance(command, click.Group):
-            yield from commands(command, path)
 
 
 def documentation() -> str:

@@ -7,8 +7,11 @@ import csv
 import io
 import json
 import math
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -176,3 +179,41 @@ def test_emit_object_formats() -> None:
     out = io.StringIO()
     emit_object(info, "csv", out=out)
     assert out.getvalue().splitlines() == ["database,pods,ratio", "x.db,2,inf"]
+
+
+@pytest.mark.parametrize(("fmt", "loaded"), [("json", False), ("table", False), ("yaml", True)])
+def test_pyyaml_is_imported_only_for_yaml_output(tmp_path: Path, fmt: str, loaded: bool) -> None:
+    """PyYAML's resolvers decide which strings YAML must quote; nothing else needs it."""
+    from podstore import PodStore
+
+    db = tmp_path / "s.db"
+    with PodStore.open(db) as store:
+        store.insert("p", "c", "r", {0: ["true", "1.0"]}, b"")
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('yaml' in sys.modules, file=sys.stderr))\n"
+        "from podstore.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--db", str(db), "devices", "-o", fmt],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == str(loaded)
+
+
+def test_json_of_many_batches_is_exactly_json_dumps_of_all_rows() -> None:
+    """Rows are encoded a batch at a time and spliced: across batch boundaries too the text is
+    json.dumps(rows, indent=2)'s (non-finite floats as strings)."""
+    from podstore.cli.output import BATCH_ROWS
+
+    n = 2 * BATCH_ROWS + 7
+    rows = [
+        {"a": f"x{i}", "b": [str(i), "y"] if i % 3 else [], "c": {"0": ["d"]}, "f": i / 7}
+        for i in range(n)
+    ]
+    rows[BATCH_ROWS + 1]["f"] = math.inf
+    want = json.loads(json.dumps(rows))
+    want[BATCH_ROWS + 1]["f"] = "Infinity"
+    assert render(rows, ["a", "b", "c", "f"], "json") == json.dumps(want, indent=2)
+    assert render([], ["a"], "json") == json.dumps([], indent=2)

@@ -1,5 +1,5 @@
 """Every listing command at node scale: a generated store of 20,000 entries (built once per
-session, tests/scale_store.py), each command in each output format as a real child process.
+session, tests/harness/scale_store.py), each command in each output format as a real child process.
 
 - Peak memory (the child's ru_maxrss) stays under a fixed bound, whatever the store's size:
   every listing streams rows from SQLite's cursor to the output.
@@ -7,7 +7,7 @@ session, tests/scale_store.py), each command in each output format as a real chi
   opens the store the same way (so both pay the same start-up). The bound here is loose — the
   machine is shared and this is a test, not a benchmark — but a quadratic query (``podstore
   devices`` took 7 minutes at this size) or an output built whole in memory fails it by far;
-  tests/cli_scale_report.py measures the ratios at 100,000 entries.
+  tests/harness/cli_scale_report.py measures the ratios at 100,000 entries.
 - The queries behind the listings are indexed: EXPLAIN QUERY PLAN shows no full scan inside a
   correlated sub-query and no full scan nested inside another loop.
 """
@@ -23,38 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import scale_store as ss
+from harness import scale_store as ss
+from harness.scale_store import DEVICE, FORMATS, LATER, LISTINGS, POD
 
 from podstore import PodStore
 from podstore.storage.sql import audit, entries, events, views
 
 ENTRIES = 20_000
-FORMATS = ("table", "json", "yaml", "csv")
 #: Peak RSS of any listing command on the 20,000-entry store (the interpreter and podstore's
 #: imports alone take about 25 MiB).
 RSS_BOUND_MIB = 80
 #: A command may take this many times its API call (both whole processes).
 TIME_RATIO = 6.0
-
-POD = ss.pod_uid(7)
-DEVICE = ss.gpu(7, 0)
-LATER = "2100-01-01T00:00:00Z"
-
-# (name, command arguments, the API call that answers the same question)
-LISTINGS: list[tuple[str, list[str], tuple[str, ...]]] = [
-    ("pods", ["pods"], ("pods",)),
-    ("get", ["get", POD], ("pod_entries", POD)),
-    ("devices", ["devices"], ("devices",)),
-    ("devices --resource", ["devices", "--resource", ss.VF], ("devices",)),
-    ("owners", ["owners", DEVICE], ("get_pod_and_container_for_device", DEVICE)),
-    ("owners --at", ["owners", DEVICE, "--at", LATER], ("owners_at", DEVICE, LATER)),
-    ("run-options", ["run-options", POD, "main"], ("device_run_container_options", POD, "main")),
-    ("history", ["history"], ("history",)),
-    ("history --pod", ["history", "--pod", POD], ("history", f"pod_uid={POD}")),
-    ("history --device", ["history", "--device", DEVICE], ("history", f"device_id={DEVICE}")),
-    ("sql", ["sql", "SELECT * FROM v_allocations"], ("query", "SELECT * FROM v_allocations")),
-    ("status", ["status"], ("stats",)),
-]
 
 
 @pytest.fixture(scope="session")

@@ -7,17 +7,16 @@ import io
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from harness.cli import podstore, status_json
 
 from podstore import PodStore
 from podstore.sqlite.migrate import head_revision
 
-ENTRY = [sys.executable, "-c", "from podstore.cli import main; main()"]
 ZERO = {
     "pods": 0,
     "containers": 0,
@@ -26,28 +25,6 @@ ZERO = {
     "distinct_devices": 0,
     "registered_resources": 0,
 }
-
-
-def podstore(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, command: list[str] = ENTRY
-) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "PODSTORE_DB"}
-    return subprocess.run(
-        [*command, *args],
-        cwd=cwd,
-        env={**base, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def status_json(*args: str, cwd: Path, env: dict[str, str] | None = None) -> dict[str, object]:
-    out = podstore(*args, "status", "--json", cwd=cwd, env=env)
-    assert out.returncode == 0, out.stderr
-    parsed = json.loads(out.stdout)
-    assert isinstance(parsed, dict)
-    return parsed
 
 
 def fill(path: Path) -> None:

@@ -12,16 +12,12 @@ measures the worst stall of the loop while 20,000 entries are imported.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness.forks import figures
-from scale_store import entries as scale_entries
+from harness.scale_store import entries as scale_entries
 
 from podstore import AsyncPodStore, PodStore, PodStoreError, StoreBusyError
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file

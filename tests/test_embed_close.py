@@ -9,16 +9,12 @@ ms in the issue). Measured here against the check's own time on a 20,000-entry s
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness.forks import figures
-from scale_store import build
+from harness.scale_store import build
 
 from podstore import PodStore
 

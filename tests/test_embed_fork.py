@@ -21,9 +21,6 @@ import traceback
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness.forks import in_child, locks_held, read_all
 
 from podstore import PodStore, PodStoreError

@@ -15,8 +15,6 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness.forks import figures
 
 from podstore import PodStore

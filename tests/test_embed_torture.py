@@ -18,6 +18,7 @@ mode (``-m slow``) runs PODSTORE_TORTURE_SLOW_ROUNDS (default 60).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -28,11 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import contextlib
-
 from harness.figures import report
 from harness.paths import script
 

@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from audit_fixture import at, build, clock
+from harness.audit_fixture import at, build, clock
 
 from podstore import (
     AllocationEvent,

@@ -9,7 +9,10 @@ clock that moves forward and sometimes back. After every step:
   devices (also after pruning);
 - seq strictly increases and time never decreases along the log;
 - ``owners_at(device, now)`` equals the current holders of the device;
-- a rolled-back transaction left the log exactly as it was.
+- a rolled-back transaction left the log exactly as it was;
+- the hash chain holds (``verify_history``, and every hash recomputed here from what it chains
+  from), and every event's ``released`` is what the entry held before it and no longer holds
+  (checked from the replayed state wherever the log still shows that state).
 
 At the end, ``owners_at`` is checked at every instant the run passed through since the last
 prune cut, against the holders recorded at that instant.
@@ -29,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint
-from podstore.rules import times
+from podstore.rules import chain, times
 from podstore.storage import events
 from podstore.storage.entries import current_entries, current_registered
 from podstore.storage.events import replay
@@ -150,6 +153,15 @@ class HistoryMachine(RuleBasedStateMachine):
         path.write_bytes(dumps_checkpoint(batch, mapping))
         self.store.import_checkpoint(path, merge=merge)
 
+    @rule(batch=st.lists(import_entries, max_size=5), mapping=registered)
+    def sync_checkpoint(
+        self, batch: list[PodDevicesEntry], mapping: dict[str, list[str] | None]
+    ) -> None:
+        self.files += 1
+        path = self.dir / f"sync{self.files}"
+        path.write_bytes(dumps_checkpoint(batch, mapping))
+        self.store.sync_checkpoint(path)
+
     @rule(entry=entries, pods=st.lists(st.sampled_from(PODS), max_size=2), mapping=registered)
     def rolled_back_transaction(
         self, entry: PodDevicesEntry, pods: list[str], mapping: dict[str, list[str] | None]
@@ -218,6 +230,40 @@ class HistoryMachine(RuleBasedStateMachine):
         assert seqs == sorted(set(seqs))
         times = [e.timestamp for e in events]
         assert times == sorted(times)
+
+    @invariant()
+    def the_chain_holds(self) -> None:
+        report = self.store.verify_history()
+        assert report.ok, report.breaks
+        rows = self.conn.execute(
+            "SELECT seq, ts, op, pod_uid, container, resource, device_ids, released, hash "
+            "FROM allocation_events ORDER BY seq"
+        ).fetchall()
+        for seq, *fields, digest in rows:
+            assert digest == chain.link(events.prev_hash(self.conn, seq), seq, *fields), seq
+        assert events.head(self.conn) == (report.head_seq, report.head_hash)
+
+    @invariant()
+    def released_is_what_the_entry_gave_up(self) -> None:
+        state: dict[tuple[str, str, str], set[str]] = {}
+        for ev in self.store.history():
+            if ev.pod_uid is None:
+                assert ev.released == []
+                continue
+            assert ev.container_name is not None
+            key = (ev.pod_uid, ev.container_name, ev.resource_name)
+            now = ev.devices
+            # Before the last prune cut an event's predecessor may be gone: it carried the
+            # state at the cut, which the log no longer shows.
+            if times.format_ts(ev.timestamp) >= self.cut:
+                if ev.op == "delete" or key not in state:
+                    assert ev.released == [], ev
+                else:
+                    assert ev.released == sorted(state[key] - now), ev
+            if ev.op == "delete":
+                state.pop(key, None)
+            else:
+                state[key] = now
 
     @invariant()
     def owners_now(self) -> None:

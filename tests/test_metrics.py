@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.watch_support import State, checkpoint_path, podstore_command, random_state, wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from watch_support import State, checkpoint_path, podstore_command, random_state, wait_for
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore
 from podstore.checkpoint import write_checkpoint_file
@@ -167,7 +167,7 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
             def serving() -> bool:
                 m = re.search(r"serving metrics on http://([\d.]+):(\d+)/metrics", log.read_text())
                 match.extend([m] if m else [])
-                return m is not None and "following" in log.read_text()
+                return m is not None and " INFO following " in log.read_text()
 
             wait_for(serving, 20, step=0.02)
             host, port = match[0].group(1), int(match[0].group(2))
@@ -300,3 +300,85 @@ def test_watch_textfile_follows_other_writers_and_rests_when_idle(
         finally:
             proc.terminate()
             assert proc.wait(timeout=20) == 0
+
+
+# A reader in a process of its own: reads the textfile as fast as it can until told to stop,
+# and reports every read that is not one whole exposition written by the test (the number of
+# samples of one generation, ending with the end marker of that generation).
+_TEXTFILE_READER = """
+import json, os, re, sys
+path, stop, samples = sys.argv[1], sys.argv[2], int(sys.argv[3])
+reads, bad = 0, []
+pattern = re.compile(r'^podstore_test_sample\\{generation="(\\d+)",i="\\d+"\\} ', re.M)
+while not os.path.exists(stop):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        continue
+    reads += 1
+    generations = set(pattern.findall(text))
+    end = re.search(r'^podstore_test_end\\{generation="(\\d+)"\\} 1\\.0\\n\\Z', text, re.M)
+    whole = (
+        len(generations) == 1 and len(pattern.findall(text)) == samples
+        and end is not None and {end.group(1)} == generations
+    )
+    if not whole and len(bad) < 5:
+        bad.append(len(text))
+print(json.dumps({"reads": reads, "bad": bad}))
+"""
+
+
+class _Generations:
+    """A collector whose exposition is large and differs from one write to the next."""
+
+    def __init__(self, samples: int) -> None:
+        self.samples = samples
+        self.generation = 0
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        g = str(self.generation)
+        family = GaugeMetricFamily("podstore_test_sample", "x", labels=["generation", "i"])
+        for i in range(self.samples):
+            family.add_metric([g, str(i)], float(i))
+        yield family
+        end = GaugeMetricFamily("podstore_test_end", "last", labels=["generation"])
+        end.add_metric([g], 1.0)
+        yield end
+
+
+def test_a_reader_never_sees_a_partial_textfile(tmp_path: Path) -> None:
+    """node_exporter may read the file at any moment: every read of a textfile being
+    rewritten hundreds of times is one whole exposition, old or new."""
+    import json
+    import sys
+
+    from prometheus_client import CollectorRegistry
+
+    from podstore.metrics.exposition import write_textfile
+
+    samples, writes = 1000, 200  # about 60 KB a write
+    registry = CollectorRegistry()
+    collector = _Generations(samples)
+    registry.register(collector)
+    out = tmp_path / "podstore.prom"
+    write_textfile(out, registry)
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _TEXTFILE_READER, str(out), str(stop), str(samples)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.2)  # the reader is up and reading
+        for generation in range(1, writes + 1):
+            collector.generation = generation
+            write_textfile(out, registry)
+    finally:
+        stop.touch()
+        report = json.loads(reader.communicate(timeout=60)[0])
+    assert report["reads"] >= 100, report  # it did read while the writes went on
+    assert report["bad"] == [], report
+    assert sorted(os.listdir(tmp_path)) == ["podstore.prom", "stop"]  # no temp file left

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from audit_fixture import response_rows_consistent
+from harness.audit_fixture import response_rows_consistent
 
 from podstore import ContainerAllocateResponse, PodStore
 from podstore.deviceplugin import CDIDevice, DeviceSpec, Mount

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from refmodel import table_dump
+from harness.refmodel import table_dump
 
 from podstore import ContainerAllocateResponse, PodStore
 from podstore.deviceplugin import CDIDevice, DeviceSpec, Mount
@@ -116,12 +116,19 @@ def test_head_has_the_layout_schema_py_asks_for(filled: Path) -> None:
     assert not metadata.tables["allocation_events"].dialect_options["sqlite"]["autoincrement"]
 
 
+def _at_0004(filled: Path, db: Path) -> dict[str, list[tuple[object, ...]]]:
+    """A copy of the filled store taken down to 0004 (the revision under test; later ones
+    add their own columns), and its rows."""
+    db.write_bytes(filled.read_bytes())
+    run_downgrade(ConnectOptions(path=str(db)), "0004")
+    return table_dump(db)
+
+
 def test_downgrade_and_upgrade_keep_every_row(filled: Path, tmp_path: Path) -> None:
     db = tmp_path / "copy.db"
-    db.write_bytes(filled.read_bytes())
-    at_head = table_dump(db)
+    at_0004 = _at_0004(filled, db)
     top = int(_meta(db)[FLOOR])
-    assert top > max(r[0] for r in at_head["allocation_events"])
+    assert top > max(r[0] for r in at_0004["allocation_events"])
 
     run_downgrade(ConnectOptions(path=str(db)), "0003")
     down = table_dump(db)
@@ -130,22 +137,27 @@ def test_downgrade_and_upgrade_keep_every_row(filled: Path, tmp_path: Path) -> N
     assert FLOOR not in _meta(db)
     skip = ("store_meta", "alembic_version")
     assert {k: v for k, v in down.items() if k not in skip} == {
-        k: v for k, v in at_head.items() if k not in skip
+        k: v for k, v in at_0004.items() if k not in skip
     }
-    assert _rowid_tables(db) == set(metadata.tables)
+    assert _rowid_tables(db) == {"pods", "containers", "allocations"} | {
+        t for t in at_0004 if t != "alembic_version"
+    }
     assert check_store(db) != []  # a store below head is reported by verify
 
-    run_upgrade(ConnectOptions(path=str(db)), "head")
-    assert table_dump(db) == at_head
+    run_upgrade(ConnectOptions(path=str(db)), "0004")
+    assert table_dump(db) == at_0004
     assert int(_meta(db)[FLOOR]) == top
+    run_upgrade(ConnectOptions(path=str(db)), "head")
     assert check_store(db) == []
     with PodStore.open(db, upgrade=False) as store:
         store.insert("after", "c", "r.io/gpu", {0: ["y"]}, None)
         assert store.history()[-1].seq == top + 1
+    assert check_store(db) == []
 
 
 def test_open_upgrades_a_filled_0003_store(filled: Path, tmp_path: Path) -> None:
     db = tmp_path / "old.db"
+    at_0004 = _at_0004(filled, tmp_path / "ref.db")
     db.write_bytes(filled.read_bytes())
     run_downgrade(ConnectOptions(path=str(db)), "0003")
     before = table_dump(db)
@@ -153,11 +165,15 @@ def test_open_upgrades_a_filled_0003_store(filled: Path, tmp_path: Path) -> None
         assert store.wait_verified(timeout=60)
         entries = store.to_checkpoint_data()
         history = store.history()
+    run_downgrade(ConnectOptions(path=str(db)), "0004")  # compare at the revision under test
     after = table_dump(db)
-    assert {k: v for k, v in after.items() if k not in ("store_meta", "alembic_version")} == {
-        k: v for k, v in before.items() if k not in ("store_meta", "alembic_version")
+    skip = ("store_meta", "alembic_version")
+    assert {k: v for k, v in after.items() if k not in skip} == {
+        k: v for k, v in before.items() if k not in skip
     }
+    assert after.keys() == at_0004.keys()
     assert len(entries) == 100 and len(history) == len(before["allocation_events"])
+    run_upgrade(ConnectOptions(path=str(db)), "head")
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
         (head_revision(),)

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from refmodel import table_dump
+from harness.refmodel import table_dump
 
 from podstore import PodStore, PodStoreError, SchemaError
 from podstore.sqlite.connection import ConnectOptions

@@ -165,3 +165,44 @@ def test_a_stream_closes_its_own_connection(store: PodStore) -> None:
     rows = store.stream("SELECT 1")
     rows.close()
     assert rows._guarded.conn is None
+
+
+# ---- typed streams: what the operator commands show, without SQL in the caller ------------------
+
+
+def test_pods_devices_owners_and_containers_as_typed_streams(store: PodStore) -> None:
+    from podstore import DeviceHolding, DeviceOwner, PodSummary
+
+    store.insert("p1", "c2", "r,1", {0: ["a", "b"], 1: ["b"]}, b"")  # a comma in a name
+    store.insert("p1", "c1", "r2", {-1: ["x"]}, None)
+    store.insert("p1", "c1", "r,1", None, b"")  # no devices
+    store.insert("p2", "c", "r2", {0: ["x"]}, b"")  # x held twice
+    store.set_registered_devices({"r,1": ["a", "b", "free"], "r2": [], "zz": ["z"]})
+    with store.reader() as reader:
+        assert list(reader.pods()) == [
+            PodSummary("p1", 2, 3, 3, ("r,1", "r2")),
+            PodSummary("p2", 1, 1, 1, ("r2",)),
+        ]
+        assert list(reader.devices()) == [
+            DeviceHolding("r,1", "a", (0,), True, "p1", "c2"),
+            DeviceHolding("r,1", "b", (0, 1), True, "p1", "c2"),
+            DeviceHolding("r,1", "free", (), True, None, None),
+            DeviceHolding("r2", "x", (-1,), False, "p1", "c1"),
+            DeviceHolding("r2", "x", (0,), False, "p2", "c"),
+            DeviceHolding("zz", "z", (), True, None, None),
+        ]
+        assert [d.device_id for d in reader.devices("zz")] == ["z"]
+        assert list(reader.devices("nothing")) == []
+        assert list(reader.owners("x")) == [
+            DeviceOwner("p1", "c1", "r2"),
+            DeviceOwner("p2", "c", "r2"),
+        ]
+        assert list(reader.owners("nobody")) == []
+        assert list(reader.containers("p1")) == ["c1", "c2"]
+        assert list(reader.containers("unknown")) == []
+
+
+@pytest.mark.parametrize("call", ["devices", "owners", "containers"])
+def test_typed_streams_refuse_bad_arguments(store: PodStore, call: str) -> None:
+    with store.reader() as reader, pytest.raises(InvalidInputError):
+        getattr(reader, call)(7)

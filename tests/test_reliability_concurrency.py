@@ -15,7 +15,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,9 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import concurrency
 from harness.figures import report
 from harness.paths import script

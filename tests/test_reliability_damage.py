@@ -12,16 +12,12 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import filled, workload
 from harness.figures import report
 

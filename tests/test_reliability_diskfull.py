@@ -8,18 +8,11 @@ the ballast is gone.
 
 from __future__ import annotations
 
-import errno
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import workload
+from harness import tinyfs, workload
 from harness.figures import report
 
 from podstore import PodDevicesEntry, PodStore, StoreFullError
@@ -28,33 +21,8 @@ from podstore.storage.selfcheck import check_store
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; run the suite as root (CI does) to test this")
-    mnt = tmp_path / "tinyfs"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (container without CAP_SYS_ADMIN?): {done.stderr}")
-    try:
+    with tinyfs.tiny_fs(tmp_path / "tinyfs") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(path: Path) -> int:
-    """Write ``path`` until the disk is full; return its size."""
-    chunk = b"\0" * 4096
-    with open(path, "wb", buffering=0) as fh:
-        try:
-            while True:
-                fh.write(chunk)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    return path.stat().st_size
 
 
 def _big(i: int) -> dict[int, list[str] | None]:
@@ -71,7 +39,7 @@ def test_disk_full_fails_cleanly_and_recovers(tiny_fs: Path) -> None:
         workload.apply(store, op)
         model.apply(op)
     ballast = tiny_fs / "ballast"
-    _fill(ballast)
+    tinyfs.fill(ballast)
     # Fill whatever room the WAL still had; then every write must fail cleanly.
     failures = 0
     accepted = 0
@@ -142,6 +110,6 @@ def _in_transaction(store: PodStore) -> None:
 
 
 def test_creating_a_store_on_a_full_disk_raises_store_full_error(tiny_fs: Path) -> None:
-    _fill(tiny_fs / "ballast")
+    tinyfs.fill(tiny_fs / "ballast")
     with pytest.raises(StoreFullError):
         PodStore.open(tiny_fs / "new.db")

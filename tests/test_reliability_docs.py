@@ -42,7 +42,8 @@ def test_every_harness_that_reports_is_in_the_results_file() -> None:
     recorded = {r["harness"] for r in script.load(script.RESULTS)}
     reported = set()
     for path in sorted((ROOT / "tests").glob("test_*.py")):
-        for name in re.findall(r'report\(\s*(f?"[^"]+")', path.read_text()):
+        # harness.figures.report(...), not a method of the same name (x.report(...)).
+        for name in re.findall(r'(?<![.\w])report\(\s*(f?"[^"]+")', path.read_text()):
             reported.add(name)
     assert reported
     missing = []

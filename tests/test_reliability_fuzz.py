@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.figures import report
+from harness.paths import child_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness.figures import report
 
 from podstore import (
     ContainerAllocateResponse,
@@ -530,13 +528,13 @@ def test_example_count_follows_the_hypothesis_profile(profile: str, examples: in
     """PODSTORE_HYPOTHESIS_PROFILE=thorough runs ten times the examples here too."""
     env = {k: v for k, v in os.environ.items() if k != "PODSTORE_FUZZ_EXAMPLES"}
     env["PODSTORE_HYPOTHESIS_PROFILE"] = profile
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import conftest, test_reliability_fuzz "
-        "as f; print(f.FUZZ.max_examples)"
-    )
-    here = str(Path(__file__).resolve().parent)
+    code = "import conftest, test_reliability_fuzz as f; print(f.FUZZ.max_examples)"
     done = subprocess.run(
-        [sys.executable, "-c", code, here], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        env=child_env(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == examples

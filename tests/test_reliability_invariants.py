@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import workload
 from harness.figures import report
 
@@ -134,6 +130,22 @@ CASES: dict[str, tuple[str, list[str], str]] = {
         ["INSERT INTO response_envs VALUES (999999, 0, 'GHOST', 'x')"],
         "response_envs",
     ),
+    "event-devices": (
+        "error",
+        [
+            "DELETE FROM allocation_event_devices WHERE seq = (SELECT min(seq) FROM "
+            "allocation_event_devices)"
+        ],
+        "missing",
+    ),
+    "history-chain": (
+        "error",
+        [
+            "DROP TRIGGER tr_allocation_events_append_only",
+            "UPDATE allocation_events SET ts = '2020-01-01T00:00:00.000000Z' WHERE seq = 5",
+        ],
+        "seq 5 (edited)",
+    ),
     "schema": ("error", ["UPDATE alembic_version SET version_num = '0000'"], "revision 0000"),
     "journal_mode": ("warning", ["PRAGMA journal_mode = DELETE"], "'delete'"),
 }
@@ -168,8 +180,47 @@ MORE_CASES: list[tuple[str, str, list[str], str]] = [
     (
         "foreign-keys",
         "error",
-        ["INSERT INTO allocation_event_devices VALUES (999999, 'ghost')"],
+        ["INSERT INTO allocation_event_devices (seq, device_id) VALUES (999999, 'ghost')"],
         "allocation_event_devices",
+    ),
+    (
+        "event-devices",
+        "error",
+        [
+            "INSERT INTO allocation_event_devices (seq, device_id, released) "
+            "SELECT min(seq), 'ghost-dev', 1 FROM allocation_events"
+        ],
+        "'ghost-dev' (released): not named by the event",
+    ),
+    (
+        "history-chain",
+        "error",
+        [
+            "DROP TRIGGER tr_allocation_events_append_only",
+            "UPDATE allocation_events SET hash = zeroblob(32) WHERE seq = 7",
+        ],
+        "seq 7 (hash-edited)",
+    ),
+    (
+        "history-chain",
+        "error",
+        ["DELETE FROM allocation_events WHERE pod_uid = 'shape-null-map'"],
+        "(removed)",
+    ),
+    (
+        "history-chain",
+        "error",
+        ["INSERT INTO history_chain_links (seq, prev_hash) VALUES (5, zeroblob(32))"],
+        "seq 5 (link-forged)",
+    ),
+    (
+        "history-chain",
+        "error",
+        [
+            "UPDATE store_meta SET value = '00000000-0000-4000-8000-000000000000' "
+            "WHERE key = 'store_id'"
+        ],
+        "seq 1 (genesis)",
     ),
 ]
 # Checks whose damage SQLite itself sees, tested byte by byte in test_reliability_damage.py.

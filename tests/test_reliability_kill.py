@@ -20,14 +20,10 @@ import os
 import random
 import signal
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import workload
 from harness.figures import report
 from harness.forkserver import ForkServer

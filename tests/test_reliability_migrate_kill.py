@@ -36,15 +36,11 @@ import math
 import os
 import random
 import signal
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness import filled
 from harness.figures import report
 from harness.forkserver import ForkServer

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 if os.environ.get("CI"):
     import apsw  # noqa: F401  (in CI a missing test extra must fail, not skip)

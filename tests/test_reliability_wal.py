@@ -18,14 +18,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
 from click.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from harness.figures import report
 
 from podstore import ContainerAllocateResponse, PodStore

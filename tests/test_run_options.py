@@ -7,9 +7,9 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from harness.refmodel import RefModel, resp
 from hypothesis import given
 from hypothesis import strategies as st
-from refmodel import RefModel, resp
 
 from podstore import (
     Annotation,

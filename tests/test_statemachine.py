@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.refmodel import Alphabet, RefModel, assert_agrees, resp
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from refmodel import Alphabet, RefModel, assert_agrees, resp
 
 from podstore import InvalidInputError, PodDevicesEntry, PodStore
 

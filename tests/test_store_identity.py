@@ -6,7 +6,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from test_cli_status import status_json
+from harness.cli import status_json
 
 from podstore import PodStore, check_store
 from podstore.sqlite.connection import ConnectOptions

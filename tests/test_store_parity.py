@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from refmodel import resp, store_dump
+from harness.refmodel import resp, store_dump
 
 from podstore import (
     ContainerAllocateResponse,

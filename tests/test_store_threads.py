@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from refmodel import resp
+from harness.refmodel import resp
 
 from podstore import PodDevicesEntry, PodStore
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from refmodel import topology_view
+from harness.refmodel import topology_view
 
 from podstore import (
     Device,

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from refmodel import resp, store_dump, table_dump
+from harness.refmodel import resp, store_dump, table_dump
 
 from podstore import (
     InvalidInputError,

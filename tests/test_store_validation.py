@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from refmodel import resp, store_dump
+from harness.refmodel import resp, store_dump
 
 from podstore import Device, InvalidInputError, PodDevicesEntry, PodStore
 

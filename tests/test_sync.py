@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from watch_support import (
+from harness.watch_support import (
     State,
     canonical_event,
     checkpoint_path,
@@ -26,6 +24,8 @@ from watch_support import (
     response_bytes,
     store_state,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from podstore import (
     CheckpointCorruptError,

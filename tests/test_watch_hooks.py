@@ -11,13 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
-from watch_support import checkpoint_path, file_state, mutate, random_state, store_state, wait_for
+from harness.watch_support import (
+    checkpoint_path,
+    file_state,
+    mutate,
+    random_state,
+    store_state,
+    wait_for,
+)
 
 from podstore import PodStore, PodStoreError
+from podstore.metrics.stats import BUCKETS, SyncStats
 from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.watch.follower import Follower
 from podstore.watch.shipping import RetryingHook
-from podstore.watch.stats import BUCKETS, SyncStats
 
 
 @pytest.mark.parametrize(

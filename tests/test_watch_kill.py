@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from harness.figures import report
 from harness.forkserver import ForkServer
-from watch_support import (
+from harness.watch_support import (
     State,
     canonical_event,
     checkpoint_path,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from harness.figures import report
+from harness.watch_support import State, canonical_event, checkpoint_path, random_state
 from prometheus_client.parser import text_string_to_metric_families
-from watch_support import State, canonical_event, checkpoint_path, random_state
 
 from podstore import PodStore
 from podstore.metrics.collector import registry_for

@@ -1,11 +1,19 @@
-"""Kubelet's device-manager checkpoint file (``kubelet_internal_checkpoint``), read and written
-exactly as kubelet does, independent of any store.
+"""Kubelet's checkpoint files, read and written exactly as kubelet does, independent of any
+store; and the node facts beside them.
 
-- :func:`read_checkpoint` decodes with Go ``encoding/json`` rules, verifies the checksum and
-  falls back to the legacy v1 format like kubelet 1.23–1.29.
-- :func:`dumps_checkpoint` produces the bytes kubelet's encoder writes;
-  :func:`write_checkpoint_file` puts them on disk atomically.
-- :func:`checksum` and :func:`render_spew` expose kubelet's checksum and the text it hashes.
+- The device manager's ``kubelet_internal_checkpoint``: :func:`read_checkpoint` decodes with
+  Go ``encoding/json`` rules, verifies the checksum and falls back to the legacy v1 format
+  like kubelet 1.23–1.29; :func:`dumps_checkpoint` produces the bytes kubelet's encoder
+  writes; :func:`checksum` and :func:`render_spew` expose kubelet's checksum and the text it
+  hashes.
+- The CPU, memory and DRA managers' files (``cpu_manager_state``, ``memory_manager_state``,
+  ``dra_manager_state``): :func:`read_cpu_state`, :func:`read_memory_state`,
+  :func:`read_dra_state` read and verify every version kubelet wrote;
+  :func:`dumps_cpu_state`, :func:`dumps_memory_state`, :func:`dumps_dra_state` write kubelet's
+  bytes. :func:`read_node_checkpoint` reads any kind, :func:`detect_kind` tells it by content.
+- :func:`write_checkpoint_file` puts any of them on disk atomically.
+- :func:`read_numa_topology` (sysfs) and :func:`read_pod_names` (``/var/log/pods``) read the
+  node's CPU → NUMA node map and its pods' names.
 """
 
 from __future__ import annotations
@@ -13,23 +21,78 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from podstore.checkpoint import spew, values
+from podstore.checkpoint.cpu_state import CPUManagerState, dumps_cpu_state, read_cpu_state
+from podstore.checkpoint.cpuset import CPUSetError, format_cpuset, parse_cpuset
 from podstore.checkpoint.decode import Checkpoint
+from podstore.checkpoint.dra_state import (
+    DRAClaim,
+    DRADevice,
+    DRAResourceHandle,
+    DRAState,
+    dumps_dra_state,
+    read_dra_state,
+)
 from podstore.checkpoint.encode import dumps_checkpoint
 from podstore.checkpoint.files import (
     DEFAULT_MAX_BYTES,
     read_checkpoint,
     write_checkpoint_file,
 )
+from podstore.checkpoint.kinds import (
+    FILE_NAMES,
+    KINDS,
+    NodeCheckpoint,
+    detect_kind,
+    read_node_checkpoint,
+)
+from podstore.checkpoint.memory_state import (
+    MemoryBlock,
+    MemoryManagerState,
+    MemoryTable,
+    NUMANodeState,
+    dumps_memory_state,
+    read_memory_state,
+)
+from podstore.checkpoint.podnames import PodName, PodNames, read_pod_names
+from podstore.checkpoint.topology import NumaTopology, read_numa_topology
 from podstore.errors import CheckpointNotFoundError, InvalidInputError
 from podstore.types import PodDevicesEntry
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "FILE_NAMES",
+    "KINDS",
+    "CPUManagerState",
+    "CPUSetError",
     "Checkpoint",
     "CheckpointNotFoundError",
+    "DRAClaim",
+    "DRADevice",
+    "DRAResourceHandle",
+    "DRAState",
+    "MemoryBlock",
+    "MemoryManagerState",
+    "MemoryTable",
+    "NUMANodeState",
+    "NodeCheckpoint",
+    "NumaTopology",
+    "PodName",
+    "PodNames",
     "checksum",
+    "detect_kind",
     "dumps_checkpoint",
+    "dumps_cpu_state",
+    "dumps_dra_state",
+    "dumps_memory_state",
+    "format_cpuset",
+    "parse_cpuset",
     "read_checkpoint",
+    "read_cpu_state",
+    "read_dra_state",
+    "read_memory_state",
+    "read_node_checkpoint",
+    "read_numa_topology",
+    "read_pod_names",
     "render_spew",
     "write_checkpoint_file",
 ]

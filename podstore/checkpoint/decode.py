@@ -21,10 +21,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.godecode import (
+    DecodeError as DecodeError,
+)
+from podstore.checkpoint.godecode import (
+    GoSlice,
+    Slice,
+    elements,
+    into_slice,
+    mismatch,
+)
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError
 from podstore.types import PodDevicesEntry
 
@@ -49,79 +59,12 @@ class Checkpoint:
     boot_id: str | None
 
 
-class DecodeError(Exception):
-    """A value Go's decoder refuses; ``path`` names where, outermost first."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path: list[str] = []
-
-    def under(self, part: str) -> DecodeError:
-        self.path.insert(0, part)
-        return self
-
-    def __str__(self) -> str:
-        where = ""
-        for part in self.path:
-            where += part if part.startswith("[") or not where else "." + part
-        return f"{where}: {self.message}" if where else self.message
-
-
-def _mismatch(value: object, go_type: str) -> DecodeError:
-    return DecodeError(f"cannot unmarshal {gojson.kind(value)} into Go value of type {go_type}")
-
-
-# -- Go slices ------------------------------------------------------------------------------
-# A freshly decoded slice is a plain list. A slice that was shortened by a later, shorter array
-# keeps its old elements past its length, because a still later array may grow it again over
-# them; _Slice holds those.
-
-
-class _Slice:
-    __slots__ = ("items", "length")
-
-    def __init__(self, items: list[Any], length: int) -> None:
-        self.items = items
-        self.length = length
-
-
-T = TypeVar("T")
-GoSlice = list[Any] | _Slice | None
-
-
-def _elements(value: GoSlice) -> list[Any] | None:
-    if isinstance(value, _Slice):
-        return value.items[: value.length]
-    return value
-
-
-def _into_slice(
-    cur: GoSlice, arr: list[Any], into: Callable[[T, Any], T], zero: Callable[[], T]
-) -> list[Any] | _Slice:
-    """Go's decoding of a JSON array into an existing slice (``decodeState.array``)."""
-    if not arr:
-        return []
-    if cur is None:
-        items: list[Any] = []
-        length = 0
-    elif isinstance(cur, _Slice):
-        items, length = cur.items, cur.length
-    else:
-        # A plain list may be shared with the parsed tree, so work on a copy.
-        items = list(cur)
-        length = len(items)
-    for i, v in enumerate(arr):
-        if i >= length:
-            length = i + 1
-            if i >= len(items):
-                items.append(zero())
-        try:
-            items[i] = into(items[i], v)
-        except DecodeError as e:
-            raise e.under(f"[{i}]") from None
-    length = min(length, len(arr))
-    return items if length == len(items) else _Slice(items, length)
+# Go's slice and error machinery is shared with the node files' decoder (godecode); the short
+# private names are what this module has always used.
+_mismatch = mismatch
+_Slice = Slice
+_elements = elements
+_into_slice = into_slice
 
 
 def _string_into(cur: str, v: object) -> str:

@@ -38,20 +38,45 @@ def read_checkpoint(
         InvalidInputError: ``source`` is neither a path nor bytes.
     """
     if isinstance(source, bytes | bytearray | memoryview):
-        if len(source) > max_bytes:
-            raise CheckpointFormatError(
-                f"checkpoint data is {len(source)} bytes, more than max_bytes={max_bytes}"
-            )
+        _check_size(source, max_bytes)
         return decode.load(bytes(source).decode("utf-8", "surrogateescape"))
+    path = _path(source)
+    # The text goes straight into load(), which drops it once parsed (a name here would keep
+    # it alive through the whole decode).
+    return decode.load(_read_text(path, max_bytes), f"{path}: ")
+
+
+def read_source(
+    source: str | os.PathLike[str] | bytes, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[str, str]:
+    """The text of a checkpoint given as a path or as its bytes, and the prefix its error
+    messages take (``"PATH: "``, or ``""`` for bytes).
+
+    Invalid UTF-8 is kept as lone surrogates (``errors="surrogateescape"``) for Go's rules to
+    replace inside strings. Raises the errors :func:`read_checkpoint` documents for reading.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        _check_size(source, max_bytes)
+        return bytes(source).decode("utf-8", "surrogateescape"), ""
+    path = _path(source)
+    return _read_text(path, max_bytes), f"{path}: "
+
+
+def _check_size(data: bytes | bytearray | memoryview, max_bytes: int) -> None:
+    if len(data) > max_bytes:
+        raise CheckpointFormatError(
+            f"checkpoint data is {len(data)} bytes, more than max_bytes={max_bytes}"
+        )
+
+
+def _path(source: object) -> str:
     try:
-        path = os.fspath(source)
+        path = os.fspath(source)  # type: ignore[call-overload]
     except TypeError:
         raise InvalidInputError(
             f"source must be a path or bytes, not {type(source).__name__}"
         ) from None
-    if not isinstance(path, str):
-        path = os.fsdecode(path)
-    return decode.load(_read_text(path, max_bytes), f"{path}: ")
+    return path if isinstance(path, str) else os.fsdecode(path)
 
 
 def _read_text(path: str, max_bytes: int) -> str:

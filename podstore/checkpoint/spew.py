@@ -1,4 +1,8 @@
-"""Kubelet's checkpoint checksum: FNV-1a 32 of a go-spew ``%#v`` rendering of ``Data.Data``.
+"""Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering.
+
+The device manager's file hashes ``Data.Data`` (below); the CPU and memory managers' files,
+and the DRA manager's first format, hash the whole checkpoint struct through a pointer
+(:func:`render_value`, for any type of :mod:`podstore.checkpoint.gotypes`).
 
 Kubelet renders the decoded ``checkpointData`` value with go-spew (``Sprintf("%#v")``, keys
 sorted, methods disabled) and hashes the UTF-8 text with FNV-1a 32 (kubelet-semantics §6).
@@ -21,10 +25,13 @@ The functions here trust their input (see :mod:`podstore.checkpoint.values` for 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from fnv_hash_fast import fnv1a_32
 
+from podstore.checkpoint.gotypes import GoType, Int, Map, Ptr, String, Struct, Uint
+from podstore.checkpoint.gotypes import Slice as SliceType
 from podstore.types import PodDevicesEntry
 
 _NIL = b"<nil>"
@@ -140,3 +147,149 @@ def checksum_of(
 ) -> int:
     """Kubelet's checksum of already checked and sanitized values: FNV-1a 32 of :func:`render`."""
     return fnv1a_32(render(entries, registered_devices, version))
+
+
+# -- any value of the node files' Go types (podstore.checkpoint.gotypes) -----------------------
+
+
+def render_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ()) -> str:
+    """go-spew's ``%#v`` of a pointer to ``value`` (a struct of type ``t``), as kubelet's
+    whole-struct checksum renders it: ``(*state.Name){Field:(type)value …}``.
+
+    ``renames`` are applied in order to the first occurrence of each old text, as kubelet's
+    ``strings.Replace(…, 1)`` does to name its versioned types after their first version
+    (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``).
+    """
+    out: list[str] = ["(*", t.name, ")"]
+    _renderer(t)(value, out)
+    text = "".join(out)
+    for old, new in renames:
+        text = text.replace(old, new, 1)
+    return text
+
+
+def checksum_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ()) -> int:
+    """FNV-1a 32 of :func:`render_value`: kubelet's whole-struct checksum."""
+    return fnv1a_32(render_value(t, value, renames).encode("utf-8"))
+
+
+def checksum_string(text: str) -> int:
+    """Kubelet's checksum of a Go string (``checksum.New(string)``): go-spew renders the
+    string as ``(string)`` followed by its bytes."""
+    return fnv1a_32(b"(string)" + text.encode("utf-8"))
+
+
+Render = Callable[[Any, list[str]], None]
+_RENDERERS: dict[int, Render] = {}
+_KEEP: list[GoType] = []
+
+
+def _renderer(t: GoType) -> Render:
+    """How a value of ``t`` renders where go-spew prints no type: a map key or value, a slice
+    element, the value behind a pointer, or a field's value after its type (built once)."""
+    r = _RENDERERS.get(id(t))
+    if r is None:
+        r = _build(t)
+        _RENDERERS[id(t)] = r
+        _KEEP.append(t)  # keeps the id from being reused
+    return r
+
+
+def _build(t: GoType) -> Render:
+    kind = type(t)
+    if kind is String:
+        return lambda v, out: out.append(v)
+    if kind is Int or kind is Uint:
+        return lambda v, out: out.append(str(v))
+    if kind is Struct:
+        assert isinstance(t, Struct)
+        return _struct(t)
+    if kind is Ptr:
+        assert isinstance(t, Ptr)
+        elem = _renderer(t.elem)
+
+        def ptr(v: Any, out: list[str]) -> None:
+            if v is None:
+                out.append("<nil>")
+            else:
+                out.append("<*>")
+                elem(v, out)
+
+        return ptr
+    if kind is Map:
+        assert isinstance(t, Map)
+        return _map(t)
+    if kind is SliceType:
+        assert isinstance(t, SliceType)
+        return _slice(t)
+    raise TypeError(f"no rendering for {t!r}")  # pragma: no cover - the schemas are fixed
+
+
+def _struct(t: Struct) -> Render:
+    # Each field prints "Name:(type)" then its value; a nil pointer field "(*pkg.T)<nil>".
+    fields = []
+    for i, f in enumerate(t.fields):
+        head = ("" if i == 0 else " ") + f"{f.name}:({f.type.name})"
+        if type(f.type) is Ptr:
+            assert isinstance(f.type, Ptr)
+            fields.append((head, _renderer(f.type.elem), True))
+        else:
+            fields.append((head, _renderer(f.type), False))
+
+    def struct(v: Any, out: list[str]) -> None:
+        out.append("{")
+        for (head, render, pointer), x in zip(fields, v, strict=True):
+            out.append(head)
+            if pointer and x is None:
+                out.append("<nil>")
+            else:
+                render(x, out)
+        out.append("}")
+
+    return struct
+
+
+def _map(t: Map) -> Render:
+    elem = _renderer(t.elem)
+    plain = type(t.elem) is String
+
+    def render(v: Any, out: list[str]) -> None:
+        if v is None:
+            out.append("<nil>")
+            return
+        out.append("map[")
+        sep = ""
+        for k in sorted(v):
+            out.append(f"{sep}{k}:")
+            if plain:
+                out.append(v[k])
+            else:
+                elem(v[k], out)
+            sep = " "
+        out.append("]")
+
+    return render
+
+
+def _slice(t: SliceType) -> Render:
+    elem = _renderer(t.elem)
+    kind = type(t.elem)
+
+    def render(v: Any, out: list[str]) -> None:
+        if v is None:
+            out.append("<nil>")
+        elif kind is String:
+            out.append("[" + " ".join(v) + "]")
+        elif kind is Int or kind is Uint:
+            out.append("[" + " ".join(map(str, v)) + "]")
+        else:
+            out.append("[")
+            sep = False
+            for x in v:
+                if sep:
+                    out.append(" ")
+                elem(x, out)
+                sep = True
+            out.append("]")
+
+    return render

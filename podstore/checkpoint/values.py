@@ -137,3 +137,16 @@ def _sanitize_registered(registered: Registered) -> Registered:
         changed = changed or key is not res or clean is not ids
         out[key] = clean
     return out if changed else registered
+
+
+def utf8_text(value: object, where: str) -> str:
+    """A string the node files' writers accept: a ``str`` without lone surrogates (which no
+    UTF-8 file can carry; the device writer instead writes them as U+FFFD).
+
+    Raises :class:`InvalidInputError` naming ``where``.
+    """
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
+    if fix_string(value) is not value:
+        raise InvalidInputError(f"{where} holds a lone surrogate, which is not UTF-8 text")
+    return value

@@ -112,11 +112,22 @@ def export(ctx: Context, file: Path, boot_id: str | None) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @output_option
 def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
-    """Check kubelet checkpoint FILES: format, entries, stored vs computed checksum.
+    """Check kubelet checkpoint FILES of any kind: kind, format, entries, stored vs computed
+    checksum.
 
-    Exit status 1 if any file fails (checksum mismatch or unreadable).
+    The kind (devices, cpu, memory, dra) is told by each file's content. Entries are the
+    device entries, the CPU or memory assignments of containers, or the DRA claims. A stored
+    checksum of 0, which kubelet accepts unverified in old CPU and memory files, shows no
+    computed value. Exit status 1 if any file fails (checksum mismatch or unreadable).
     """
-    from podstore.checkpoint import read_checkpoint
+    from podstore.checkpoint import detect_kind, read_node_checkpoint
+
+    def kind_of(path: Path) -> str | None:
+        # What the content looks like, for a file that failed; None when not even that.
+        try:
+            return detect_kind(path)
+        except CheckpointError:
+            return None
 
     failed = False
 
@@ -125,25 +136,34 @@ def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
         for path in files:
             row: dict[str, Any] = {"file": str(path)}
             try:
-                cp = read_checkpoint(path)
+                cp = read_node_checkpoint(path)
             except CheckpointCorruptError as exc:
                 failed = True
                 row.update(
-                    status="MISMATCH", stored=exc.expected, computed=exc.actual, error=str(exc)
+                    kind=kind_of(path),
+                    status="MISMATCH",
+                    stored=exc.expected,
+                    computed=exc.actual,
+                    error=str(exc),
                 )
             except CheckpointError as exc:
                 failed = True
-                row.update(status="UNREADABLE", error=str(exc))
+                row.update(kind=kind_of(path), status="UNREADABLE", error=str(exc))
             else:
                 row.update(
+                    kind=cp.kind,
                     status="OK",
-                    format=f"v{cp.version}",
-                    entries=len(cp.entries),
+                    format=cp.version,
+                    entries=cp.entries,
                     stored=cp.checksum,
-                    computed=cp.checksum,
+                    computed=cp.checksum if cp.verified else None,
                 )
             yield row
 
-    emit(rows(), ["file", "status", "format", "entries", "stored", "computed", "error"], output)
+    emit(
+        rows(),
+        ["file", "kind", "status", "format", "entries", "stored", "computed", "error"],
+        output,
+    )
     if failed:
         sys.exit(1)

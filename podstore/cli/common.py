@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, NoReturn
 
 import click
 from click.shell_completion import CompletionItem
 
+from podstore import logs
 from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules.times import parse_time as parse_time_argument
-from podstore.storage.sql import audit
 from podstore.store import PodStore
 
 
@@ -29,12 +28,12 @@ def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 def not_found(message: str) -> NoReturn:
     """Exit 1 with ``message`` on stderr (what `get` of an unknown pod does)."""
-    click.echo(f"podstore: error: {message}", err=True)
+    logs.say("error", message)
     sys.exit(1)
 
 
 def _completion_store(ctx: click.Context) -> Any:
-    db = ctx.find_root().params.get("db") or os.environ.get("PODSTORE_DB") or DEFAULT_DB
+    db = ctx.find_root().params.get("db") or DEFAULT_DB  # --db, else $PODSTORE_DB (click)
     # A key press must not wait for the open-time check of every page.
     return PodStore.open(db, readonly=True, verify="off")
 
@@ -55,8 +54,8 @@ def complete_containers(ctx: click.Context, _param: click.Parameter, incomplete:
     if not pod:
         return []
     try:
-        with _completion_store(ctx) as store:
-            result = store.query(audit.CONTAINERS_OF_POD, (pod,))
+        with _completion_store(ctx) as store, store.reader() as reader:
+            names = list(reader.containers(pod))
     except (PodStoreError, OSError):
         return []
-    return [CompletionItem(r[0]) for r in result.rows if str(r[0]).startswith(incomplete)]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]

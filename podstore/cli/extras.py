@@ -7,7 +7,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-import click
+from podstore import logs
+
+#: The exit status of a missing optional extra: a usage error (README "Exit codes").
+EXIT_MISSING_EXTRA = 2
 
 
 def require(module: str, what: str, extra: str = "watch") -> None:
@@ -16,9 +19,10 @@ def require(module: str, what: str, extra: str = "watch") -> None:
     try:
         importlib.import_module(module)
     except ImportError:
-        click.echo(
-            f"podstore: error: {what} needs the {module} package: "
+        logs.say(
+            "error",
+            f"{what} needs the {module} package: "
             f"install podstore[{extra}] (pip install 'podstore[{extra}]')",
-            err=True,
+            extra=extra,
         )
-        sys.exit(2)
+        sys.exit(EXIT_MISSING_EXTRA)

@@ -1,5 +1,6 @@
-"""The options every command takes — ``--db``, ``--readonly``, ``--busy-timeout`` — accepted
-before the command (``podstore --db x.db pods``) and after it (``podstore pods --db x.db``).
+"""The options every command takes — ``--db``, ``--readonly``, ``--busy-timeout``,
+``--log-format`` — accepted before the command (``podstore --db x.db pods``) and after it
+(``podstore pods --db x.db``).
 
 click parses a group's options only before the sub-command's name, so each command gets a copy
 of them as well; its copy writes into the shared :class:`Context` the group created, and a
@@ -8,12 +9,13 @@ value given after the command wins over one given before it.
 
 from __future__ import annotations
 
-import os
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from podstore import logs
 from podstore.cli.context import DEFAULT_DB, Context
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, MAX_BUSY_TIMEOUT
 
@@ -21,11 +23,45 @@ DB_HELP = "The store: a file path or an sqlite:/// URL."
 READONLY_HELP = "Open the store read-only; a command that would write it fails instead."
 BUSY_HELP = "Seconds to wait for another writer's lock before failing."
 
+LOG_FORMAT_HELP = (
+    "How stderr looks: text, or json (one object a line: time, level, logger, message and "
+    "the record's fields), for log collectors."
+)
+
 BUSY_TIMEOUT = click.FloatRange(0, MAX_BUSY_TIMEOUT)
+LOG_FORMAT = click.Choice(logs.FORMATS)
+
+
+def use_log_format(fmt: str) -> None:
+    """Apply ``--log-format``: the error lines follow it, and in json the ``podstore``
+    logger's warnings become objects too (``watch`` then logs at INFO in the same format)."""
+    logs.set_format(fmt)
+    if fmt == "json" and not logs.foreign_handlers():
+        logs.configure(level=logging.WARNING)
+    elif fmt == "text":
+        logs.unconfigure()  # what a command printed before there was a choice
+
+
+def _log_format(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        use_log_format(value)
 
 
 def group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The group's own copies: they fill ``db``, ``readonly`` and ``busy_timeout``."""
+    """The group's own copies: they fill ``db``, ``readonly`` and ``busy_timeout`` (and apply
+    ``--log-format`` as they are parsed)."""
+    fn = click.option(
+        "--log-format",
+        type=LOG_FORMAT,
+        default="text",
+        show_default=True,
+        envvar="PODSTORE_LOG_FORMAT",
+        show_envvar=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_log_format,
+        help=LOG_FORMAT_HELP,
+    )(fn)
     fn = click.option(
         "--busy-timeout",
         "busy_timeout",
@@ -40,8 +76,10 @@ def group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--db",
         "db",
         metavar="PATH",
-        default=lambda: os.environ.get("PODSTORE_DB") or DEFAULT_DB,
-        show_default="$PODSTORE_DB, else ./podstore.db",
+        envvar="PODSTORE_DB",
+        show_envvar=True,
+        default=DEFAULT_DB,
+        show_default=True,
         help=DB_HELP,
     )(fn)
 
@@ -83,6 +121,15 @@ def _command_options() -> list[click.Option]:
             expose_value=False,
             callback=_setter("busy_timeout"),
             help=BUSY_HELP,
+        ),
+        click.Option(
+            ["--log-format"],
+            type=LOG_FORMAT,
+            default=None,
+            expose_value=False,
+            is_eager=True,
+            callback=_log_format,
+            help=LOG_FORMAT_HELP,
         ),
     ]
 

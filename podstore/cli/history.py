@@ -11,7 +11,16 @@ from podstore.cli.context import Context
 from podstore.cli.output import emit, output_option
 from podstore.types import AllocationEvent
 
-COLUMNS = ["seq", "timestamp", "op", "pod_uid", "container", "resource", "device_ids"]
+COLUMNS = [
+    "seq",
+    "timestamp",
+    "op",
+    "pod_uid",
+    "container",
+    "resource",
+    "device_ids",
+    "released",
+]
 
 
 def _flat(ids: dict[int, list[str] | None] | list[str] | None) -> str:
@@ -39,6 +48,7 @@ def _row(ev: AllocationEvent, flat: bool) -> dict[str, Any]:
         "container": ev.container_name,
         "resource": ev.resource_name,
         "device_ids": _flat(ev.device_ids) if flat else _structured(ev.device_ids),
+        "released": ",".join(ev.released) if flat else ev.released,
     }
 
 
@@ -67,7 +77,9 @@ def history_(
     output: str,
 ) -> None:
     """List allocation events, oldest first: insert, replace, import, backfill, delete,
-    registered and unregistered (docs/sql.md explains each).
+    registered and unregistered (docs/sql.md explains each). RELEASED names the devices an
+    event took from an entry that held them before it (a replace, an import or a sync over
+    an existing entry); --device D also lists the events that released D.
 
     Times are ISO 8601 (2026-12-02T10:32:00Z; UTC unless an offset is given).
     """

@@ -1,6 +1,8 @@
 """The ``podstore`` command group, its shared options and error handling.
 
-Exit codes: 0 success, 1 a failed check, a refusal or an error, 2 bad usage (click's own).
+Exit codes, the same for every command (README "Exit codes"): 0 success; 1 a failed check, a
+refusal or an error (a ``PodStoreError``, printed here as one line); 2 bad usage (click's
+own) and a missing optional extra (``cli/extras.py``).
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from typing import TextIO
 
 import click
 
+from podstore import logs
 from podstore.cli import (
     checkpoint,
     devices,
     fleet,
     history,
+    identity,
     metrics,
     migrate,
     pods,
+    prune,
     run_options,
     ship,
     sql,
@@ -39,7 +44,9 @@ from podstore.errors import PodStoreError
 def cli(ctx: click.Context, db: str, readonly: bool, busy_timeout: float) -> None:
     """podstore: kubelet device allocations (podDevices) in a crash-safe SQLite store.
 
-    The global options --db, --readonly and --busy-timeout may also follow the command.
+    The global options --db, --readonly, --busy-timeout and --log-format may also follow
+    the command. Exit status: 0 success, 1 a failed check, a refusal or an error, 2 bad usage
+    or a missing optional extra.
     """
     ctx.obj = Context(db=db, readonly=readonly, busy_timeout=busy_timeout)
     ctx.call_on_close(ctx.obj.close)
@@ -54,7 +61,7 @@ def _show_warning(
     line: str | None = None,
 ) -> None:
     # A warning is for the operator: one line, not Python's file:line report.
-    click.echo(f"podstore: warning: {message}", err=True)
+    logs.say("warning", str(message))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -64,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="podstore")
     except PodStoreError as exc:
-        click.echo(f"podstore: error: {exc}", err=True)
+        logs.say("error", str(exc), error=type(exc).__name__)
         sys.exit(1)
     finally:
         warnings.showwarning = shown
@@ -83,8 +90,10 @@ for _command in (
     devices.owners,
     run_options.run_options,
     history.history_,
+    prune.prune,
     sql.sql,
     verify.verify_command,
+    identity.reset_identity,
     migrate.migrate,
     watch.watch,
     metrics.metrics,

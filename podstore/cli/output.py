@@ -15,9 +15,10 @@ Formats:
   escaped as ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e`` … so that a value cannot break a line,
   fake a row or recolour the terminal. No rows: ``(none)``.
 - ``json``: a list of objects, keys in column order, two-space indent, exactly as
-  ``json.dumps(rows, indent=2)`` would print it, but strict: a non-finite float (which SQL can
-  produce) is written as the string ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``, never as a
-  bare token that JSON parsers refuse.
+  ``json.dumps(rows, indent=2)`` would print it (the library's encoder writes each batch of
+  rows; the batches are spliced between one pair of brackets), but strict: a non-finite
+  float (which SQL can produce) is written as the string ``"Infinity"``, ``"-Infinity"`` or
+  ``"NaN"``, never as a bare token that JSON parsers refuse.
 - ``yaml``: the same list as block YAML (``cli/yaml_text.py``; ``.inf``/``.nan`` are valid
   YAML).
 - ``csv``: a header row, then the rows; lists joined with commas, None empty.
@@ -214,86 +215,46 @@ def _batches(rows: Iterator[Row]) -> Iterator[list[Row]]:
         yield batch
 
 
+#: The library's encoder, made once (json.dumps with options builds one per call).
+_JSON = json.JSONEncoder(indent=2, allow_nan=False)
+
+
 def _json(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     count = 0
-    # Each row is an object at nesting level 1; its keys, with their indent, are the same on
-    # every row, so they are encoded once.
-    heads = [f"\n    {_encode_str(c)}: " for c in columns]
-    heads[0] = "{" + heads[0]
     out.write("[")
     for batch in _batches(rows):
-        parts = []
-        for row in batch:
-            parts.append("\n  " if count == 0 else ",\n  ")
-            if columns:
-                parts.append(
-                    ",".join(
-                        [
-                            head + _json_value(row.get(c), 2)
-                            for head, c in zip(heads, columns, strict=True)
-                        ]
-                    )
-                )
-                parts.append("\n  }")
-            else:
-                parts.append("{}")
-            count += 1
-        out.write("".join(parts))
+        # json.dumps of a batch is "[" + its rows at list depth + "\n]": the rows, with a
+        # comma between batches, are exactly what json.dumps(all rows) writes between its
+        # brackets (per row would run the indenting encoder's set-up once a row).
+        text = _JSON.encode([{c: _strict(row.get(c)) for c in columns} for row in batch])
+        out.write(("," if count else "") + text[1:-2])
+        count += len(batch)
     out.write("\n]\n" if count else "]\n")
     return count
 
 
-_encode_str = json.encoder.encode_basestring_ascii
-
-
-def _json_value(value: Any, level: int) -> str:
-    """``value`` as ``json.dumps(value, indent=2)`` writes it at nesting ``level`` (strict)."""
+def _strict(value: Any) -> Any:
+    """``value`` as strict JSON holds it: a non-finite float (SQL can produce one) as the
+    string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, sets as sorted lists, other objects
+    as their text."""
     kind = type(value)
-    if kind is str:
-        return str(_encode_str(value))
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is list and value:
-        inner = "\n" + "  " * (level + 1)
-        if all(type(v) is str for v in value):  # device lists: the common case, in C
-            body = ("," + inner).join(map(_encode_str, value))
-        else:
-            body = ("," + inner).join([_json_value(v, level + 1) for v in value])
-        return "[" + inner + body + "\n" + "  " * level + "]"
-    if isinstance(value, str):
-        return str(_encode_str(value))
-    if isinstance(value, int):
-        return int.__repr__(int(value))
+    if kind is str or kind is int or value is None or kind is bool:
+        return value
+    if kind is list and all(type(v) is str for v in value):  # device lists: the common case
+        return value
     if isinstance(value, float):
         if math.isfinite(value):
-            return float.__repr__(value)
-        return '"NaN"' if math.isnan(value) else '"Infinity"' if value > 0 else '"-Infinity"'
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, (str, int)):
+        return value
     if isinstance(value, Mapping):
-        return _json_object(value, level)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = plain(value) if isinstance(value, (set, frozenset)) else value
-        if not items:
-            return "[]"
-        inner = "\n" + "  " * (level + 1)
-        body = ("," + inner).join(_json_value(v, level + 1) for v in items)
-        return "[" + inner + body + "\n" + "  " * level + "]"
-    return str(_encode_str(str(value)))
-
-
-def _json_object(value: Mapping[Any, Any], level: int) -> str:
-    if not value:
-        return "{}"
-    inner = "\n" + "  " * (level + 1)
-    body = ("," + inner).join(
-        f"{_encode_str(str(k))}: {_json_value(v, level + 1)}" for k, v in value.items()
-    )
-    return "{" + inner + body + "\n" + "  " * level + "}"
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return [_strict(v) for v in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return str(value)
 
 
 def _yaml(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
@@ -343,7 +304,7 @@ def emit_object(info: Mapping[str, Any], fmt: str, *, out: TextIO | None = None)
             )
         )
     elif fmt == "json":
-        stream.write(_json_object(info, 0) + "\n")
+        stream.write(_JSON.encode(_strict(info)) + "\n")
     elif fmt == "yaml":
         stream.write(yaml_text.mapping({k: plain(v) for k, v in info.items()}))
     else:

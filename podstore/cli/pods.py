@@ -9,24 +9,20 @@ import click
 from podstore.cli.common import complete_pods, not_found
 from podstore.cli.context import Context
 from podstore.cli.output import emit, output_option
-from podstore.storage.sql import audit
+from podstore.types import PodSummary
 
 PODS_COLUMNS = ["pod_uid", "containers", "entries", "devices", "resources"]
 
 GET_COLUMNS = ["container", "resource", "numa_node", "device_ids"]
 
 
-def _pod_row(row: tuple[Any, ...]) -> dict[str, Any]:
-    uid, containers, entries, devices, resources = row
+def _pod_row(pod: PodSummary) -> dict[str, Any]:
     return {
-        "pod_uid": uid,
-        "containers": containers,
-        "entries": entries,
-        "devices": devices,
-        # Code point order is UTF-8 byte order: SQLite's BINARY collation.
-        "resources": sorted(bytes.fromhex(h).decode("utf-8") for h in resources.split(","))
-        if resources
-        else [],
+        "pod_uid": pod.pod_uid,
+        "containers": pod.containers,
+        "entries": pod.entries,
+        "devices": pod.devices,
+        "resources": list(pod.resources),
     }
 
 
@@ -36,7 +32,7 @@ def _pod_row(row: tuple[Any, ...]) -> dict[str, Any]:
 def pods(ctx: Context, output: str) -> None:
     """List the pods: containers, entries, distinct devices and resources of each."""
     with ctx.store(readonly=True).reader() as reader:
-        emit(map(_pod_row, reader.stream(audit.PODS)), PODS_COLUMNS, output)
+        emit(map(_pod_row, reader.pods()), PODS_COLUMNS, output)
 
 
 @click.command()

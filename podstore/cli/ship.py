@@ -7,6 +7,7 @@ import socket
 import click
 
 from podstore.cli.context import Context
+from podstore.cli.extras import require
 from podstore.cli.fleet import url_option
 
 
@@ -30,9 +31,12 @@ def ship(ctx: Context, url: str, node: str | None, batch_size: int | None) -> No
 
     Exactly once: a repeated, interrupted or concurrent ship never sends an event twice or
     skips one. History the store pruned before it was shipped is replaced by a snapshot of
-    the store's current state (and reported). The store is only read. PostgreSQL down or
-    unreachable: exit status 1, nothing changed.
+    the store's current state (and reported). The store is only read. A store belongs to the
+    node that first shipped it: a ship that names another node, or whose hash chain does not
+    continue the fleet's copy (a cloned or edited store), is refused with exit status 1 and
+    writes nothing. PostgreSQL down or unreachable: exit status 1, nothing changed.
     """
+    require("psycopg", "podstore ship", extra="fleet")
     from podstore.fleet.ship import DEFAULT_BATCH
     from podstore.fleet.ship import ship as ship_store
 

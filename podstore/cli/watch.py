@@ -1,44 +1,35 @@
 """``podstore watch``: follow a live kubelet checkpoint file (docs/watch.md).
 
 Exit status: 0 after SIGTERM/SIGINT (the sync in progress is finished first) or, with
-``--once``, when the file was applied or unchanged; 1 when ``--once`` found the file missing
-or bad (the store untouched) or on a store error; 2 on bad usage, also when an optional part
-(``podstore[watch]``, ``podstore[fleet]`` for ``--ship-to``) is not installed.
+``--once``, when the file was applied or unchanged (and, when shipping, shipped; with
+``--keep-history``, pruned); 1 when ``--once`` found the file missing or bad (the store
+untouched), on a store error, when ``--once`` could not ship (the sync stays applied), or when
+``--ship-to-file`` names a file open to others; 2 on bad usage, also when an optional part
+(``podstore[watch]``, ``podstore[fleet]`` for shipping) is not installed.
+
+The options become a :class:`~podstore.watch.run.WatchConfig`; podstore/watch/run.py builds
+and runs what it asks for.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
 
 from podstore.cli.context import Context
+from podstore.cli.durations import duration
 from podstore.cli.extras import require
-from podstore.errors import InvalidInputError, PodStoreError
-from podstore.rules.secrets import mask_url, scrub, url_password
-from podstore.store import PodStore
-from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
-from podstore.watch.shipping import RetryingHook
-from podstore.watch.stats import SyncStats
+from podstore.errors import InvalidInputError
+from podstore.watch.follower import DEFAULT_CHECKPOINT
+from podstore.watch.run import WatchConfig, run
 
-log = logging.getLogger("podstore")
-
-
-def _setup_logging() -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
+#: The environment variable ``--ship-to-env`` takes the fleet URL from.
+FLEET_URL_ENV = "PODSTORE_FLEET_URL"
 
 
 def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
@@ -53,30 +44,21 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
         raise click.BadParameter(str(exc)) from None
 
 
-def _shipper(store: PodStore, url: str, node: str) -> RetryingHook:
-    """The runner of the hook that ships the history after syncs (its ``call`` ships once,
-    in the caller's thread), or exit 2 when the fleet extra (its driver) is not installed."""
-    require("psycopg", "--ship-to", extra="fleet")
-    from podstore.fleet.ship import ship
-
-    def call() -> object:
-        return ship(store, url, node=node)
-
-    return RetryingHook(
-        call,
-        name=f"ship to {mask_url(url)}",
-        describe=lambda exc: scrub(str(exc) or type(exc).__name__, url_password(url)),
-    )
-
-
 @click.command("watch")
 @click.argument(
     "checkpoint",
     required=False,
     default=DEFAULT_CHECKPOINT,
-    type=click.Path(dir_okay=False, path_type=Path),
+    # No check here: a checkpoint that is missing, unreadable or a directory is a sync
+    # result (missing, invalid) the follower counts and waits out, not a usage error.
+    type=click.Path(readable=False, path_type=Path),
 )
-@click.option("--once", is_flag=True, help="Sync once and exit (0 applied/unchanged, 1 not).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Sync once and exit: 0 when applied or unchanged (and shipped, when shipping); 1 "
+    "when the file is missing or bad, or the ship failed (the sync stays applied).",
+)
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.1, max=86400),
@@ -88,7 +70,8 @@ def _shipper(store: PodStore, url: str, node: str) -> RetryingHook:
     "--metrics-addr",
     metavar="HOST:PORT",
     callback=_metrics_addr,
-    help="Serve GET /metrics there (':PORT' binds loopback only).",
+    help="Serve GET /metrics there, and the health checks GET /healthz and /readyz "
+    "(':PORT' binds loopback only).",
 )
 @click.option(
     "--textfile",
@@ -96,7 +79,42 @@ def _shipper(store: PodStore, url: str, node: str) -> RetryingHook:
     default=None,
     help="Rewrite this node_exporter textfile (*.prom) after every sync and check.",
 )
-@click.option("--ship-to", metavar="URL", default=None, help="Ship the history to this fleet DB.")
+@click.option(
+    "--ship-to",
+    metavar="URL",
+    default=None,
+    help="Ship the history to this fleet DB after every applied sync (retried with backoff "
+    "while it is unreachable; with --once, shipped once after the sync). A password here "
+    "shows in the process list: prefer --ship-to-file or --ship-to-env.",
+)
+@click.option(
+    "--ship-to-file",
+    metavar="FILE",
+    default=None,
+    help="Ship as --ship-to, to the URL in FILE (one line; mode 0600 or 0400 when it holds a "
+    "password), read again before every ship; missing or empty: not shipping.",
+)
+@click.option(
+    "--ship-to-env",
+    is_flag=True,
+    help=f"Ship as --ship-to, to the URL in ${FLEET_URL_ENV}.",
+)
+@click.option(
+    "--keep-history",
+    metavar="DURATION",
+    callback=duration(),
+    help="Prune history older than this (30d, 12h, …) after syncs, at most every 10 "
+    "minutes; when shipping, never an event the fleet database has not received.",
+)
+@click.option(
+    "--stuck-after",
+    metavar="DURATION",
+    callback=duration(minimum=1),
+    default="5m",
+    show_default=True,
+    help="GET /healthz answers 503 when the follower has been stuck (a sync running, its "
+    "loop not coming round, store errors) this long.",
+)
 @click.option(
     "--node",
     default=socket.gethostname,
@@ -112,6 +130,10 @@ def watch(
     metrics_addr: tuple[str, int] | None,
     textfile: Path | None,
     ship_to: str | None,
+    ship_to_file: str | None,
+    ship_to_env: bool,
+    keep_history: float | None,
+    stuck_after: float,
     node: str,
 ) -> None:
     """Keep the store equal to kubelet's CHECKPOINT file, writing only what changed.
@@ -122,102 +144,30 @@ def watch(
     \b
     /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
     """
-    _setup_logging()
+    given = [n for n, v in (("--ship-to", ship_to), ("--ship-to-file", ship_to_file),
+                            ("--ship-to-env", ship_to_env)) if v]  # fmt: skip
+    if len(given) > 1:
+        raise click.UsageError(f"give one of {', '.join(given)}")
+    if ship_to_env:
+        ship_to = os.environ.get(FLEET_URL_ENV) or None
+        if ship_to is None:
+            raise click.BadParameter(f"${FLEET_URL_ENV} is not set", param_hint="'--ship-to-env'")
     if not once:
         require("watchdog", "podstore watch")
     if textfile is not None:
         require("prometheus_client", "--textfile")
-    store = ctx.store()
-    shipper = _shipper(store, ship_to, node) if ship_to else None
-    stats = SyncStats()
-    follower = Follower(store, str(checkpoint), interval=interval, stats=stats)
-
-    registry = None
-    if metrics_addr is not None or textfile is not None:
-        from podstore.metrics.collector import registry_for
-
-        registry = registry_for(store, stats)
-    if metrics_addr is not None:
-        from podstore.metrics.exposition import serve
-
-        assert registry is not None
-        host, port = serve(*metrics_addr, registry)
-        log.info("serving metrics on http://%s:%d/metrics", host, port)
-    if textfile is not None:
-        write_textfile = _textfile_writer(textfile, registry, store.path)
-        follower.on_sync.append(lambda _outcome: write_textfile(True))
-        follower.on_tick.append(lambda: write_textfile(False))
-    if shipper is not None and not once:
-        shipper.start()
-        follower.on_sync.append(lambda outcome: _ship_after(shipper, outcome))
-
-    if once:
-        outcome = follower.sync()
-        if shipper is not None and outcome.ok:
-            # One sync, one ship, in this thread: a failure is this run's failure.
-            try:
-                shipper.call()
-            except Exception as exc:
-                log.error("%s failed: %s", shipper.name, shipper.describe(exc))
-                sys.exit(1)
-        sys.exit(0 if outcome.ok else 1)
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        follower.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    log.info(
-        "following %s into %s (node %s%s)",
-        checkpoint,
-        store.path,
-        node,
-        f", shipping to {mask_url(ship_to)}" if ship_to else "",
+    if given:
+        require("psycopg", given[0], extra="fleet")
+    config = WatchConfig(
+        checkpoint=str(checkpoint),
+        once=once,
+        interval=interval,
+        metrics_addr=metrics_addr,
+        textfile=str(textfile) if textfile is not None else None,
+        ship_to=ship_to,
+        node=node,
+        ship_to_file=ship_to_file,
+        keep_history=keep_history,
+        stuck_after=stuck_after,
     )
-    try:
-        follower.run(on_start=shipper.notify if shipper is not None else None)
-    finally:
-        if shipper is not None:
-            shipper.stop()
-    log.info("stopped")
-
-
-def _ship_after(shipper: RetryingHook, outcome: SyncOutcome) -> None:
-    if outcome.result == "applied":
-        shipper.notify()
-
-
-def _textfile_writer(path: Path, registry: Any, db: str) -> Callable[[bool], None]:
-    """Writes the textfile: after every sync, and at a polling tick when another writer
-    changed the store (its files' sizes or times moved), so an idle node reads nothing."""
-    from podstore.metrics.exposition import write_textfile
-
-    last_problem: list[str] = []
-    seen: list[object] = []
-
-    def store_files() -> object:
-        out: list[tuple[int, int, int] | None] = []
-        for name in (db, db + "-wal"):
-            try:
-                st = os.stat(name)
-            except OSError:
-                out.append(None)
-            else:
-                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        return tuple(out)
-
-    def write(always: bool) -> None:
-        now = store_files()
-        if not always and seen == [now]:
-            return
-        try:
-            write_textfile(path, registry)
-        except PodStoreError as exc:
-            if [str(exc)] != last_problem:
-                log.error("%s", exc)
-                last_problem[:] = [str(exc)]
-        else:
-            last_problem.clear()
-            seen[:] = [now]
-
-    return write
+    sys.exit(run(ctx.store(), config))

@@ -14,8 +14,17 @@ Two kinds of tables:
   ``fleet_double_allocated``, written in the same transaction as the events that produced
   them.
 
-``fleet_stores`` holds one row per store: its node name and ``last_seq``, the newest node
-``seq`` this database holds (shipping resumes after it).
+``fleet_stores`` holds one row per store: its node name (the node that first shipped it owns it),
+``last_seq``, the newest node ``seq`` this database holds (shipping resumes after it), the head
+of its hash chain, the counters ``fleet nodes`` shows, its refusals and its retirement.
+
+The chain (``podstore/rules/chain.py``): ``fleet_events`` keeps what each event's hash covers,
+``fleet_chain_links`` what an event chains from where its predecessor is not held (history
+pruned on the node, or shipped before the chain). ``fleet_store_log`` records what was done to
+a store by hand or on the node's word (renamed, retired, a chain adopted).
+
+One table is not per store: ``fleet_node_grants`` (which role ships for which node, written by
+``podstore fleet grant-node``), a handful of rows that Citus keeps as a reference table.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -39,7 +50,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from podstore.fleet.sql import VERSION_TABLE
 from podstore.storage.schema import EVENT_OPS, NAMING_CONVENTION
 
-__all__ = ["VERSION_TABLE", "metadata"]
+__all__ = ["NOT_PER_STORE", "VERSION_TABLE", "metadata"]
+
+#: Tables whose primary key does not begin with store_id (docs/fleet.md, "Citus").
+NOT_PER_STORE = frozenset({"fleet_node_grants"})
 
 # The node schema's naming convention, so constraints are named alike on both sides.
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
@@ -70,6 +84,18 @@ fleet_stores = Table(
     Column(
         "first_shipped_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
     ),
+    # The chain value the store's next event must chain from: the hash of event last_seq, or
+    # the anchor a snapshot recorded (NULL: nothing chained shipped yet).
+    Column("head_hash", LargeBinary, nullable=True),
+    # Kept by the shipping functions, so `fleet nodes` never counts the history.
+    *(
+        Column(name, BigInteger, nullable=False, server_default=text("0"))
+        for name in ("events", "entries", "device_rows", "snapshots", "refusals")
+    ),
+    Column("last_refusal", Text, nullable=True),
+    Column("last_refusal_at", DateTime(timezone=True), nullable=True),
+    # Retired (`fleet retire`): kept as history, left out of the current-state views.
+    Column("retired_at", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("store_id"),
 )
 
@@ -88,6 +114,11 @@ fleet_events = Table(
     # Every device the event names (the node's allocation_event_devices), for the GIN index:
     # one array per event costs less to ingest than a row per device with two b-trees.
     Column("devices", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    # What the event's hash covers besides the columns above: the node's JSON text as written
+    # (jsonb reorders keys), the devices a replace released; NULL hash: shipped before f0002.
+    Column("device_ids_text", Text, nullable=True),
+    Column("released", Text, nullable=True),
+    Column("hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "seq"),
     CheckConstraint("op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS) + ")", name="op"),
     # An entry's latest event up to an instant (owners at a time).
@@ -163,9 +194,12 @@ fleet_snapshots = Table(
     Column("missing_events", BigInteger, nullable=False),
     Column("entries", Integer, nullable=False),
     Column("registered", Integer, nullable=False),
-    # The node time the snapshot stands at (its newest kept event at or before at_seq).
+    # The node time the snapshot was taken at (never before an event or snapshot of the store
+    # the fleet already held).
     Column("ts", DateTime(timezone=True), nullable=False),
     Column("taken_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # The node's chain value at at_seq, which the store's later events chain from.
+    Column("anchor_hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "at_seq"),
 )
 
@@ -178,4 +212,40 @@ fleet_snapshot_devices = Table(
     Column("device_id", Text, nullable=False),
     PrimaryKeyConstraint("store_id", "at_seq", "pod_uid", "container", "resource", "device_id"),
     Index("ix_fleet_snapshot_devices_device_id", "device_id", "store_id"),
+)
+
+# What event ``seq`` chains from where the event before it is not held: ``adopted`` (events
+# shipped before the chain), ``pruned`` (a kept event after events the node pruned before they
+# were shipped), ``snapshot`` (the first event after a snapshot whose newest event is pruned).
+fleet_chain_links = Table(
+    "fleet_chain_links",
+    metadata,
+    _store_id(),
+    Column("seq", BigInteger, nullable=False),
+    Column("prev_hash", LargeBinary, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("store_id", "seq"),
+    CheckConstraint("reason IN ('adopted', 'pruned', 'snapshot')", name="reason"),
+)
+
+fleet_store_log = Table(
+    "fleet_store_log",
+    metadata,
+    _store_id(),
+    Column("id", BigInteger, Identity(always=True), nullable=False),
+    Column("logged_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("action", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("by_role", Text, nullable=False, server_default=text("session_user")),
+    PrimaryKeyConstraint("store_id", "id"),
+)
+
+fleet_node_grants = Table(
+    "fleet_node_grants",
+    metadata,
+    Column("node", Text, nullable=False),
+    Column("role_name", Text, nullable=False),
+    Column("granted_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("node", "role_name"),
 )

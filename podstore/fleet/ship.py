@@ -1,60 +1,61 @@
-"""Shipping a node's history to the fleet database, exactly once (docs/fleet.md).
+"""Shipping a node's history to the fleet database, exactly once, on a chain the fleet checks
+(docs/fleet.md).
 
-Each batch is one PostgreSQL transaction that
+Each batch is one PostgreSQL transaction of two calls to the shipping functions of revision
+f0002 (the only writes a node role may make; ``fleet/sql.py``):
 
-1. locks the store's ``fleet_stores`` row and reads ``last_seq``, the newest node seq held;
-2. reads up to ``batch_size`` node events after it, in one read transaction of its own on a
-   read-only connection to the store file (the node store is never written);
-3. inserts them (``ON CONFLICT (store_id, seq) DO NOTHING``) with the devices they name,
-   applies them to the store's current state and sets ``last_seq`` to the newest.
+1. ``fleet_ship_open`` locks the store's ``fleet_stores`` row (creating it for this node on
+   its first ship) and returns ``last_seq``, the newest node seq held, and the chain head —
+   or why this node may not ship the store (another node's, or retired);
+2. the node events after ``last_seq`` are read in one read-only snapshot of the store
+   (``PodStore.reader()``: shipping never opens the store file itself), with the chain value
+   they continue from and the numbering's high-water mark;
+3. ``fleet_ship_batch`` checks that they continue the chain the fleet holds — every hash
+   recomputed by PostgreSQL — inserts them, moves the store's current state past them and
+   sets ``last_seq``; or refuses (a diverged chain), writing nothing but the refusal's count.
 
 So the events and the state they produce commit together or not at all, and shippers of one
 store (a repeated ``ship``, two at once, one resuming after a kill -9) queue on the row lock
-and each starts where the previous one committed: no event is sent twice or skipped.
+and each starts where the previous one committed: no event is sent twice or skipped (the
+server also refuses any batch that does not start right after ``last_seq``).
 
 **Gaps.** Node seqs are dense (``storage/sql/ship.py``): a number missing after ``last_seq``
 is an event ``prune_history`` removed before it was shipped. The batch then cannot be applied
-(the state after it is unknown); instead the node's whole current state is read in one read
-transaction and replaces the store's central state, recorded in ``fleet_snapshots``; the
-events the node still keeps in the gap are stored as history, and shipping goes on from the
-newest seq the snapshot covers.
+(the state after it is unknown); instead the node's whole current state is read in one
+snapshot and replaces the store's central state (``fleet_ship_snapshot``, recorded in
+``fleet_snapshots`` with the time it was taken and the chain value the store continues from);
+the events the node still keeps in the gap are stored as history, their hashes checked run by
+run, and shipping goes on from the newest seq the snapshot covers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
-from bisect import bisect_left, bisect_right
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from itertools import groupby
-from operator import itemgetter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from podstore.errors import FleetError, InvalidInputError
+from podstore.errors import FleetRefusedError, InvalidInputError, PodStoreError
 from podstore.fleet import db, migrate
 from podstore.fleet import sql as q
+from podstore.fleet.status import ShippingStatus
 from podstore.fleet.urls import FleetURL, resolve
+from podstore.reading import EventRow, StateEntry
 from podstore.rules import validate
-from podstore.rules.times import format_ts
-from podstore.sqlite.connection import ConnectOptions, connect
-from podstore.sqlite.sessions import read_transaction
-from podstore.storage import entries as entry_store
-from podstore.storage.events import numa_json
-from podstore.storage.sql import ship as node_sql
+from podstore.rules.times import parse_ts
 from podstore.store import PodStore
 
 if TYPE_CHECKING:
     import sqlalchemy
 
+    from podstore.reading import Reader
+
 log = logging.getLogger("podstore.fleet")
 
-#: Events per batch (one PostgreSQL transaction, one node read transaction each).
+#: Events per batch (one PostgreSQL transaction, one node snapshot each).
 DEFAULT_BATCH = 5000
-
-EventRow = tuple[int, str, str, str | None, str | None, str, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,31 +80,23 @@ class ShipReport:
 
 @dataclass(slots=True)
 class _Batch:
+    """What one node snapshot gave a batch: the high-water mark, the events after
+    ``last_seq``, and the chain value the first of them continues from."""
+
     high_water: int
     events: list[EventRow]
-    devices: list[tuple[int, str]]
+    prev: bytes
 
 
 @dataclass(slots=True)
 class _Snapshot:
     at_seq: int
+    head: bytes
     ts: str
-    entries: list[tuple[str, str, str, str | None]]
+    entries: list[StateEntry]
     registered: list[tuple[str, str | None]]
     kept: list[EventRow]
-    kept_devices: list[tuple[int, str]]
-
-
-def _read_batch(conn: sqlite3.Connection, after: int, limit: int) -> _Batch:
-    with read_transaction(conn):
-        high_water = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
-        events: list[EventRow] = conn.execute(node_sql.EVENTS_AFTER, (after, limit)).fetchall()
-        devices: list[tuple[int, str]] = (
-            conn.execute(node_sql.EVENT_DEVICES_BETWEEN, (after, events[-1][0])).fetchall()
-            if events
-            else []
-        )
-    return _Batch(high_water, events, devices)
+    links: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 def _has_gap(batch: _Batch, after: int, limit: int) -> bool:
@@ -115,169 +108,52 @@ def _has_gap(batch: _Batch, after: int, limit: int) -> bool:
     return n < limit and batch.high_water != after + n
 
 
-def _read_snapshot(conn: sqlite3.Connection, after: int) -> _Snapshot:
-    with read_transaction(conn):
-        at_seq = int(conn.execute(node_sql.HIGH_WATER).fetchone()[0])
-        entries = [
-            (e.pod_uid, e.container_name, e.resource_name, numa_json(e.device_ids))
-            for e in entry_store.read_entries(conn)
-        ]
-        registered = [
-            (resource, None if ids is None else _json_list(ids))
-            for resource, ids in entry_store.current_registered(conn).items()
-        ]
-        kept: list[EventRow] = conn.execute(node_sql.EVENTS_BETWEEN, (after, at_seq)).fetchall()
-        kept_devices: list[tuple[int, str]] = conn.execute(
-            node_sql.EVENT_DEVICES_BETWEEN, (after, at_seq)
-        ).fetchall()
-        row = conn.execute(node_sql.TS_THROUGH, (at_seq,)).fetchone()
-    ts = str(row[0]) if row is not None else format_ts(datetime.now(UTC))
-    return _Snapshot(at_seq, ts, entries, registered, kept, kept_devices)
+def _read_batch(reader: Reader, after: int, limit: int) -> _Batch:
+    high_water = reader.high_water()
+    events = reader.events_after(after, limit)
+    if events and events[0][0] == after + 1:
+        prev = reader.chain_prev(after + 1)
+    else:
+        # Nothing new (or a gap, or a history that ends before `after`): the value the chain
+        # stands at, which the fleet compares with its own head.
+        prev = reader.chain_head()[1]
+    return _Batch(high_water, events, prev)
 
 
-def _json_list(ids: Sequence[str]) -> str:
-    return _JSON.encode(list(ids))
-
-
-def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows as the JSON array of objects ``json_to_recordset`` unpacks (``:rows``)."""
-    return _JSON.encode([dict(zip(names, row, strict=True)) for row in rows])
+def _read_snapshot(reader: Reader, after: int) -> _Snapshot:
+    at_seq, head = reader.chain_head()
+    # The time the state is observed: taken inside the snapshot, on the history's own clock.
+    ts = reader.clock()
+    entries, registered = reader.current_state()
+    kept = reader.events_between(after, at_seq)
+    kept_seqs = {e[0] for e in kept}
+    links = [(e[0], reader.chain_prev(e[0])) for e in kept if e[0] - 1 not in kept_seqs]
+    return _Snapshot(at_seq, head, ts, entries, registered, kept, links)
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ALLOCATION_NAMES = (
-    "pod_uid",
-    "container",
-    "resource",
-    "seq",
-    "numa_node",
-    "position",
-    "device_id",
-)
-_EVENT_NAMES = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids", "devices")
 
 
-def _with_devices(
-    events: Sequence[EventRow], devices: Sequence[tuple[int, str]]
-) -> list[tuple[Any, ...]]:
-    """Each event row with the list of devices it names (``devices`` in seq order)."""
-    named = {seq: [d for _, d in group] for seq, group in groupby(devices, key=itemgetter(0))}
-    return [(*e, named.get(e[0], [])) for e in events]
+def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as the JSON array of objects ``json_to_recordset`` unpacks."""
+    return _JSON.encode([dict(zip(names, row, strict=True)) for row in rows])
 
 
-class _Unregistered:
-    """The marker of a resource whose last event left the registered devices."""
+def _events_wire(events: Sequence[EventRow]) -> tuple[str, bytes]:
+    """Events as the shipping functions take them (``fleet_events_in``, revision f0002): a
+    JSON array of ``[seq, ts, op, pod_uid, container, resource, device_ids, released]``, and
+    their hashes apart, 32 bytes each in the same order."""
+    return _JSON.encode([e[:8] for e in events]), b"".join(e[8] for e in events)
 
 
-UNREGISTERED = _Unregistered()
-
-#: An entry's new state: (NUMA map JSON, seq of the event that set it), or None: deleted.
-EntryState = tuple[str | None, int] | None
-Key = tuple[str, str, str]
-
-
-def _run_batch(
-    pg: sqlalchemy.Connection,
-    store_id: str,
-    last_seq: int,
-    events: Sequence[EventRow] = (),
-    devices: Sequence[tuple[int, str]] = (),
-    entries: dict[Key, EntryState] | None = None,
-    registered: dict[str, str | _Unregistered | None] | None = None,
-) -> int:
-    """One APPLY_BATCH: insert ``events`` (and the ``devices`` they name), bring the entries
-    and registered resources given to their new state, set last_seq. Returns the number of
-    events inserted."""
-    from sqlalchemy import text
-
-    entries = entries or {}
-    registered = registered or {}
-    touched = [(*k, None, None) if v is None else (*k, v[0], v[1]) for k, v in entries.items()]
-    # Device rows in the node's order: NUMA keys as in the map (ascending), list positions.
-    # The maps are decoded in one json.loads: one call per map costs more than the parsing.
-    live = [
-        (key, numa_text, seq)
-        for key, state in entries.items()
-        if state is not None
-        for numa_text, seq in (state,)
-        if numa_text is not None
-    ]
-    maps = json.loads("[" + ",".join(t for _, t, _ in live) + "]") if live else []
-    held = [
-        (pod, container, resource, seq, int(numa), position, device)
-        for ((pod, container, resource), _, seq), numa_map in zip(live, maps, strict=True)
-        for numa, ids in numa_map.items()
-        for position, device in enumerate(ids or ())
-    ]
-    params = {
-        "store_id": store_id,
-        "last_seq": last_seq,
-        "events": _records(_EVENT_NAMES, _with_devices(events, devices)),
-        "entries": _records(("pod_uid", "container", "resource", "device_ids", "seq"), touched),
-        "allocations": _records(_ALLOCATION_NAMES, held),
-        "gone": _JSON.encode([r for r, v in registered.items() if isinstance(v, _Unregistered)]),
-        "registered": _records(
-            ("resource", "device_ids"),
-            [(r, v) for r, v in registered.items() if not isinstance(v, _Unregistered)],
-        ),
-    }
-    return int(pg.execute(text(q.APPLY_BATCH), params).scalar_one())
-
-
-def _apply(pg: sqlalchemy.Connection, store_id: str, batch: _Batch) -> int:
-    """Insert the batch's events and bring the store's current state past them: each entry
-    (and registered resource) takes the state of its last event in the batch."""
-    entries: dict[Key, EntryState] = {}
-    registered: dict[str, str | _Unregistered | None] = {}
-    for seq, _ts, op, pod, container, resource, ids in batch.events:
-        if pod is None:
-            registered[resource] = UNREGISTERED if op == "unregistered" else ids
-        else:
-            assert container is not None
-            entries[(pod, container, resource)] = None if op == "delete" else (ids, seq)
-    last = batch.events[-1][0]
-    return _run_batch(pg, store_id, last, batch.events, batch.devices, entries, registered)
-
-
-def _apply_snapshot(pg: sqlalchemy.Connection, store_id: str, after: int, snap: _Snapshot) -> int:
-    """Replace the store's central state with the snapshot and record it; returns the number
-    of kept history events stored with it."""
-    from sqlalchemy import text
-
-    sid = {"store_id": store_id}
-    for statement in q.CLEAR_STATE:
-        pg.execute(text(statement), sid)
-    _run_batch(
-        pg,
-        store_id,
-        snap.at_seq,
-        entries={(p, c, r): (ids, snap.at_seq) for p, c, r, ids in snap.entries},
-        registered=dict(snap.registered),
-    )
-    missing = snap.at_seq - after - len(snap.kept)
-    pg.execute(
-        text(q.INSERT_SNAPSHOT),
-        {
-            **sid,
-            "at_seq": snap.at_seq,
-            "after_seq": after,
-            "missing_events": missing,
-            "entries": len(snap.entries),
-            "registered": len(snap.registered),
-            "ts": snap.ts,
-        },
-    )
-    pg.execute(text(q.INSERT_SNAPSHOT_DEVICES), {**sid, "at_seq": snap.at_seq})
-    inserted = 0
-    # The events the node kept in the gap are history only: the snapshot is their state.
-    for start in range(0, len(snap.kept), DEFAULT_BATCH):
-        chunk = snap.kept[start : start + DEFAULT_BATCH]
-        lo, hi = chunk[0][0], chunk[-1][0]
-        # kept_devices is in seq order (EVENT_DEVICES_BETWEEN): slice it, never rescan it.
-        first = bisect_left(snap.kept_devices, lo, key=itemgetter(0))
-        devices = snap.kept_devices[first : bisect_right(snap.kept_devices, hi, key=itemgetter(0))]
-        inserted += _run_batch(pg, store_id, snap.at_seq, chunk, devices)
-    return inserted
+def _refusal(message: str) -> FleetRefusedError:
+    if "another node" in message:
+        reason = "another node"
+    elif "was retired" in message:
+        reason = "retired"
+    else:
+        reason = "diverged"
+    return FleetRefusedError(reason, message)
 
 
 @dataclass(slots=True)
@@ -286,87 +162,142 @@ class _Totals:
     batches: int = 0
     snapshots: int = 0
     missing: int = 0
-    last: int = 0
+    last: int | None = None
+    refused: str | None = None
+
+
+def _snapshot_call(
+    pg: sqlalchemy.Connection, store_id: str, node: str, snap: _Snapshot
+) -> tuple[int, int, str | None]:
+    from sqlalchemy import text
+
+    kept, kept_hashes = _events_wire(snap.kept)
+    params = {
+        "store_id": store_id,
+        "node": node,
+        "at_seq": snap.at_seq,
+        "ts": snap.ts,
+        "head": snap.head,
+        "entries": _records(("pod_uid", "container", "resource", "device_ids"), snap.entries),
+        "registered": _records(("resource", "device_ids"), snap.registered),
+        "kept": kept,
+        "kept_hashes": kept_hashes,
+        "links": _records(("seq", "prev"), [(s, h.hex()) for s, h in snap.links]),
+    }
+    shipped, missing, refused = pg.execute(text(q.SHIP_SNAPSHOT), params).one()
+    return int(shipped), int(missing), refused
 
 
 def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Totals) -> None:
     """The batches of one :func:`ship` (run again whole if a pooled connection had died)."""
     from sqlalchemy import text
 
-    conn = connect(ConnectOptions(path=store.path, readonly=True))
     store_id = store.store_id
-    try:
-        # One pooled connection for the whole call, one transaction per batch.
-        with db.connection(target) as pg:
-            while True:
-                # What this batch did counts once its transaction has committed.
-                shipped = batches = snapshots = missing = 0
-                with pg.begin():
-                    migrate.check_schema(pg, target)  # asks the database once per process
-                    params = {"store_id": store_id, "node": node}
-                    last = int(pg.execute(text(q.LOCK_STORE), params).scalar_one())
-                    batch = _read_batch(conn, last, batch_size)
-                    if batch.high_water < last:
-                        raise FleetError(
-                            f"fleet database {target.shown} holds events of store {store_id} "
-                            f"up to seq {last}, but the store's history ends at seq "
-                            f"{batch.high_water}: the store file was replaced by an older "
-                            "copy of itself; ship from the current file, or give the copy a "
-                            "new identity"
-                        )
-                    gap_found = _has_gap(batch, last, batch_size)
-                    if gap_found:
-                        snap = _read_snapshot(conn, last)
-                        shipped = _apply_snapshot(pg, store_id, last, snap)
-                        snapshots = 1
-                        missing = gap = snap.at_seq - last - len(snap.kept)
-                        log.warning(
-                            "store %s (node %s): %d events after seq %d were pruned before "
-                            "they were shipped; sent a snapshot of the current state at seq "
-                            "%d (%d entries) to %s",
-                            store_id,
-                            node,
-                            gap,
-                            last,
-                            snap.at_seq,
-                            len(snap.entries),
-                            target.shown,
-                        )
-                        last = snap.at_seq
-                    elif batch.events:
-                        shipped = _apply(pg, store_id, batch)
-                        batches = 1
-                        last = batch.events[-1][0]
+    ids = {"store_id": store_id, "node": node}
+    # One pooled connection for the whole call, one transaction per batch.
+    with db.connection(target) as pg:
+        while True:
+            # What this batch did counts once its transaction has committed.
+            shipped = batches = snapshots = missing = 0
+            with pg.begin():
+                migrate.check_schema(pg, target)  # asks the database once per process
+                last, _head, refused = pg.execute(text(q.SHIP_OPEN), ids).one()
+                last = int(last)
+                gap_found = False
+                batch: _Batch | None = None
+                if refused is None:
+                    with store.reader() as reader:
+                        batch = _read_batch(reader, last, batch_size)
+                        gap_found = batch.high_water > last and _has_gap(batch, last, batch_size)
+                        snap = _read_snapshot(reader, last) if gap_found else None
+                    if snap is not None:
+                        shipped, missing, refused = _snapshot_call(pg, store_id, node, snap)
+                        if refused is None:
+                            snapshots = 1
+                            log.warning(
+                                "store %s (node %s): %d events after seq %d were pruned before "
+                                "they were shipped; sent a snapshot of the current state at "
+                                "seq %d (%d entries) to %s",
+                                store_id,
+                                node,
+                                missing,
+                                last,
+                                snap.at_seq,
+                                len(snap.entries),
+                                target.shown,
+                            )
+                            last = snap.at_seq
                     else:
-                        pg.execute(text(q.MARK_SHIPPED), {"store_id": store_id, "last_seq": last})
-                t.shipped += shipped
-                t.batches += batches
-                t.snapshots += snapshots
-                t.missing += missing
-                t.last = last
-                # A full batch may have more behind it, and after a snapshot the events
-                # written since it are read next; anything else was the end of the log.
-                if not gap_found and len(batch.events) < batch_size:
-                    break
-    finally:
-        conn.close()
+                        events, hashes = _events_wire(batch.events)
+                        params = {
+                            **ids,
+                            "node_high": batch.high_water,
+                            "prev": batch.prev,
+                            "events": events,
+                            "hashes": hashes,
+                        }
+                        shipped, refused = pg.execute(text(q.SHIP_BATCH), params).one()
+                        shipped = int(shipped)
+                        if refused is None and batch.events:
+                            batches = 1
+                            last = batch.events[-1][0]
+                # A refusal leaves the block normally: its count commits, nothing else was
+                # written.
+            t.last = last
+            if refused is not None:
+                t.refused = str(refused)
+                return
+            t.shipped += shipped
+            t.batches += batches
+            t.snapshots += snapshots
+            t.missing += missing
+            # A full batch may have more behind it, and after a snapshot the events written
+            # since it are read next; anything else was the end of the log.
+            assert batch is not None
+            if not gap_found and len(batch.events) < batch_size:
+                return
+
+
+def _lag(store: PodStore, last: int | None) -> tuple[int | None, float | None]:
+    """Node events after ``last`` and the age of the oldest of them, read from the store."""
+    if last is None:
+        return None, None
+    try:
+        with store.reader() as reader:
+            high = reader.high_water()
+            oldest = reader.first_ts_after(last)
+    except PodStoreError:
+        return None, None
+    lag = max(0, high - last)
+    if oldest is None or lag == 0:
+        return lag, 0.0
+    return lag, max(0.0, time.time() - parse_ts(oldest).timestamp())
 
 
 def ship(
-    store: PodStore, url: str | FleetURL | None, *, node: str, batch_size: int = DEFAULT_BATCH
+    store: PodStore,
+    url: str | FleetURL | None,
+    *,
+    node: str,
+    batch_size: int = DEFAULT_BATCH,
+    status: ShippingStatus | None = None,
 ) -> ShipReport:
     """Ship every event of ``store`` that the fleet database at ``url`` lacks, and the state
     they produce; returns what was done.
 
     ``url`` is a ``postgresql://`` URL (None: ``$PODSTORE_FLEET_URL``); ``node`` the name the
-    fleet shows for this store (``podstore ship`` defaults it to the host name). The store is
-    only read, on a read-only connection of its own, one read transaction per batch.
+    fleet shows for this store (``podstore ship`` defaults it to the host name): a store
+    belongs to the node that first shipped it. The store is only read, through its readers
+    (one read-only snapshot per batch). ``status``, when given, is filled at the end of the
+    call, whether it succeeded or not (lag, failures, last seq shipped).
 
-    Raises FleetUnavailableError when PostgreSQL cannot be reached or the connection breaks
+    Raises FleetRefusedError when the fleet refused the store (it belongs to another node,
+    its chain diverged from the fleet's copy — a clone, an edited history, an older copy of
+    the file — or it was retired; nothing was written but the refusal's count),
+    FleetUnavailableError when PostgreSQL cannot be reached or the connection breaks
     (whatever batch was open there is rolled back; the batches committed before stay),
-    FleetError when its schema is missing or not at this podstore's revision, or when the
-    fleet database holds newer events for this store than the store has (the file was
-    replaced by an older copy), and InvalidInputError for a bad argument.
+    FleetError when its schema is missing or not at this podstore's revision, and
+    InvalidInputError for a bad argument.
     """
     target = resolve(url)
     node = validate.text(node, "node")
@@ -376,20 +307,40 @@ def ship(
         raise InvalidInputError(f"batch_size: expected a positive int, got {batch_size!r}")
     store_id = store.store_id
     totals = _Totals()
-    db.retrying(target, lambda: _ship(store, target, node, batch_size, totals))
-    shipped, batches, snapshots, missing, last = (
-        totals.shipped,
-        totals.batches,
-        totals.snapshots,
-        totals.missing,
-        totals.last,
-    )
+    try:
+        db.retrying(target, lambda: _ship(store, target, node, batch_size, totals))
+        if totals.refused is not None:
+            raise _refusal(totals.refused)
+    except PodStoreError as exc:
+        if status is not None:
+            known = totals.last if totals.last is not None else status.snapshot().last_seq
+            lag, age = _lag(store, known)
+            status.failed(
+                str(exc),
+                lag,
+                age,
+                refused=isinstance(exc, FleetRefusedError),
+                last_seq=totals.last,
+            )
+        raise
+    last = totals.last if totals.last is not None else 0
+    if status is not None:
+        status.succeeded(last, *_lag(store, last))
     log.info(
         "shipped %d events of store %s (node %s) to %s; it holds seq %d",
-        shipped,
+        totals.shipped,
         store_id,
         node,
         target.shown,
         last,
     )
-    return ShipReport(store_id, node, target.shown, shipped, batches, snapshots, missing, last)
+    return ShipReport(
+        store_id,
+        node,
+        target.shown,
+        totals.shipped,
+        totals.batches,
+        totals.snapshots,
+        totals.missing,
+        last,
+    )

@@ -18,167 +18,48 @@ ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(:id)"
 VERSION_TABLE_EXISTS = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
 REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
-# ---- shipping: the store's row, the lock every batch takes ------------------------------------
-
-# Shippers of one store queue here: the upsert takes the row's lock and returns the newest
-# last_seq (ON CONFLICT DO UPDATE works on the latest committed version), and each batch runs
-# under that lock from reading last_seq to writing the new one, so two shippers never send the
-# same events.
-LOCK_STORE = """
-    INSERT INTO fleet_stores (store_id, node) VALUES (:store_id, :node)
-    ON CONFLICT (store_id) DO UPDATE SET node = EXCLUDED.node
-    RETURNING last_seq
-"""
-MARK_SHIPPED = """
-    UPDATE fleet_stores SET last_seq = :last_seq, last_shipped_at = now()
-    WHERE store_id = :store_id
-"""
-
-# ---- shipping: one batch, in one statement --------------------------------------------------
+# ---- shipping: the functions of revision f0002 ---------------------------------------------
 #
-# The batch's events go in with the devices they name, and the current state moves past them:
-# each entry (and registered resource) takes the state of its last event in the batch, found in
-# Python in one pass (``:entries``, ``:registered``, ``:gone``), which also unpacks the device
-# rows of the entries written from their NUMA maps (``:allocations``). Every part is a
-# data-modifying CTE of a single statement, so a batch costs one round trip. They all see the
-# state from before the statement, so two parts never touch the same row: device rows carry the
-# seq of the event that wrote them (the old version's rows are deleted, the new version's
-# inserted under another key), entries are upserted or deleted by disjoint keys.
+# Shipping writes nothing itself: it calls the SECURITY DEFINER functions the migration created
+# (podstore/fleet/migrations/versions/f0002_trust.py), the only writes a node role may make.
+# Each takes the store's row lock for the transaction (shippers of one store queue there),
+# checks that the caller may ship for the node, that the store is that node's and not
+# retired, and that the events continue the chain the fleet holds; a refusal is counted on the
+# store and returned as text (the caller commits the count, and nothing else was written).
 
-
-_ALLOCATION_COLUMNS = "store_id, pod_uid, container, resource, seq, numa_node, position, device_id"
-_ENTRY_COLUMNS = "store_id, pod_uid, container, resource, device_ids, seq"
-
-APPLY_BATCH = f"""
-    WITH inserted AS (
-        INSERT INTO fleet_events (store_id, seq, ts, op, pod_uid, container, resource,
-                                  device_ids, devices)
-        SELECT :store_id, u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource,
-               CAST(u.device_ids AS jsonb), u.devices
-        FROM json_to_recordset(CAST(:events AS json))
-             AS u (seq bigint, ts timestamptz, op text, pod_uid text, container text,
-                   resource text, device_ids text, devices text[])
-        ON CONFLICT (store_id, seq) DO NOTHING
-        RETURNING seq
-    ),
-    touched AS (
-        SELECT * FROM json_to_recordset(CAST(:entries AS json))
-             AS t (pod_uid text, container text, resource text, device_ids text, seq bigint)
-    ),
-    released AS (
-        DELETE FROM fleet_allocations a USING touched t
-        WHERE a.store_id = :store_id AND a.pod_uid = t.pod_uid
-          AND a.container = t.container AND a.resource = t.resource
-    ),
-    removed AS (
-        DELETE FROM fleet_entries e USING touched t
-        WHERE e.store_id = :store_id AND e.pod_uid = t.pod_uid
-          AND e.container = t.container AND e.resource = t.resource AND t.seq IS NULL
-    ),
-    written AS (
-        INSERT INTO fleet_entries ({_ENTRY_COLUMNS})
-        SELECT :store_id, pod_uid, container, resource, CAST(device_ids AS jsonb), seq
-        FROM touched WHERE seq IS NOT NULL
-        ON CONFLICT (store_id, pod_uid, container, resource)
-        DO UPDATE SET device_ids = EXCLUDED.device_ids, seq = EXCLUDED.seq
-    ),
-    held AS (
-        INSERT INTO fleet_allocations ({_ALLOCATION_COLUMNS})
-        SELECT :store_id, u.pod_uid, u.container, u.resource, u.seq, u.numa_node, u.position,
-               u.device_id
-        FROM json_to_recordset(CAST(:allocations AS json))
-             AS u (pod_uid text, container text, resource text, seq bigint, numa_node bigint,
-                   position integer, device_id text)
-        RETURNING resource, device_id, pod_uid
-    ),
-    -- Double allocations: recount the devices the batch gave to an entry and those listed
-    -- already (a device only becomes one by being given, only stops by being listed). Their
-    -- holders are the new rows and the old rows of entries the batch did not touch.
-    affected AS (
-        SELECT resource, device_id FROM held
-        UNION
-        SELECT resource, device_id FROM fleet_double_allocated WHERE store_id = :store_id
-    ),
-    holders AS (
-        SELECT resource, device_id, pod_uid FROM held
-        UNION
-        SELECT a.resource, a.device_id, a.pod_uid
-        FROM affected f
-        JOIN fleet_allocations a
-          ON a.store_id = :store_id AND a.resource = f.resource AND a.device_id = f.device_id
-        WHERE NOT EXISTS (SELECT 1 FROM touched t
-                          WHERE t.pod_uid = a.pod_uid AND t.container = a.container
-                            AND t.resource = a.resource)
-    ),
-    counted AS (
-        SELECT resource, device_id, count(*) AS pod_count FROM holders
-        GROUP BY resource, device_id
-    ),
-    undoubled AS (
-        DELETE FROM fleet_double_allocated d USING affected f
-        WHERE d.store_id = :store_id AND d.resource = f.resource AND d.device_id = f.device_id
-          AND NOT EXISTS (SELECT 1 FROM counted c
-                          WHERE c.resource = d.resource AND c.device_id = d.device_id
-                            AND c.pod_count > 1)
-    ),
-    doubled AS (
-        INSERT INTO fleet_double_allocated (store_id, resource, device_id, pod_count)
-        SELECT :store_id, resource, device_id, pod_count FROM counted WHERE pod_count > 1
-        ON CONFLICT (store_id, resource, device_id) DO UPDATE SET pod_count = EXCLUDED.pod_count
-    ),
-    unregistered AS (
-        DELETE FROM fleet_registered
-        WHERE store_id = :store_id
-          AND resource IN (SELECT value FROM json_array_elements_text(CAST(:gone AS json)))
-    ),
-    registered AS (
-        INSERT INTO fleet_registered (store_id, resource, device_ids)
-        SELECT :store_id, u.resource, CAST(u.device_ids AS jsonb)
-        FROM json_to_recordset(CAST(:registered AS json)) AS u (resource text, device_ids text)
-        ON CONFLICT (store_id, resource) DO UPDATE SET device_ids = EXCLUDED.device_ids
-    ),
-    marked AS (
-        UPDATE fleet_stores SET last_seq = :last_seq, last_shipped_at = now()
-        WHERE store_id = :store_id
-    )
-    SELECT count(*) FROM inserted
+#: The store's newest seq and chain head held here, locked for this transaction, and why this
+#: node may not ship it (NULL: it may).
+SHIP_OPEN = """
+    SELECT last_seq, head_hash, refused
+    FROM fleet_ship_open(CAST(:store_id AS uuid), CAST(:node AS text))
 """
-
-# ---- shipping: a snapshot in place of pruned history -------------------------------------
-#
-# The store's state is cleared, then APPLY_BATCH writes the snapshot's entries (all at its seq)
-# and registered devices, with the events the node kept in the gap as history only.
-
-CLEAR_STATE = (
-    "DELETE FROM fleet_double_allocated WHERE store_id = :store_id",
-    "DELETE FROM fleet_allocations WHERE store_id = :store_id",
-    "DELETE FROM fleet_entries WHERE store_id = :store_id",
-    "DELETE FROM fleet_registered WHERE store_id = :store_id",
-)
-INSERT_SNAPSHOT = """
-    INSERT INTO fleet_snapshots (store_id, at_seq, after_seq, missing_events, entries,
-                                 registered, ts)
-    VALUES (:store_id, :at_seq, :after_seq, :missing_events, :entries, :registered,
-            CAST(:ts AS timestamptz))
+#: Events after last_seq (``fleet_events_in``: a JSON array of arrays, and the hashes apart),
+#: with the node's chain value at last_seq and its newest seq: how many were inserted, or the
+#: refusal.
+SHIP_BATCH = """
+    SELECT shipped, refused
+    FROM fleet_ship_batch(CAST(:store_id AS uuid), CAST(:node AS text),
+                          CAST(:node_high AS bigint), CAST(:prev AS bytea),
+                          CAST(:events AS jsonb), CAST(:hashes AS bytea))
 """
-INSERT_SNAPSHOT_DEVICES = """
-    INSERT INTO fleet_snapshot_devices (store_id, at_seq, pod_uid, container, resource,
-                                        device_id)
-    SELECT DISTINCT store_id, :at_seq, pod_uid, container, resource, device_id
-    FROM fleet_allocations WHERE store_id = :store_id
+#: A gap healed: the node's current state at its newest seq replaces the central state.
+SHIP_SNAPSHOT = """
+    SELECT shipped, missing, refused
+    FROM fleet_ship_snapshot(CAST(:store_id AS uuid), CAST(:node AS text),
+                             CAST(:at_seq AS bigint), CAST(:ts AS timestamptz),
+                             CAST(:head AS bytea), CAST(:entries AS json),
+                             CAST(:registered AS json), CAST(:kept AS jsonb),
+                             CAST(:kept_hashes AS bytea), CAST(:links AS json))
 """
 
 # ---- reading -------------------------------------------------------------------------------
 
+# The counters are kept by the shipping functions: no history is counted per call.
 NODES = """
-    SELECT s.node, s.store_id, s.last_seq, s.last_shipped_at,
-           (SELECT count(*) FROM fleet_events e WHERE e.store_id = s.store_id) AS events,
-           (SELECT count(*) FROM fleet_entries e WHERE e.store_id = s.store_id) AS entries,
-           (SELECT count(*) FROM fleet_allocations a WHERE a.store_id = s.store_id)
-               AS device_rows,
-           (SELECT count(*) FROM fleet_snapshots p WHERE p.store_id = s.store_id) AS snapshots
-    FROM fleet_stores s
-    ORDER BY s.node, s.store_id
+    SELECT node, store_id, last_seq, last_shipped_at, events, entries, device_rows, snapshots,
+           refusals, last_refusal, retired_at
+    FROM fleet_stores
+    ORDER BY node, store_id
 """
 
 OWNERS_NOW = """
@@ -186,7 +67,7 @@ OWNERS_NOW = """
     FROM (SELECT DISTINCT store_id, pod_uid, container, resource FROM fleet_allocations
           WHERE device_id = :device_id) a
     JOIN fleet_stores s ON s.store_id = a.store_id
-    WHERE CAST(:node AS text) IS NULL OR s.node = :node
+    WHERE (CAST(:node AS text) IS NULL OR s.node = :node) AND s.retired_at IS NULL
     ORDER BY s.node, a.store_id, a.pod_uid, a.container, a.resource
 """
 
@@ -194,11 +75,12 @@ OWNERS_NOW = """
 # rule): each entry that named the device up to the instant is decided by its latest event
 # up to then. Where a snapshot stood in for pruned history, history starts again from the
 # latest snapshot at or before the instant: its entries are the baseline, and only events
-# after it count.
+# after it count. A retired store answers for the instants before its retirement.
 OWNERS_AT = """
     WITH stores AS (
         SELECT store_id, node FROM fleet_stores
-        WHERE CAST(:node AS text) IS NULL OR node = :node
+        WHERE (CAST(:node AS text) IS NULL OR node = :node)
+          AND (retired_at IS NULL OR retired_at > CAST(:at AS timestamptz))
     ),
     base AS (
         SELECT DISTINCT ON (p.store_id) p.store_id, p.at_seq
@@ -238,6 +120,135 @@ OWNERS_AT = """
     ORDER BY s.node, d.store_id, d.pod_uid, d.container, d.resource
 """
 
-# `fleet sql`: the transaction may only read, and a statement may run this long.
+# `fleet sql`: the transaction may only read, and a statement may run this long (SET, not
+# set_config(): `fleet grant-reader` revokes set_config from PUBLIC).
 READ_ONLY = "SET TRANSACTION READ ONLY"
-STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', :ms, true)"
+STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = {ms:d}"
+
+# The built-in roles whose members reach the server's files, programs or other sessions.
+_SERVER_ROLES = (
+    "pg_execute_server_program",
+    "pg_read_server_files",
+    "pg_write_server_files",
+    "pg_signal_backend",
+)
+
+
+def _privileged(role: str) -> str:
+    return f"(SELECT rolsuper FROM pg_roles WHERE oid = {role}) OR " + " OR ".join(
+        f"pg_has_role({role}, '{r}', 'MEMBER')" for r in _SERVER_ROLES
+    )
+
+
+#: Before `fleet sql` drops to the reader role: whether the session's own role is privileged,
+#: whether the reader role exists, is privileged itself, and could call set_config() (with
+#: which a statement run under a privileged session could switch back to that session's role).
+READER_CHECK = f"""
+    SELECT {_privileged("(SELECT oid FROM pg_roles WHERE rolname = session_user)")},
+           r.oid IS NOT NULL,
+           CASE WHEN r.oid IS NOT NULL THEN {_privileged("r.oid")} END,
+           CASE WHEN r.oid IS NOT NULL THEN has_function_privilege(
+               r.oid, 'pg_catalog.set_config(text, text, boolean)', 'EXECUTE') END,
+           session_user
+    FROM (SELECT 1) AS one LEFT JOIN pg_roles r ON r.rolname = :role
+"""
+#: Formatted with the role name quoted (quote_ident).
+SET_ROLE = "SET LOCAL ROLE {role}"
+
+# ---- fleet verify ----------------------------------------------------------------------------
+#
+# Every store's chain recomputed from what the fleet holds, in one pass over its events in
+# (store_id, seq) order: an event chains from the event before it when that one is held, else
+# from the link recorded for it (history pruned on the node or shipped before the chain), else
+# (seq 1) from the store's genesis. Besides the hashes: the jsonb and device-array columns
+# must say what the text the hash covers says (owners-at-time reads them), no event after the
+# chain began may lack a hash, the head must be the newest event's hash (or the anchor a
+# snapshot recorded), and the event counter must match the events held.
+VERIFY = """
+    WITH s AS (
+        SELECT store_id, node, last_seq, head_hash, events AS counted
+        FROM fleet_stores
+        WHERE CAST(:node AS text) IS NULL OR node = :node
+    ),
+    e AS (
+        SELECT e.store_id, e.seq, e.hash,
+               lag(e.seq) OVER w AS pseq, lag(e.hash) OVER w AS phash,
+               bool_or(e.hash IS NOT NULL) OVER w AS chain_began,
+               fleet_event_canonical(e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource,
+                                     e.device_ids_text, e.released) AS canon,
+               e.device_ids IS DISTINCT FROM d.named
+                   OR NOT (to_jsonb(e.devices) <@ d.listed AND d.listed <@ to_jsonb(e.devices))
+                   AS derived_differs
+        FROM fleet_events e
+        JOIN s ON s.store_id = e.store_id
+        CROSS JOIN LATERAL (
+            SELECT CAST(e.device_ids_text AS jsonb) AS named,
+                   coalesce(jsonb_path_query_array(CAST(e.device_ids_text AS jsonb),
+                                                   fleet_device_path(e.pod_uid)),
+                            CAST('[]' AS jsonb)) AS listed
+        ) d
+        WINDOW w AS (PARTITION BY e.store_id ORDER BY e.seq)
+    ),
+    checked AS (
+        SELECT e.store_id, e.seq, e.hash IS NOT NULL AS chained,
+               CASE
+                   WHEN e.hash IS NULL THEN
+                       CASE WHEN e.chain_began THEN 'it has no hash, though the chain began '
+                                                    'before it' END
+                   WHEN e.derived_differs THEN
+                       'its device_ids or devices column differs from the text its hash covers'
+                   WHEN p.prev IS NULL THEN
+                       'it chains from nothing the fleet holds (the event before it is '
+                       'missing, and no link was recorded for it)'
+                   WHEN sha256(p.prev || e.canon) <> e.hash THEN
+                       'its hash does not cover its content and the chain before it'
+               END AS problem
+        FROM e
+        LEFT JOIN fleet_chain_links l ON l.store_id = e.store_id AND l.seq = e.seq
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN e.pseq = e.seq - 1 AND e.phash IS NOT NULL THEN e.phash
+                        WHEN l.prev_hash IS NOT NULL THEN l.prev_hash
+                        WHEN e.seq = 1 THEN fleet_chain_genesis(e.store_id) END AS prev
+        ) p
+    ),
+    per_store AS (
+        SELECT c.store_id, count(*) AS held, count(*) FILTER (WHERE c.chained) AS chained,
+               min(c.seq) FILTER (WHERE c.problem IS NOT NULL) AS first_bad,
+               (array_agg(c.problem ORDER BY c.seq)
+                    FILTER (WHERE c.problem IS NOT NULL))[1] AS problem
+        FROM checked c GROUP BY c.store_id
+    ),
+    head AS (
+        SELECT s.store_id,
+               CASE
+                   WHEN s.head_hash IS NULL THEN
+                       CASE WHEN coalesce(p.chained, 0) > 0 THEN
+                           'the store has chained events but no chain head' END
+                   WHEN he.hash IS NOT NULL THEN
+                       CASE WHEN he.hash <> s.head_hash THEN
+                           'the chain head is not the hash of the newest event' END
+                   WHEN hl.prev_hash IS NOT NULL THEN
+                       CASE WHEN hl.prev_hash <> s.head_hash THEN
+                           'the chain head is not the anchor recorded after the newest seq' END
+                   ELSE 'the chain head is neither the newest event''s hash nor a recorded '
+                        'anchor (the newest events are missing)'
+               END AS problem
+        FROM s
+        LEFT JOIN per_store p ON p.store_id = s.store_id
+        LEFT JOIN fleet_events he ON he.store_id = s.store_id AND he.seq = s.last_seq
+        LEFT JOIN fleet_chain_links hl ON hl.store_id = s.store_id AND hl.seq = s.last_seq + 1
+    )
+    SELECT s.node, s.store_id, s.last_seq, coalesce(p.held, 0) AS events,
+           coalesce(p.chained, 0) AS chained,
+           CASE WHEN p.first_bad IS NOT NULL THEN p.first_bad
+                WHEN h.problem IS NOT NULL THEN s.last_seq END AS first_broken_seq,
+           coalesce(p.problem, h.problem,
+                    CASE WHEN coalesce(p.held, 0) <> s.counted THEN
+                        format('the store''s event count says %s, the fleet holds %s (events '
+                               'deleted or added by hand)', s.counted, coalesce(p.held, 0))
+                    END) AS problem
+    FROM s
+    LEFT JOIN per_store p ON p.store_id = s.store_id
+    LEFT JOIN head h ON h.store_id = s.store_id
+    ORDER BY s.node, s.store_id
+"""

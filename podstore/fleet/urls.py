@@ -86,3 +86,68 @@ def resolve(url: str | FleetURL | None) -> FleetURL:
 def scrub(text: str, url: FleetURL) -> str:
     """``text`` without the URL's password anywhere in it (and any URL in it masked)."""
     return secrets.scrub(text, url.password)
+
+
+#: The largest URL file read (a URL is a line; anything bigger is not one).
+MAX_URL_FILE = 64 << 10
+
+
+def read_url_file(path: str | os.PathLike[str]) -> str:
+    """The fleet URL kept in the file at ``path`` (``watch --ship-to-file``), so that no
+    password ever stands in a command line (``/proc/PID/cmdline``).
+
+    The file holds one URL (surrounding blank space and ``#`` comment lines are ignored). It
+    must be a regular file (symbolic links, as in a Kubernetes secret volume, are followed),
+    owned by this process's user or root, writable by its owner only, and — when the URL
+    holds a password — readable by its owner only (mode 0600 or 0400). Raises
+    InvalidInputError naming the file and what is wrong with it (never its content).
+    """
+    import stat
+
+    where = f"fleet URL file {os.fspath(path)!r}"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InvalidInputError(f"{where}: cannot open it: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInputError(f"{where}: not a regular file")
+        if info.st_uid not in (os.geteuid(), 0):
+            raise InvalidInputError(
+                f"{where}: owned by uid {info.st_uid}, neither this user nor root"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o022:
+            raise InvalidInputError(
+                f"{where}: writable by group or others (mode {mode:04o}): anyone who can "
+                "write it can redirect shipping; chmod go-w it"
+            )
+        if info.st_size > MAX_URL_FILE:
+            raise InvalidInputError(f"{where}: {info.st_size} bytes, too large for a URL")
+        data = os.read(fd, MAX_URL_FILE + 1)
+    finally:
+        os.close(fd)
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{where}: not UTF-8 text") from None
+    lines = [
+        line.strip()
+        for line in content.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    if not lines:
+        raise InvalidInputError(f"{where}: holds no URL")
+    if len(lines) > 1:
+        raise InvalidInputError(f"{where}: holds {len(lines)} lines; expected one URL")
+    try:
+        checked = resolve(lines[0])
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    if checked.password is not None and mode & 0o044:
+        raise InvalidInputError(
+            f"{where}: readable by group or others (mode {mode:04o}) and the URL holds a "
+            "password; chmod 600 it (a Kubernetes secret: defaultMode 0400)"
+        )
+    return lines[0]

@@ -3,9 +3,10 @@
 Each mirrors a node view (docs/sql.md) with ``node`` and ``store_id`` in front, and applies
 its rule within one store: ``v_fleet_double_allocations`` is ``v_double_allocations`` store
 by store (the same device ID on two nodes is two devices). The joins are on ``store_id``, so
-they stay on one shard when the tables are distributed by it.
+they stay on one shard when the tables are distributed by it. They show the current state, so
+a retired store (``podstore fleet retire``) is left out; its history stays in the tables.
 
-Revision f0001 keeps a frozen copy of this text; a change here needs a new revision, and a
+Revision f0002 keeps a frozen copy of this text; a change here needs a new revision, and a
 test checks that a database at head holds exactly these definitions.
 """
 
@@ -18,6 +19,7 @@ SELECT s.node AS node, a.store_id AS store_id, a.pod_uid AS pod_uid,
        a.device_id AS device_id
 FROM fleet_allocations a
 JOIN fleet_stores s ON s.store_id = a.store_id
+WHERE s.retired_at IS NULL
 """
 
 V_FLEET_DEVICE_OWNERS = """
@@ -26,6 +28,7 @@ SELECT DISTINCT s.node AS node, a.store_id AS store_id, a.resource AS resource,
        a.device_id AS device_id, a.pod_uid AS pod_uid, a.container AS container
 FROM fleet_allocations a
 JOIN fleet_stores s ON s.store_id = a.store_id
+WHERE s.retired_at IS NULL
 """
 
 # As on the node: containers of one pod may share a device, so only a device held from more
@@ -41,6 +44,7 @@ FROM fleet_double_allocated d
 JOIN fleet_allocations a
   ON a.store_id = d.store_id AND a.resource = d.resource AND a.device_id = d.device_id
 JOIN fleet_stores s ON s.store_id = d.store_id
+WHERE s.retired_at IS NULL
 """
 
 #: (name, CREATE statement) in creation order; drop in reverse.

@@ -18,9 +18,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from podstore.metrics.stats import BUCKETS, RESULTS, SyncStats
 from podstore.storage.sql import metrics as sql
 from podstore.store import PodStore
-from podstore.watch.stats import BUCKETS, RESULTS, SyncStats
 
 # name → help text of the per-resource gauges, in exposition order.
 _PER_RESOURCE = {
@@ -97,6 +97,12 @@ class StoreCollector(Collector):
             "checkpoint_last_sync_timestamp_seconds",
             "Unix time of the last applied or unchanged sync (0: none yet)",
             snap.last_good_sync or 0.0,
+        )
+        yield _gauge(
+            "checkpoint_last_failed_sync_timestamp_seconds",
+            "Unix time of the last sync that failed: invalid or missing file, store error "
+            "(0: none yet)",
+            snap.last_failed_sync or 0.0,
         )
         cumulative = 0
         buckets: list[tuple[str, float]] = []

@@ -1,12 +1,19 @@
 """Getting the metrics out: the text exposition, an atomic textfile for node_exporter's
-textfile collector, and the HTTP endpoint of ``podstore watch --metrics-addr``."""
+textfile collector, and the HTTP endpoint of ``podstore watch --metrics-addr`` (``/metrics``,
+and the health answers ``/healthz`` and ``/readyz`` beside it)."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import generate_latest, start_http_server
+from prometheus_client import generate_latest, make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
 from podstore.errors import InvalidInputError, PodStoreError
@@ -56,13 +63,64 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host or DEFAULT_HOST, port
 
 
-def serve(host: str, port: int, registry: CollectorRegistry) -> tuple[str, int]:
-    """Serve ``GET /metrics`` from a daemon thread; returns the bound (host, port) (port 0
-    picks a free one). Raises PodStoreError when the address cannot be bound."""
+#: An extra path of the endpoint: a function answering (HTTP status, JSON body) at once.
+Route = Callable[[], tuple[int, bytes]]
+
+_REASONS = {200: "200 OK", 503: "503 Service Unavailable"}
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per request, so that a health probe never waits behind a scrape (which
+    reads the whole store)."""
+
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests are not logged (a probe every few seconds would fill the log)."""
+
+
+def _app(registry: CollectorRegistry, routes: Mapping[str, Route]) -> Any:
+    """The WSGI application: ``routes`` by path, the metrics for any other path (as
+    prometheus_client serves them: GET, gzip when asked, OpenMetrics when asked)."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        route = routes.get(environ.get("PATH_INFO", ""))
+        if route is None:
+            return metrics(environ, start_response)  # type: ignore[no-any-return]
+        if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
+            return [b""]
+        status, body = route()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        start_response(_REASONS.get(status, f"{status} Status"), headers)
+        return [b"" if environ["REQUEST_METHOD"] == "HEAD" else body]
+
+    return app
+
+
+def serve(
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    routes: Mapping[str, Route] | None = None,
+) -> tuple[str, int]:
+    """Serve ``GET /metrics`` (and each of ``routes``) from a daemon thread; returns the
+    bound (host, port) (port 0 picks a free one). Raises PodStoreError when the address
+    cannot be bound."""
+
+    class Server(_Server):
+        pass
+
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        Server.address_family = info[0][0]
+        server = make_server(host, port, _app(registry, routes or {}), Server, handler_class=_Quiet)
     except OSError as exc:
         reason = exc.strerror or exc
         raise PodStoreError(f"cannot serve metrics on {host}:{port}: {reason}") from None
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     bound = server.server_address
     return str(bound[0]), int(bound[1])

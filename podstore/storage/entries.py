@@ -9,51 +9,22 @@ test checks.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from podstore.deviceplugin import Device, NUMANode, TopologyInfo
-from podstore.rules.alloc_resp import Response
 from podstore.storage import events, responses
+from podstore.storage.rows import BULK_ROWS, Row, device_rows
 from podstore.storage.sql import entries as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, ResourceDeviceInstances
 
 Key = events.Key
 
 
-@dataclass(slots=True)
-class Row:
-    """One entry ready to write: validated, with its response checked and decoded once."""
-
-    pod_uid: str
-    container_name: str
-    resource_name: str
-    devices: DevicesPerNUMA | None
-    response: Response | None
-    alloc_resp_json_null: bool = False
-
-    @property
-    def alloc_resp(self) -> bytes | None:
-        return None if self.response is None else self.response.raw
-
-
 # ---- writing ---------------------------------------------------------------------------------
-
-
-def _device_rows(
-    allocation_id: int, devices: DevicesPerNUMA | None
-) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
-    rows: list[tuple[int, int, int, str]] = []
-    empty: list[tuple[int, int, bool]] = []
-    if devices:
-        for node, ids in devices.items():
-            if not ids:
-                empty.append((allocation_id, node, ids is None))
-                continue
-            rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(ids)]
-    return rows, empty
 
 
 def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
@@ -82,19 +53,23 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
             sql.UPDATE_ALLOCATION,
             (row.devices is None, raw, row.alloc_resp_json_null, allocation_id),
         )
+        held = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
         conn.execute(sql.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         responses.clear(conn, [(allocation_id,)])
         replacing = True
     if row.devices:
-        devices, empty = _device_rows(allocation_id, row.devices)
+        devices, empty = device_rows(allocation_id, row.devices)
         if devices:
             conn.executemany(sql.INSERT_DEVICE, devices)
         if empty:
             conn.executemany(sql.INSERT_EMPTY_LIST, empty)
     if response is not None:
         responses.write(conn, allocation_id, response)
-    events.append_entry(conn, op or ("replace" if replacing else "insert"), key, row.devices)
+    released = events.released_devices((d for (d,) in held), row.devices) if replacing else ()
+    events.append_entry(
+        conn, op or ("replace" if replacing else "insert"), key, row.devices, released
+    )
 
 
 #: Entries per round of executemany calls in write_many: the rows of one chunk are built,
@@ -135,6 +110,16 @@ def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import"
     return len(items)
 
 
+def write_rows(conn: sqlite3.Connection, rows: list[Row], op: str) -> None:
+    """Write ``rows`` with ``op`` events: one at a time up to BULK_ROWS, else in bulk (the same
+    result either way)."""
+    if len(rows) > BULK_ROWS:
+        write_many(conn, rows, op)
+    else:
+        for row in rows:
+            write_one(conn, row, op)
+
+
 def _write_chunk(
     conn: sqlite3.Connection,
     items: list[tuple[Key, Row]],
@@ -143,8 +128,8 @@ def _write_chunk(
     containers: dict[tuple[int, str], int],
     existing: dict[tuple[int, str], int],
     ids: list[int],
-    stamp: tuple[int, str],
-) -> tuple[int, str]:
+    stamp: events.Stamp,
+) -> events.Stamp:
     """One chunk of write_many; ``ids`` holds the highest pod, container and allocation ids
     so far and is advanced in place. Returns the stamp for the next chunk's events."""
     new_pods: list[tuple[int, str]] = []
@@ -152,10 +137,12 @@ def _write_chunk(
     new_allocations: list[tuple[int, int, str, bool, bytes | None, bool]] = []
     updates: list[tuple[bool, bytes | None, bool, int]] = []
     cleared: list[tuple[int]] = []
-    device_rows: list[tuple[int, int, int, str]] = []
+    held_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
     response_rows = responses.ResponseRows()
-    pending = events.Pending()
+    # (key, devices, the allocation it replaces or None): the events, queued once the
+    # replaced entries' old devices are known.
+    written: list[tuple[Key, DevicesPerNUMA | None, int | None]] = []
     for (uid, name, resource), row in items:
         pod_id = pods.get(uid)
         if pod_id is None:
@@ -183,27 +170,34 @@ def _write_chunk(
                     row.alloc_resp_json_null,
                 )
             )
+            written.append(((uid, name, resource), row.devices, None))
         else:
             updates.append((row.devices is None, raw, row.alloc_resp_json_null, allocation_id))
             cleared.append((allocation_id,))
+            written.append(((uid, name, resource), row.devices, allocation_id))
         if row.devices:
-            for node, lst in row.devices.items():
-                if lst:
-                    device_rows += [(allocation_id, node, pos, dev) for pos, dev in enumerate(lst)]
-                else:
-                    empty_rows.append((allocation_id, node, lst is None))
+            devices, empty = device_rows(allocation_id, row.devices)
+            held_rows += devices
+            empty_rows += empty
         if response is not None:
             response_rows.add(allocation_id, response)
-        pending.entry(op, (uid, name, resource), row.devices)
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
+    held: dict[int, list[str]] = {}
     if updates:
         conn.executemany(sql.UPDATE_ALLOCATION, updates)
-        conn.executemany(sql.CLEAR_ALLOCATION_DEVICES, cleared)
+        # A key written twice in one chunk is folded before (write_many), so each id once.
+        replaced = json.dumps([c[0] for c in cleared])
+        for aid, device_id in conn.execute(sql.CLEAR_ALLOCATIONS_DEVICES, (replaced,)).fetchall():
+            held.setdefault(int(aid), []).append(device_id)
         conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
         responses.clear(conn, cleared)
-    conn.executemany(sql.INSERT_DEVICE, device_rows)
+    pending = events.Pending()
+    for key, numa_map, old in written:
+        gone = () if old is None else events.released_devices(held.get(old, ()), numa_map)
+        pending.entry(op, key, numa_map, gone)
+    conn.executemany(sql.INSERT_DEVICE, held_rows)
     if empty_rows:
         conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
     response_rows.write(conn)

@@ -25,9 +25,41 @@ unregistered   a resource left the registered devices; ``device_ids`` its last l
 list (NULL for a null list). Replaying the log from empty (:func:`replay`) reproduces the
 store's entries and registered devices; ``prune_history`` keeps that true.
 
+An entry event that changes an entry which existed before it (``replace``, or ``import`` over an
+existing entry, also from a sync) records in ``released`` the devices the entry held before and
+no longer holds: a JSON array sorted by code point, NULL when none (a ``delete`` names what it
+gave up in ``device_ids``, as before). Each released device also gets an
+``allocation_event_devices`` row with ``released = 1``, so ``history(device_id=X)`` shows the
+event that released X; ``owners_at`` counts only the rows with ``released = 0``.
+
 Timestamps are stored as ``rules/times.py`` describes. An event's time is never before its
 predecessor's, even if the wall clock steps back: ``seq`` order and time order agree, which
 time queries rely on.
+
+The hash chain
+--------------
+Every event's ``hash`` is ``rules/chain.link(prev, event)``, written with the event: ``prev`` is
+the genesis of the store's ``store_id`` for seq 1, else the hash of event ``seq - 1``, read in
+the same probe of the log's tail that gives the next seq and time (``sql.LAST``). When the
+predecessor is not kept — ``prune_history`` removed it — ``history_chain_links`` holds, for the
+kept event's seq, the hash it chains from: prune writes the link from the removed event's hash
+before removing it. When prune removes the newest events, it writes the link for the seq after
+the newest ever handed out, which is where the next event continues (:func:`head` reads it).
+So for every kept event exactly one of these holds, and :func:`prev_hash` says which:
+
+- seq 1: it chains from the genesis (no link);
+- event ``seq - 1`` is kept: it chains from that event's hash (no link);
+- otherwise: it chains from its link.
+
+A link is also made where the hash of the missing predecessor was never known under the current
+identity — a gap already present when revision 0005 chained an existing history, and every gap
+when ``reset_identity`` re-chains a copy from a new genesis: it holds the hash of the last kept
+event before the gap (the genesis if none), so the whole chain still depends on the genesis.
+Checking (``storage/chain.py``) recomputes every hash from its predecessor and reports the first
+event whose hash does not follow, an event missing without a link, and a link where the
+predecessor is kept. Removing the newest events together with the links that follow them is
+not detectable on the node alone: the fleet database, which holds what was shipped, is the
+witness for that (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -39,6 +71,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from podstore.errors import InvalidInputError, StoreCorruptError
+from podstore.rules import chain
 from podstore.rules.times import format_ts, parse_ts
 from podstore.storage.sql import events as sql
 from podstore.types import AllocationEvent, DevicesPerNUMA
@@ -53,77 +87,180 @@ def utcnow() -> datetime:
 
 # ---- writing events --------------------------------------------------------------------------
 
+#: Where the next event goes: its seq, its time and the hash it chains from.
+Stamp = tuple[int, str, bytes]
+
+# One queued event: op, pod, container, resource, device_ids text, the devices it lists, the
+# released text and the devices it released.
+_Queued = tuple[
+    str, str | None, str | None, str, str | None, Iterable[str], str | None, Sequence[str]
+]
+
 
 @dataclass(slots=True)
 class Pending:
-    """Events to append in one go (one read of the log's tail, two executemany calls)."""
+    """Events to append in one go (one read of the log's tail, a few executemany calls)."""
 
-    events: list[tuple[str, str | None, str | None, str, str | None, Iterable[str]]] = field(
-        default_factory=list
-    )
+    events: list[_Queued] = field(default_factory=list)
 
-    def entry(self, op: str, key: Key, devices: DevicesPerNUMA | None) -> None:
+    def entry(
+        self,
+        op: str,
+        key: Key,
+        devices: DevicesPerNUMA | None,
+        released: Sequence[str] = (),
+    ) -> None:
+        """Queue an entry event; ``released``: the devices it released, sorted."""
         ids: list[str] = [d for lst in devices.values() if lst for d in lst] if devices else []
-        self.events.append((op, key[0], key[1], key[2], numa_json(devices), ids))
+        text = _JSON.encode(list(released)) if released else None
+        self.events.append((op, key[0], key[1], key[2], numa_json(devices), ids, text, released))
 
     def registered(self, op: str, resource: str, ids: Sequence[str] | None) -> None:
         text = None if ids is None else _JSON.encode(list(ids))
-        self.events.append((op, None, None, resource, text, ids or ()))
+        self.events.append((op, None, None, resource, text, ids or (), None, ()))
 
-    def write(
-        self, conn: sqlite3.Connection, stamp: tuple[int, str] | None = None
-    ) -> tuple[int, str]:
-        """Append the queued events, from ``stamp`` (the first seq and the time, as
-        :func:`next_stamp` gives them) or from a fresh one; returns the stamp that follows."""
+    def write(self, conn: sqlite3.Connection, stamp: Stamp | None = None) -> Stamp:
+        """Append the queued events, from ``stamp`` (as :func:`next_stamp` gives it) or from a
+        fresh one; returns the stamp that follows."""
         if not self.events:
             return stamp if stamp is not None else next_stamp(conn)
-        first, ts = stamp if stamp is not None else next_stamp(conn)
-        rows: list[tuple[int, str, str, str | None, str | None, str, str | None]] = []
-        devices: list[tuple[int, str]] = []
-        for seq, (op, pod, container, resource, text, ids) in enumerate(self.events, start=first):
-            rows.append((seq, ts, op, pod, container, resource, text))
-            devices.extend((seq, d) for d in ids)
+        seq, ts, prev = stamp if stamp is not None else next_stamp(conn)
+        link = chain.link
+        rows: list[tuple[int, str, str, str | None, str | None, str, str | None, str | None, bytes]]
+        rows = []
+        devices: list[tuple[int, str, int]] = []
+        for op, pod, container, resource, text, ids, gone_text, gone in self.events:
+            prev = link(prev, seq, ts, op, pod, container, resource, text, gone_text)
+            rows.append((seq, ts, op, pod, container, resource, text, gone_text, prev))
+            devices.extend((seq, d, 0) for d in ids)
+            if gone:
+                devices.extend((seq, d, 1) for d in gone)
+            seq += 1
         conn.executemany(sql.INSERT_EVENT, rows)
         if devices:
             conn.executemany(sql.INSERT_EVENT_DEVICE, devices)
-        after = (first + len(self.events), ts)
         self.events.clear()
-        return after
+        return seq, ts, prev
 
 
-def next_stamp(conn: sqlite3.Connection) -> tuple[int, str]:
-    """The next seq and the time to stamp events with now."""
-    last_seq, last_ts = conn.execute(sql.LAST).fetchone()
+def next_stamp(conn: sqlite3.Connection) -> Stamp:
+    """The next seq, the time to stamp events with now, and the hash the next event chains
+    from: one statement, unless the newest events were pruned or none was ever written."""
+    row = conn.execute(sql.LAST).fetchone()
+    if row is not None and (row[3] is None or int(row[3]) <= int(row[0])):
+        last_seq, last_ts, prev = int(row[0]), row[1], bytes(row[2])
+    else:
+        last_seq, prev = head(conn)
+        last_ts = None if row is None else row[1]
     ts = format_ts(utcnow())
     if last_ts is not None and last_ts > ts:
         ts = last_ts  # the clock stepped back: keep time order equal to seq order
-    return int(last_seq) + 1, ts
+    return last_seq + 1, ts, prev
 
 
 def append_entry(
-    conn: sqlite3.Connection, op: str, key: Key, devices: DevicesPerNUMA | None
+    conn: sqlite3.Connection,
+    op: str,
+    key: Key,
+    devices: DevicesPerNUMA | None,
+    released: Sequence[str] = (),
 ) -> None:
     """Append one entry event: what ``Pending`` does for one event, with less Python (the
-    path of every ``insert``)."""
-    seq, ts = next_stamp(conn)
-    conn.execute(sql.INSERT_EVENT, (seq, ts, op, key[0], key[1], key[2], numa_json(devices)))
-    if devices:
-        ids = [(seq, d) for lst in devices.values() if lst for d in lst]
-        if ids:
-            conn.executemany(sql.INSERT_EVENT_DEVICE, ids)
+    path of every ``insert``). ``released``: the devices it released, sorted."""
+    seq, ts, prev = next_stamp(conn)
+    text = numa_json(devices)
+    gone = _JSON.encode(list(released)) if released else None
+    digest = chain.link(prev, seq, ts, op, key[0], key[1], key[2], text, gone)
+    conn.execute(sql.INSERT_EVENT, (seq, ts, op, key[0], key[1], key[2], text, gone, digest))
+    rows = [(seq, d, 0) for lst in devices.values() if lst for d in lst] if devices else []
+    if released:
+        rows += [(seq, d, 1) for d in released]
+    if rows:
+        conn.executemany(sql.INSERT_EVENT_DEVICE, rows)
+
+
+def released_devices(old: Iterable[str], new: DevicesPerNUMA | None) -> list[str]:
+    """The devices an entry held (``old``) that its new map no longer lists, sorted by code
+    point: what the event that writes ``new`` released."""
+    kept = {d for lst in new.values() if lst for d in lst} if new else set()
+    return sorted(set(old) - kept)
 
 
 def prune(conn: sqlite3.Connection, before: str) -> int:
     """``prune_history``: delete the events before ``before`` that nothing needs (see
-    ``sql.PRUNE``); returns how many went. When the newest events go too, their highest seq
-    is kept as the floor the next seq is taken above, so no seq is ever handed out twice."""
-    top = int(conn.execute(sql.LAST).fetchone()[0])
-    conn.execute(sql.PRUNE, {"before": before})
-    # Not cursor.rowcount: pysqlite reports -1 for a statement that starts with WITH.
-    removed = int(conn.execute("SELECT changes()").fetchone()[0])
-    if removed and int(conn.execute(sql.LAST).fetchone()[0]) < top:
-        conn.execute(sql.SET_SEQ_FLOOR, (top,))
-    return removed
+    ``sql.PRUNE``); returns how many went. The chain stays checkable: each kept event whose
+    predecessor goes gets a link with that predecessor's hash. When the newest events go too,
+    their highest seq is kept as the floor the next seq is taken above, so no seq is ever
+    handed out twice, and the link for the seq after it says where the chain stands."""
+    for statement in sql.SETUP:
+        conn.execute(statement)
+    conn.execute(sql.PRUNE_CLEAR)
+    try:
+        conn.execute(sql.PRUNE, {"before": before})
+        top = int(conn.execute(sql.HIGH_WATER).fetchone()[0])
+        conn.execute(sql.PRUNE_LINKS, {"high_water": top})
+        conn.execute(sql.PRUNE_UNLINK)
+        removed = conn.execute(sql.PRUNE_DELETE).rowcount
+        if removed and conn.execute(sql.EVENT_HASH, (top,)).fetchone() is None:
+            conn.execute(sql.SET_SEQ_FLOOR, (top,))
+    finally:
+        conn.execute(sql.PRUNE_CLEAR)
+    return int(removed)
+
+
+# ---- the chain's ends ----------------------------------------------------------------------------
+
+
+def genesis(conn: sqlite3.Connection) -> bytes:
+    """The hash before the store's first event (of its current ``store_id``)."""
+    row = conn.execute(sql.STORE_ID).fetchone()
+    if row is None:  # pragma: no cover - revision 0003 gives every store one
+        raise StoreCorruptError("the store has no store_id; run `podstore migrate upgrade`")
+    return chain.genesis(str(row[0]))
+
+
+def prev_hash(conn: sqlite3.Connection, seq: int) -> bytes:
+    """The hash event ``seq`` chains from: the genesis for seq 1, else the hash of event
+    ``seq - 1`` when it is kept, else the link recorded for ``seq`` (see "The hash chain").
+
+    Raises StoreCorruptError when the predecessor is missing and no link records its hash
+    (an event was removed from outside podstore), InvalidInputError for a seq below 1.
+    """
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise InvalidInputError(f"seq: expected an integer >= 1, got {seq!r}")
+    if seq == 1:
+        return genesis(conn)
+    row = conn.execute(sql.EVENT_HASH, (seq - 1,)).fetchone()
+    if row is None:
+        row = conn.execute(sql.LINK, (seq,)).fetchone()
+    if row is None:
+        raise StoreCorruptError(
+            f"the history chain is broken before seq {seq}: event {seq - 1} is missing and "
+            "no link records its hash (`podstore verify` tells more)"
+        )
+    return bytes(row[0])
+
+
+def head(conn: sqlite3.Connection) -> tuple[int, bytes]:
+    """The newest seq ever handed out (0 before the first event) and the hash the chain stands
+    at there: that event's hash, or when prune_history removed it the link it left for the
+    next seq; the genesis before the first event.
+
+    Raises StoreCorruptError when neither is there (removed from outside podstore).
+    """
+    seq, link = conn.execute(sql.PRUNED_HEAD).fetchone()
+    seq = int(seq)
+    if seq == 0:
+        return 0, genesis(conn)
+    row = conn.execute(sql.EVENT_HASH, (seq,)).fetchone()
+    if row is not None:
+        return seq, bytes(row[0])
+    if link is None:
+        raise StoreCorruptError(
+            f"the history chain has no head: event {seq} (the newest handed out) is missing "
+            "and no link records its hash (`podstore verify` tells more)"
+        )
+    return seq, bytes(link)
 
 
 # One encoder, reused: json.dumps with non-default options builds a new one per call, which
@@ -170,13 +307,14 @@ def registered_changes(
 
 def to_event(row: Sequence[Any]) -> AllocationEvent:
     """An ``allocation_events`` row (in ``sql.history_sql`` column order) as an event."""
-    seq, ts, op, pod, container, resource, text = row
+    seq, ts, op, pod, container, resource, text, released = row
     ids: DevicesPerNUMA | list[str] | None
     if pod is None:
         ids = None if text is None else list(json.loads(text))
     else:
         ids = _numa_from_json(text)
-    return AllocationEvent(int(seq), parse_ts(ts), op, pod, container, resource, ids)
+    gone: list[str] = [] if released is None else list(json.loads(released))
+    return AllocationEvent(int(seq), parse_ts(ts), op, pod, container, resource, ids, gone)
 
 
 # ---- replay ------------------------------------------------------------------------------------

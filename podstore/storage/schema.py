@@ -214,6 +214,11 @@ response_cdi_devices = _response_table(
 
 EVENT_OPS = ("insert", "replace", "delete", "import", "backfill", "registered", "unregistered")
 
+# Revision 0005: ``hash`` chains every event to its predecessor (rules/chain.py): the 32 bytes
+# SHA-256(hash of the previous event ‖ the event's canonical bytes), from the genesis of the
+# store's store_id. ``released`` lists the devices an entry event took away from an entry that
+# existed before it (a replace, or an import or sync over an existing entry): a JSON array
+# sorted by code point, NULL when none.
 allocation_events = Table(
     "allocation_events",
     metadata,
@@ -224,12 +229,18 @@ allocation_events = Table(
     Column("container", Text, nullable=True),
     Column("resource", Text, nullable=False),
     Column("device_ids", Text, nullable=True),
+    Column("released", Text, nullable=True),
+    Column("hash", LargeBinary, nullable=False),
     CheckConstraint("op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS) + ")", name="op"),
+    CheckConstraint("length(hash) = 32", name="hash"),
     Index("ix_allocation_events_ts", "ts"),
     Index("ix_allocation_events_key", "pod_uid", "container", "resource", "seq"),
 )
 
-# Every device an event names, for history(device_id=...) and owners_at without a JSON scan.
+# Every device an event names, for history(device_id=...) and owners_at without a JSON scan:
+# the devices it lists (``released`` 0: the entry holds them after the event, or for a delete
+# held them until it) and the devices it released (``released`` 1, revision 0005). Whatever
+# means "held" reads the rows with ``released = 0`` only.
 allocation_event_devices = Table(
     "allocation_event_devices",
     metadata,
@@ -240,7 +251,20 @@ allocation_event_devices = Table(
         nullable=False,
     ),
     Column("device_id", Text, nullable=False),
+    Column("released", Boolean, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("seq", "device_id"),
     Index("ix_allocation_event_devices_device_id", "device_id", "seq"),
     **_CLUSTERED,
+)
+
+# The hash a kept event chains from when its predecessor (seq - 1) is not kept (revision 0005):
+# written by prune_history for each kept event whose predecessor it removes, and for the seq
+# after the newest ever handed out when it removes the newest events (so the next event, and
+# head(), still know what the chain stands at). See storage/events.py, "The hash chain".
+history_chain_links = Table(
+    "history_chain_links",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("prev_hash", LargeBinary, nullable=False),
+    CheckConstraint("length(prev_hash) = 32", name="prev_hash"),
 )

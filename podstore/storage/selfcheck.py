@@ -15,6 +15,7 @@ a look. ``podstore verify`` exits 1 when any finding is an error.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import uuid
@@ -28,6 +29,7 @@ from podstore.sqlite.connection import ConnectOptions, connect, database_path, j
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
+from podstore.storage import chain
 from podstore.storage.sql import checks as sql
 
 Severity = Literal["error", "warning"]
@@ -391,6 +393,79 @@ def _store_id(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return []
 
 
+def _named(device_ids: str | None, released: str | None) -> set[tuple[str, int]]:
+    """(device, released flag) of every device an event's JSON names."""
+    out: set[tuple[str, int]] = set()
+    if device_ids is not None:
+        value = json.loads(device_ids)
+        lists = value.values() if isinstance(value, dict) else [value]
+        out.update((d, 0) for ids in lists for d in ids or ())
+    if released is not None:
+        out.update((d, 1) for d in json.loads(released))
+    return out
+
+
+def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+    """allocation_event_devices holds exactly the devices each kept event names: the rows
+    owners_at and history(device_id=) read are what the hash chain covers."""
+    if not {"allocation_events", "allocation_event_devices", "history_chain_links"} <= tables:
+        return []
+    rows = conn.cursor().execute(sql.EVENT_DEVICE_ROWS)
+    row = rows.fetchone()
+    bad: list[tuple[int, str, int, str]] = []
+
+    def stored_through(seq: int) -> set[tuple[str, int]]:
+        nonlocal row
+        found: set[tuple[str, int]] = set()
+        while row is not None and int(row[0]) <= seq:
+            if int(row[0]) < seq:  # rows of an event that names nothing
+                bad.append((int(row[0]), str(row[1]), int(row[2]), "not named by the event"))
+            else:
+                found.add((str(row[1]), int(row[2])))
+            row = rows.fetchone()
+        return found
+
+    for seq, device_ids, released in conn.cursor().execute(sql.EVENT_DEVICE_NAMES):
+        try:
+            named = _named(device_ids, released)
+        except (ValueError, TypeError, AttributeError) as exc:
+            bad.append((int(seq), "", 0, f"its device JSON does not parse ({exc})"))
+            named = set()
+        stored = stored_through(int(seq))
+        bad.extend((int(seq), d, f, "missing") for d, f in sorted(named - stored))
+        bad.extend((int(seq), d, f, "not named by the event") for d, f in sorted(stored - named))
+    stored_through(1 << 62)
+    if not bad:
+        return []
+    bad.sort()
+    return [
+        Finding(
+            "error",
+            "event-devices",
+            f"{len(bad)} event device rows that differ from what the events name: "
+            + _listed(
+                bad, lambda r: f"seq {r[0]} {r[1]!r} ({'released' if r[2] else 'listed'}): {r[3]}"
+            ),
+        )
+    ]
+
+
+def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+    """The history's hash chain holds (storage/chain.py): one finding per break."""
+    if not {"allocation_events", "history_chain_links", "store_meta"} <= tables:
+        return []
+    if _store_id(conn, tables):
+        return []  # no identity, no genesis: the store-id finding says so
+    report = chain.verify(conn)
+    out = [Finding("error", "history-chain", b.message) for b in report.breaks]
+    more = report.break_count - len(report.breaks)
+    if more > 0:
+        out.append(Finding("error", "history-chain", f"and {more} more breaks"))
+    return out
+
+
 _INVARIANTS.append(("responses", _responses))
 _INVARIANTS.append(("store-id", _store_id))
+_INVARIANTS.append(("event-devices", _event_devices))
+_INVARIANTS.append(("history-chain", _history_chain))
 _INVARIANTS.append(("foreign-keys", _foreign_keys))

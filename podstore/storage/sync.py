@@ -1,7 +1,7 @@
 """Bringing the store to a checkpoint file's content by writing only what differs (a sync).
 
-The file is read and verified exactly as an import reads it (``transfer.read_verified``,
-which ``prepare_import`` uses too), before the write lock; entries the last read of the same
+The file is read and verified exactly as an import reads it (``rows.read_verified``, which
+``prepare_import`` uses too), before the write lock; entries the last read of the same
 file decoded are reused (``checkpoint/incremental.py``, same result). Inside the caller's
 transaction its rows go into temporary tables (kept between syncs of one file: only entries
 that came or went are loaded, see :class:`SyncState`) and SQL set differences against the
@@ -34,13 +34,12 @@ from typing import Any
 from podstore.checkpoint import Checkpoint
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.incremental import EntryCache
-from podstore.storage import entries, events, responses, transfer
-from podstore.storage.entries import Key, Row
+from podstore.storage import entries, events, responses, rows
+from podstore.storage.entries import Key
+from podstore.storage.rows import Row
 from podstore.storage.sql import sync as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry, SyncReport
 
-#: Above this many rows a write goes through the bulk writer (as ``from_checkpoint_data``).
-_BULK = 64
 #: Deletes of more pods than this read the whole store once rather than pod by pod.
 _POD_READS = 64
 
@@ -80,10 +79,10 @@ def prepare(
     max_bytes: int | None = None,
     state: SyncState | None = None,
 ) -> PreparedSync:
-    """Read and verify ``path`` exactly as an import does (``transfer.read_verified``; with
+    """Read and verify ``path`` exactly as an import does (``rows.read_verified``; with
     ``state``, the entries the last read of the file decoded are reused)."""
     cache = None if state is None else state.cache
-    return PreparedSync(*transfer.read_verified(path, max_bytes, cache))
+    return PreparedSync(*rows.read_verified(path, max_bytes, cache))
 
 
 class _File:
@@ -129,9 +128,9 @@ class _File:
         return kept
 
     def _decode(self, index: int, entry: PodDevicesEntry) -> Row | None:
-        row = transfer.to_row(entry)
+        row = rows.to_row(entry)
         if isinstance(row, str):
-            self.skipped.append(transfer.skipped_entry(index, entry, row))
+            self.skipped.append(rows.skipped_entry(index, entry, row))
             return None
         return row
 
@@ -166,7 +165,10 @@ def apply(
         state.token = ""  # the rollback undoes this sync's changes to the file tables
         raise
     finally:
-        _clear(conn)
+        # SQLite rolls a transaction back by itself on some errors (a full disk), and with it
+        # the tables SETUP created in it: clearing them then would only hide the error.
+        if conn.in_transaction:
+            _clear(conn)
 
 
 def _clear(conn: sqlite3.Connection) -> None:
@@ -177,13 +179,7 @@ def _clear(conn: sqlite3.Connection) -> None:
 def _entry_rows(
     ord_: int, e: PodDevicesEntry
 ) -> tuple[tuple[Any, ...], list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
-    devices: list[tuple[int, int, int, str]] = []
-    empty: list[tuple[int, int, bool]] = []
-    for node, ids in (e.device_ids or {}).items():
-        if ids:
-            devices.extend((ord_, node, pos, dev) for pos, dev in enumerate(ids))
-        else:
-            empty.append((ord_, node, ids is None))
+    devices, empty = rows.device_rows(ord_, e.device_ids)
     raw = b"" if e.alloc_resp is None else e.alloc_resp
     entry = (
         ord_,
@@ -268,14 +264,6 @@ def _load_candidate_responses(conn: sqlite3.Connection, file: _File, ords: list[
     ):
         if values:
             conn.executemany(statement, values)
-
-
-def _write(conn: sqlite3.Connection, rows: list[Row], op: str) -> None:
-    if len(rows) > _BULK:
-        entries.write_many(conn, rows, op)
-    else:
-        for row in rows:
-            entries.write_one(conn, row, op)
 
 
 def _device_maps(
@@ -377,8 +365,8 @@ def _apply(conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState) -
     deleted = _delete(conn)
     registered, unregistered = _sync_registered(conn, prepared.checkpoint.registered_devices)
     shape_changed = _sync_shape(conn, prepared.checkpoint)
-    _write(conn, replaced, "replace")
-    _write(conn, inserted, "insert")
+    entries.write_rows(conn, replaced, "replace")
+    entries.write_rows(conn, inserted, "insert")
     if deleted:
         # After the inserts, so that a pod which loses one entry and gains another keeps its row.
         conn.execute(sql.DELETE_EMPTIED_CONTAINERS)

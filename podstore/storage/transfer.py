@@ -2,6 +2,7 @@
 
 Import is split so the slow part (reading, verifying, decoding a file that may hold 100,000
 entries) happens before the write lock is taken; the locked part is a few executemany calls.
+Reading and decoding are the rows layer's (``storage/rows.py``), shared with the sync.
 """
 
 from __future__ import annotations
@@ -11,18 +12,10 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from podstore.checkpoint import (
-    DEFAULT_MAX_BYTES,
-    Checkpoint,
-    dumps_checkpoint,
-    read_checkpoint,
-    write_checkpoint_file,
-)
-from podstore.checkpoint.incremental import EntryCache, read_cached
-from podstore.errors import CheckpointFormatError, ImportRefusedError, InvalidInputError
-from podstore.rules import alloc_resp
+from podstore.checkpoint import Checkpoint, dumps_checkpoint, write_checkpoint_file
+from podstore.errors import CheckpointFormatError, ImportRefusedError
 from podstore.storage import entries
-from podstore.storage.entries import Row
+from podstore.storage.rows import Row, file_path, read_verified, skipped_entry, to_row
 from podstore.storage.sql import entries as sql
 from podstore.types import ImportReport, PodDevicesEntry, SkippedEntry
 
@@ -38,64 +31,6 @@ class PreparedImport:
     checkpoint: Checkpoint
     rows: list[Row] = field(default_factory=list)
     skipped: list[SkippedEntry] = field(default_factory=list)
-
-
-def _path(path: str | os.PathLike[str], argument: str) -> str:
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str) or not path:
-        raise InvalidInputError(f"{argument}: expected a file path, got {path!r}")
-    return path
-
-
-def to_row(entry: PodDevicesEntry) -> Row | str:
-    """The row a checkpoint entry restores as, or why kubelet skips it (an AllocResp that does
-    not decode). A null AllocResp restores as an empty response, flagged so that export writes
-    null again."""
-    raw = b"" if entry.alloc_resp is None else entry.alloc_resp
-    parsed = alloc_resp.parse(raw)
-    if isinstance(parsed, str):
-        return parsed
-    return Row(
-        entry.pod_uid,
-        entry.container_name,
-        entry.resource_name,
-        entry.device_ids,
-        parsed,
-        entry.alloc_resp is None,
-    )
-
-
-def read_verified(
-    path: str | os.PathLike[str],
-    max_bytes: int | None = None,
-    cache: EntryCache | None = None,
-) -> tuple[str, Checkpoint]:
-    """The path as a string and the file read and verified as import reads it (v2, then v1;
-    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file. With
-    ``cache``, entries already read from an earlier version of the file are not decoded again
-    (same result: ``checkpoint/incremental.py``).
-
-    Raises InvalidInputError for bad arguments and what ``read_checkpoint`` raises.
-    """
-    name = _path(path, "path")
-    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise InvalidInputError(f"max_bytes: expected a positive int, got {max_bytes!r}")
-    if cache is not None:
-        return name, read_cached(name, cache, max_bytes=limit)
-    return name, read_checkpoint(name, max_bytes=limit)
-
-
-def skipped_entry(index: int, entry: PodDevicesEntry, reason: str) -> SkippedEntry:
-    """The report of a file entry kubelet would skip (``reason``: why it does not decode)."""
-    return SkippedEntry(
-        index,
-        entry.pod_uid,
-        entry.container_name,
-        entry.resource_name,
-        f"AllocResp is not a ContainerAllocateResponse: {reason}",
-    )
 
 
 def prepare_import(
@@ -216,4 +151,4 @@ def export_bytes(
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:
     """Atomically replace ``path`` with ``data`` (mode 0600, fsynced, directory fsynced)."""
-    write_checkpoint_file(_path(path, "path"), data)
+    write_checkpoint_file(file_path(path, "path"), data)

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from podstore.errors import CheckpointError, CheckpointNotFoundError, PodStoreError
+from podstore.metrics.stats import SyncStats
 from podstore.store import PodStore
 from podstore.types import SyncReport
-from podstore.watch.stats import SyncStats
+from podstore.watch.failures import Backoff, ProblemLog
+from podstore.watch.health import Pulse
 from podstore.watch.trigger import FileTrigger, Signature, signature
 from podstore.watch.wakeup import Wakeup
 
@@ -62,7 +64,7 @@ class Follower:
 
     ``on_sync`` hooks run in the follower's thread after every sync with its outcome, and
     ``on_tick`` hooks at every polling tick; both must return quickly (the shipper only rings
-    its own thread).
+    its own thread). ``pulse`` records the loop's progress for ``/healthz`` and ``/readyz``.
     """
 
     def __init__(
@@ -83,15 +85,17 @@ class Follower:
         self.on_tick = list(on_tick or ())
         self.wakeup = Wakeup()
         self._stopping = False
-        self._problem: str | None = None
+        self._problems = ProblemLog(log, cleared="%s: good again")
         self._seen: Signature = None
         self._retry_at: float | None = None
-        self._retry_delay = RETRY_FIRST
+        self._backoff = Backoff(RETRY_FIRST, max(interval, RETRY_FIRST))
+        self.pulse = Pulse()
 
     # ---- one sync -------------------------------------------------------------------------
 
     def sync(self) -> SyncOutcome:
         """Sync once (never raises for a bad file or a store error: the outcome says)."""
+        self.pulse.sync_started()
         seen = signature(self.path)
         started = time.perf_counter()
         try:
@@ -106,6 +110,7 @@ class Follower:
         # The signature from before the read: a rewrite during the read is seen next time.
         self._seen = seen
         self.stats.record(outcome.result, outcome.seconds)
+        self.pulse.sync_ended(outcome.result)
         self._log(outcome)
         self._schedule_retry(outcome)
         for hook in self.on_sync:
@@ -114,9 +119,7 @@ class Follower:
 
     def _log(self, outcome: SyncOutcome) -> None:
         if outcome.ok:
-            if self._problem is not None:
-                log.info("%s: good again", self.path)
-                self._problem = None
+            self._problems.clear(self.path)
             report = outcome.report
             if report is not None and report.changed:
                 log.info(
@@ -130,23 +133,35 @@ class Follower:
                     report.registered,
                     report.unregistered,
                     f", {len(report.skipped)} entries skipped" if report.skipped else "",
+                    extra={
+                        "event": "sync",
+                        "checkpoint": self.path,
+                        "result": outcome.result,
+                        "seconds": round(outcome.seconds, 6),
+                        "inserted": report.inserted,
+                        "replaced": report.replaced,
+                        "deleted": report.deleted,
+                    },
                 )
             return
         problem = f"{outcome.result}: {outcome.problem}"
-        if problem != self._problem:
-            level = logging.WARNING if outcome.result in ("missing", "invalid") else logging.ERROR
-            log.log(level, "sync %s (store left as it was)", problem)
-            self._problem = problem
+        level = logging.WARNING if outcome.result in ("missing", "invalid") else logging.ERROR
+        self._problems.report(
+            problem,
+            "sync %s (store left as it was)",
+            problem,
+            level=level,
+            fields={"event": "sync", "checkpoint": self.path, "result": outcome.result},
+        )
 
     def _schedule_retry(self, outcome: SyncOutcome) -> None:
         # A store error (busy, disk full) is retried on its own; a bad or missing file waits
         # for the file to change.
         if outcome.result == "error":
-            self._retry_at = time.monotonic() + self._retry_delay
-            self._retry_delay = min(self._retry_delay * 2, max(self.interval, RETRY_FIRST))
+            self._retry_at = time.monotonic() + self._backoff.next()
         else:
             self._retry_at = None
-            self._retry_delay = RETRY_FIRST
+            self._backoff.reset()
 
     # ---- following ------------------------------------------------------------------------
 
@@ -157,6 +172,7 @@ class Follower:
 
     def run(self, *, on_start: Callable[[], None] | None = None) -> None:
         """Sync now, then whenever the file changes, until :meth:`stop`."""
+        self.pulse.running()
         trigger = FileTrigger(self.path, self.wakeup.ring)
         trigger.start()
         try:
@@ -167,6 +183,7 @@ class Follower:
             while not self._stopping:
                 deadline = next_poll if self._retry_at is None else min(next_poll, self._retry_at)
                 woke = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
+                self.pulse.beat()
                 if self._stopping:
                     break
                 now = time.monotonic()
@@ -184,5 +201,6 @@ class Follower:
                 if woke or due:
                     self.sync()
         finally:
+            self.pulse.stopped()
             trigger.stop()
             self.wakeup.close()

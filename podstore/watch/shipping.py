@@ -10,10 +10,16 @@ distinct problem, through ``describe`` (the shipper masks URLs there with ``rule
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 
+from podstore.watch.failures import Backoff, ProblemLog
+
 log = logging.getLogger("podstore")
+
+#: What :func:`url_file_holds_url` reads of the file at most (a URL is one line).
+MAX_PEEK = 64 << 10
 
 
 class RetryingHook:
@@ -33,8 +39,8 @@ class RetryingHook:
         max_delay: float = 300.0,
         describe: Callable[[BaseException], str] = str,
     ) -> None:
-        if first_delay <= 0 or max_delay < first_delay:
-            raise ValueError("expected 0 < first_delay <= max_delay")
+        self._backoff = Backoff(first_delay, max_delay)  # raises ValueError for bad delays
+        self._problems = ProblemLog(log, cleared="%s works again")
         self._hook = hook
         self.name = name
         self.first_delay = first_delay
@@ -43,7 +49,6 @@ class RetryingHook:
         self._pending = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._problem: str | None = None
         self.calls = 0
         self.failures = 0
         self.successes = 0
@@ -70,7 +75,6 @@ class RetryingHook:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        delay = self.first_delay
         while True:
             self._pending.wait()
             if self._stop.is_set():
@@ -82,23 +86,39 @@ class RetryingHook:
             except Exception as exc:  # the hook is another package's code: never die of it
                 self.failures += 1
                 problem = self.describe(exc)
-                if problem != self._problem:
-                    log.error(
-                        "%s failed (retrying, backing off up to %.0f s): %s",
-                        self.name,
-                        self.max_delay,
-                        problem,
-                    )
-                    self._problem = problem
+                self._problems.report(
+                    problem,
+                    "%s failed (retrying, backing off up to %.0f s): %s",
+                    self.name,
+                    self.max_delay,
+                    problem,
+                )
                 self._pending.set()  # the work is still to do
+                delay = self._backoff.next()
                 self.delays.append(delay)
                 # Only a stop cuts the wait short: new syncs do not make the server reachable.
                 if self._stop.wait(delay):
                     return
-                delay = min(delay * 2, self.max_delay)
             else:
                 self.successes += 1
-                if self._problem is not None:
-                    log.info("%s works again", self.name)
-                    self._problem = None
-                delay = self.first_delay
+                self._problems.clear(self.name)
+                self._backoff.reset()
+
+
+def url_file_holds_url(path: str | os.PathLike[str] | None) -> bool:
+    """Whether the ``--ship-to-file`` file is there and holds something besides blank lines
+    and ``#`` comments. A missing or empty file (a Kubernetes Secret that is optional or
+    empty, an empty credential) means no fleet is configured: the watch does not ship and
+    the pruner owes no fleet anything. Whether what it holds is an acceptable URL, and the
+    file safe to take one from, is ``fleet.urls.read_url_file``'s to say."""
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PEEK)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # there, but unreadable: read_url_file says why
+    text = data.decode("utf-8", "replace")
+    return any(line.strip() and not line.strip().startswith("#") for line in text.splitlines())

@@ -8,11 +8,17 @@ the deepest existing ancestor is watched instead and the watch moves down as the
 when the watched directory is removed, it moves back up. The watchdog thread only rings the
 follower's wake-up; (re)arming happens in the follower's thread (:meth:`FileTrigger.refresh`),
 never inside watchdog's dispatch.
+
+Arming races the file system: a directory created after the trigger looked at the path but
+before its watch was armed sends its event to nobody, and a directory removed and made again
+under the same name leaves a watch on the dead one. So after every arming the trigger looks
+at the path again, and tells directories apart by (device, inode), not by name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -20,6 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("podstore")
+
+#: Arming rounds in one refresh while the path keeps changing (each round re-checks after
+#: arming); past it the next wake-up goes on.
+_REARM_LIMIT = 16
 
 #: (device, inode, size, mtime ns, ctime ns) of the file, or None when it is missing.
 Signature = tuple[int, int, int, int, int] | None
@@ -32,6 +42,15 @@ def signature(path: str) -> Signature:
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, or None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _deepest_existing(directory: str) -> str:
@@ -57,7 +76,11 @@ class FileTrigger:
         self._wake = wake
         self._observer: Any = None
         self._watch: Any = None
+        self._handler: _Handler | None = None
         self._armed: str | None = None
+        # The armed directory's (device, inode): a directory removed and made again under the
+        # same name is another directory, and the watch on the old one is dead.
+        self._armed_id: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._rearm = False
 
@@ -90,25 +113,59 @@ class FileTrigger:
             return False
         with self._lock:
             self._rearm = False
-        target = _deepest_existing(self.directory)
-        if target == self._armed and self._watch is not None:
-            return False
+        was = self._armed
+        moved = False
+        for _ in range(_REARM_LIMIT):
+            target = _deepest_existing(self.directory)
+            identity = _identity(target)
+            if (
+                target == self._armed
+                and identity == self._armed_id
+                and self._handler is not None
+                and not self._handler.gone.is_set()
+            ):
+                break
+            moved = True
+            failed = self._arm(target, identity)
+            if failed is not None:
+                if failed.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue  # it went while being armed: look again
+                # inotify out of watches, say: stay unarmed; the next refresh (poll tick)
+                # tries again.
+                return True
+            # Look again now that the watch is armed: a directory created between the look
+            # and the arming sent its event to nobody, and nothing else would tell us.
+        else:
+            with self._lock:
+                self._rearm = True  # still changing under us: go on at the next wake-up
+            self._wake()
+        if moved and self._armed is not None:
+            if self._armed != self.directory:
+                log.info("%s does not exist yet; watching %s", self.directory, self._armed)
+            elif was is not None:
+                log.info("watching %s again", self._armed)
+        return moved
+
+    def _arm(self, target: str, identity: tuple[int, int] | None) -> OSError | None:
+        """Watch ``target`` (found with ``identity``) instead of the armed directory; the error
+        when it cannot be watched."""
         self._unschedule()
+        handler = _Handler(self, target)
         try:
-            self._watch = self._observer.schedule(_Handler(self), target, recursive=False)
+            self._watch = self._observer.schedule(handler, target, recursive=False)
         except OSError as exc:
-            # The directory vanished between the check and the watch, or inotify is out of
-            # watches: stay unarmed; the next refresh (poll tick) tries again.
-            log.warning("cannot watch %s (%s); polling", target, exc)
-            self._armed = None
-            return True
-        moved = self._armed is not None
-        self._armed = target
-        if target != self.directory:
-            log.info("%s does not exist yet; watching %s", self.directory, target)
-        elif moved:
-            log.info("watching %s again", target)
-        return True
+            self._armed = self._armed_id = None
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                log.warning("cannot watch %s (%s); polling", target, exc)
+            return exc
+        self._armed, self._armed_id, self._handler = target, identity, handler
+        return None
+
+    @property
+    def armed(self) -> str | None:
+        """The directory watched now (None before ``start``, without file events, or when no
+        directory on the path could be watched)."""
+        return self._armed
 
     @property
     def needs_refresh(self) -> bool:
@@ -116,7 +173,7 @@ class FileTrigger:
             return self._rearm
 
     def _unschedule(self) -> None:
-        watch, self._watch = self._watch, None
+        watch, self._watch, self._handler = self._watch, None, None
         if watch is not None:
             # Its emitter may have stopped already (the directory was removed).
             with contextlib.suppress(KeyError, OSError):
@@ -144,10 +201,23 @@ class FileTrigger:
 
 
 class _Handler:
-    """watchdog's handler protocol, forwarding to the trigger."""
+    """watchdog's handler protocol for the watch on ``target``, forwarding to the trigger.
 
-    def __init__(self, trigger: FileTrigger) -> None:
+    ``gone`` is set when ``target`` itself was removed: that watch is dead even if a directory
+    of the same name (inode numbers are reused at once) is there by the time the trigger
+    looks.
+    """
+
+    def __init__(self, trigger: FileTrigger, target: str) -> None:
         self._trigger = trigger
+        self.target = target
+        self.gone = threading.Event()
 
     def dispatch(self, event: Any) -> None:
+        if (
+            event.is_directory
+            and event.event_type == "deleted"
+            and os.fsdecode(event.src_path) == self.target
+        ):
+            self.gone.set()
         self._trigger._on_event(event)

@@ -7,18 +7,13 @@ installs the distribution's postgresql package).
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from harness.pgserver import PgServer, PgServerUnavailable
 
-from podstore.fleet import db, migrate
+from podstore.fleet import admin, db, migrate
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +40,8 @@ def empty_url(pg: PgServer) -> Iterator[str]:
 
 @pytest.fixture
 def fleet_url(empty_url: str) -> str:
-    """A new database with the fleet schema at head."""
+    """A new database with the fleet schema at head, and the reader role `fleet sql` runs
+    statements as."""
     migrate.init(empty_url)
+    admin.grant_reader(empty_url, "podstore_reader")
     return empty_url

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from fleetlib import fleet_event_seqs, rows
+from harness.fleetlib import fleet_event_seqs, rows
 from harness.pgserver import PgServer
 
 from podstore import FleetUnavailableError, PodStore
@@ -84,6 +84,9 @@ def test_listings_in_every_format(shipped: tuple[str, Path], fmt: str) -> None:
             "entries",
             "device_rows",
             "snapshots",
+            "refusals",
+            "last_refusal",
+            "retired_at",
         ]
         assert (node["node"], node["events"], node["device_rows"]) == ("node-1", 2, 3)
         assert node["last_shipped_at"].endswith("Z")
@@ -218,3 +221,96 @@ def test_node_side_never_imports_the_driver(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stdout
+
+
+def test_fleet_sql_max_rows_stops_after_the_limit(shipped: tuple[str, Path]) -> None:
+    url, _ = shipped
+    query = "SELECT g FROM generate_series(1, 10) g"
+    over = _run("fleet", "sql", "--url", url, "-o", "csv", "--max-rows", "4", query)
+    assert over.returncode == 1
+    # Never more than the limit, in order (rows are written in batches, as the node's sql).
+    lines = over.stdout.splitlines()
+    assert lines[0] == "g" and lines[1:] == [str(i) for i in range(1, len(lines))]
+    assert len(lines) <= 5
+    assert over.stderr.startswith("podstore: error:") and "more than 4 rows" in over.stderr
+    exact = _run("fleet", "sql", "--url", url, "-o", "csv", "--max-rows", "10", query)
+    assert exact.returncode == 0 and exact.stdout.splitlines()[-1] == "10"
+
+
+def test_fleet_sql_streams_a_large_answer_in_bounded_memory(shipped: tuple[str, Path]) -> None:
+    # 600,000 rows of ~45 bytes: held whole (as before) that is ~300 MB of Python objects; a
+    # stream holds one page of the cursor and one batch of output at a time.
+    url, _ = shipped
+    code = (
+        "import resource, sys\n"
+        "from podstore.cli import main\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    query = "SELECT g, md5(CAST(g AS text)) AS h FROM generate_series(1, 600000) g"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "fleet", "sql", "--url", url, "-o", "csv", query],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 600_001 and lines[-1].startswith("600000,")
+    rss_kb = int(proc.stderr.split("RSS")[-1])
+    assert rss_kb < 150 * 1024, rss_kb
+
+
+def test_ship_and_fleet_commands_without_the_driver_exit_2_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "n.db"
+    PodStore.open(db).close()
+    code = "import sys; sys.modules['psycopg'] = None\nfrom podstore.cli import main; main()"
+    url = "postgresql://podstore:s3cret@db.example:5432/fleet"
+    for args in (
+        ["--db", str(db), "ship", "--to", url],
+        ["fleet", "init", "--url", url],
+        ["fleet", "nodes", "--url", url],
+        ["fleet", "owners", "GPU-1", "--url", url],
+        ["fleet", "sql", "--url", url, "SELECT 1"],
+        ["fleet", "verify", "--url", url],
+        ["fleet", "grant-node", "n", "--url", url],
+        ["fleet", "grant-reader", "r", "--url", url],
+        ["fleet", "rename-node", "a", "b", "--url", url],
+        ["fleet", "retire", "--node", "a", "--url", url],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "install podstore[fleet]" in lines[0], (args, proc.stderr)
+        assert "s3cret" not in proc.stderr
+    # Printing the grant SQL needs no driver and no database.
+    printed = subprocess.run(
+        [sys.executable, "-c", code, "fleet", "grant-node", "n", "--print-sql"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert printed.returncode == 0 and "podstore_node_n" in printed.stdout, printed.stderr
+
+
+def test_every_fleet_command_takes_the_url_from_the_environment(
+    shipped: tuple[str, Path],
+) -> None:
+    url, db = shipped
+    env = {"PODSTORE_FLEET_URL": url}
+    for args in (
+        ["--db", str(db), "ship", "--node", "node-1"],
+        ["fleet", "init"],
+        ["fleet", "nodes"],
+        ["fleet", "owners", "GPU-1"],
+        ["fleet", "sql", "SELECT 1"],
+        ["fleet", "verify"],
+        ["fleet", "grant-reader", "env_reader"],
+        ["fleet", "grant-node", "env-node"],
+    ):
+        result = _run(*args, env=env)
+        assert result.returncode == 0, (args, result.stderr)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from audit_fixture import at, clock
 from click.testing import CliRunner
-from fleetlib import assert_same_state, fleet_event_seqs, node_events
+from harness.audit_fixture import at, clock
+from harness.fleetlib import assert_same_state, fleet_event_seqs, node_events
 
 from podstore import PodStore
 from podstore.cli import cli
@@ -141,3 +141,65 @@ def test_the_gap_warning_names_the_url_without_its_password(
     assert report.snapshots == 1 and "postgres:***@" in report.url
     assert "pruned before they were shipped" in caplog.text and "postgres:***@" in caplog.text
     assert secret not in caplog.text and secret not in repr(report)
+
+
+def test_snapshots_are_stamped_when_taken_and_owners_at_agree_across_them(
+    tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The issue's case: a snapshot stamped with the time of the newest event it kept (09:00,
+    # 12:00 below) stood in for instants before facts the fleet already held, so owners at
+    # 12:30 lost p1, whom the earlier snapshot lists.
+    with PodStore.open(tmp_path / "n.db") as store, clock(monkeypatch) as now:
+        now[0] = at("09:00")
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 1
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 2
+        ship(store, fleet_url, node="n")
+        now[0] = at("10:00")
+        store.delete(["p2"])  # seq 3
+        now[0] = at("10:10")
+        store.insert("p9", "c", "gpu", {0: ["G9"]}, None)  # seq 4
+        now[0] = at("10:20")
+        store.delete(["p9"])  # seq 5
+        now[0] = at("11:00")
+        store.prune_history(at("10:30"))  # keeps only seq 1 (p1 is live)
+        first = ship(store, fleet_url, node="n")
+        assert (first.snapshots, first.last_seq) == (1, 5)
+        now[0] = at("12:00")
+        store.insert("p3", "c", "gpu", {0: ["G3"]}, None)  # seq 6
+        ship(store, fleet_url, node="n")
+        now[0] = at("13:00")
+        store.delete(["p1"])  # seq 7
+        store.insert("p4", "c", "gpu", {0: ["G1"]}, None)  # seq 8
+        now[0] = at("13:10")
+        store.delete(["p4"])  # seq 9
+        now[0] = at("14:00")
+        store.prune_history(at("13:30"))  # keeps only seq 6 (p3 is live)
+        second = ship(store, fleet_url, node="n")
+        assert (second.snapshots, second.last_seq) == (1, 9)
+        stamps = read.query(
+            fleet_url,
+            "SELECT at_seq, ts FROM fleet_snapshots WHERE store_id = CAST(:s AS uuid) "
+            "ORDER BY at_seq",
+            {"s": store.store_id},
+        ).rows
+        assert stamps == [(5, at("11:00")), (9, at("14:00"))]
+
+        def held(device: str, when: str) -> list[str]:
+            return [r[2] for r in read.owners(fleet_url, device, at=at(when)).rows]
+
+        assert held("G2", "09:30") == ["p2"]  # shipped before the first gap
+        # Inside a gap the fleet knows what was shipped (p2's delete at 10:00 was pruned
+        # before it was); from the snapshot on, what the snapshot says.
+        assert held("G2", "10:05") == ["p2"]
+        assert held("G2", "11:30") == []
+        assert held("G1", "10:45") == ["p1"]
+        assert held("G1", "12:30") == ["p1"]  # the first snapshot's holder, still there
+        assert held("G3", "12:30") == ["p3"]
+        # Inside the second gap the fleet knows what was shipped: p1's delete at 13:00 was
+        # pruned before it was, so p1 still holds G1 there; from the snapshot on, nobody does.
+        assert held("G1", "13:05") == ["p1"]
+        assert held("G1", "14:30") == []
+        assert held("G3", "14:30") == ["p3"]
+        # ... and where the node still knows, the fleet says the same.
+        for device, when in (("G3", "14:30"), ("G1", "14:30"), ("G3", "12:30")):
+            assert held(device, when) == [k[0] for k in store.owners_at(device, at(when))]

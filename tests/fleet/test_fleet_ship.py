@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fleetlib import (
+from harness.fleetlib import (
     assert_same_state,
     busy_node,
     fleet_event_seqs,
     fleet_events,
     fleet_last_seq,
     node_events,
+    rows,
 )
 
 from podstore import FleetError, InvalidInputError, PodStore
@@ -101,7 +102,7 @@ def test_double_allocations_are_found_per_store_only(tmp_path: Path, fleet_url: 
 def test_owners_at_a_past_instant_follow_the_shipped_history(
     tmp_path: Path, fleet_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from audit_fixture import at, clock
+    from harness.audit_fixture import at, clock
 
     store = PodStore.open(tmp_path / "n.db")
     with store, clock(monkeypatch) as now:
@@ -129,9 +130,9 @@ def test_bad_arguments_and_a_missing_schema_change_nothing(tmp_path: Path, empty
             ship(store, empty_url, node="n", batch_size=0)
         with pytest.raises(InvalidInputError, match="PostgreSQL"):
             ship(store, "mysql://u@h/db", node="n")
-        assert read.query(
-            empty_url, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleet%'"
-        ).rows == [(0,)]
+        assert rows(empty_url, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleet%'") == [
+            (0,)
+        ]
 
 
 def test_a_store_older_than_what_was_shipped_is_refused(tmp_path: Path, fleet_url: str) -> None:
@@ -146,4 +147,53 @@ def test_a_store_older_than_what_was_shipped_is_refused(tmp_path: Path, fleet_ur
         ship(store, fleet_url, node="n")
     with PodStore.open(tmp_path / "old.db") as old, pytest.raises(FleetError, match="older copy"):
         ship(old, fleet_url, node="n")
+    # Refused by the server, as diverged, and counted.
+    assert read.nodes(fleet_url).dicts()[0]["refusals"] == 1
     assert fleet_last_seq(fleet_url, old.store_id) == 2
+
+
+def test_shipping_status_is_filled_by_every_call(tmp_path: Path, fleet_url: str) -> None:
+    from podstore import FleetRefusedError, FleetUnavailableError
+    from podstore.fleet.status import ShippingStatus
+
+    status = ShippingStatus()
+    assert status.snapshot().last_seq is None and status.snapshot().failures == 0
+    with busy_node(tmp_path / "n.db", seed=11) as store:
+        report = ship(store, fleet_url, node="n", status=status)
+        done = status.snapshot()
+        assert (done.last_seq, done.lag_events, done.lag_seconds) == (report.last_seq, 0, 0.0)
+        assert (done.successes, done.failures, done.last_error) == (1, 0, None)
+        for i in range(3):
+            store.insert(f"late-{i}", "c", "nvidia.com/gpu", {0: ["GPU-L"]}, None)
+        down = "postgresql://postgres:status-pw@/nowhere?host=/nonexistent-socket-dir"
+        with pytest.raises(FleetUnavailableError):
+            ship(store, down, node="n", status=status)
+        failed = status.snapshot()
+        assert (failed.failures, failed.lag_events, failed.last_seq) == (1, 3, report.last_seq)
+        assert failed.lag_seconds is not None and 0 <= failed.lag_seconds < 3600
+        assert failed.last_error is not None and "status-pw" not in failed.last_error
+        with pytest.raises(FleetRefusedError):
+            ship(store, fleet_url, node="someone-else", status=status)
+        refused = status.snapshot()
+        assert (refused.failures, refused.refusals) == (2, 1)
+        ship(store, fleet_url, node="n", status=status)
+        caught_up = status.snapshot()
+        assert (caught_up.lag_events, caught_up.successes, caught_up.last_error) == (0, 2, None)
+        assert caught_up.last_seq == node_events(store)[-1][0]
+
+
+def test_shipping_reads_the_store_through_its_facade_only() -> None:
+    # Shipping never opens the store file itself: it reads through PodStore.reader().
+    import ast
+
+    import podstore.fleet.ship as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert not {m for m in imported if m and m.startswith(("podstore.sqlite", "podstore.storage"))}
+    assert "sqlite3" not in imported

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from podstore import InvalidInputError
 from podstore.fleet.db import translate
-from podstore.fleet.urls import mask, resolve
+from podstore.fleet.urls import mask, read_url_file, resolve
 
 
 @pytest.mark.parametrize(
@@ -68,3 +71,72 @@ def test_the_watch_interface_is_where_it_is_documented() -> None:
     assert sig.parameters["node"].kind is inspect.Parameter.KEYWORD_ONLY
     assert issubclass(FleetUnavailableError, PodStoreError)
     assert podstore.fleet.ship.ShipReport.__name__ == "ShipReport"
+
+
+def _url_file(tmp_path: Path, text: str, mode: int, name: str = "url") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_url_file_is_read_trimmed_and_checked(tmp_path: Path) -> None:
+    secret = "postgresql://ship:pw-in-file@db.example/fleet"
+    good = _url_file(tmp_path, f"# the fleet\n\n  {secret}  \n", 0o600)
+    assert read_url_file(good) == secret
+    assert read_url_file(_url_file(tmp_path, secret, 0o400, "ro")) == secret
+    # Followed like a Kubernetes secret volume's links.
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    assert read_url_file(link) == secret
+    # No password in it: readable by others is fine (libpq finds the password elsewhere).
+    plain = "postgresql://ship@db.example/fleet"
+    assert read_url_file(_url_file(tmp_path, plain + "\n", 0o644, "plain")) == plain
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "words"),
+    [
+        ("postgresql://ship:pw-in-file@h/f\n", 0o644, "readable by group or others"),
+        ("postgresql://ship:pw-in-file@h/f\n", 0o640, "chmod 600"),
+        ("postgresql://ship@h/f\n", 0o620, "writable by group or others"),
+        ("postgresql://ship@h/f\n", 0o602, "writable by group or others"),
+        ("", 0o600, "holds no URL"),
+        ("# only a comment\n", 0o600, "holds no URL"),
+        ("postgresql://a:pw-in-file@h/f\npostgresql://b@h/f\n", 0o600, "2 lines"),
+        ("mysql://u:pw-in-file@h/f\n", 0o600, "PostgreSQL"),
+        (b"\xff\xfe".decode("latin-1"), 0o600, "UTF-8"),
+    ],
+)
+def test_url_file_refusals_name_the_file_and_never_the_password(
+    tmp_path: Path, text: str, mode: int, words: str
+) -> None:
+    path = tmp_path / "url"
+    path.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    path.chmod(mode)
+    with pytest.raises(InvalidInputError) as info:
+        read_url_file(path)
+    assert words in str(info.value) and str(path) in str(info.value)
+    assert "pw-in-file" not in str(info.value)
+
+
+def test_url_file_that_is_missing_or_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="cannot open it"):
+        read_url_file(tmp_path / "absent")
+    with pytest.raises(InvalidInputError, match="not a regular file"):
+        read_url_file(tmp_path)
+
+
+def test_url_file_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    path = _url_file(tmp_path, "postgresql://ship@h/f\n", 0o600)
+    if os.geteuid() == 0:
+        os.chown(path, 4242, -1)
+        with pytest.raises(InvalidInputError, match="owned by uid 4242"):
+            read_url_file(path)
+    else:
+        # Without root no file can be given to another user; a file of root's is accepted.
+        root_owned = Path("/etc/hostname")
+        assert root_owned.stat().st_uid == 0
+        with pytest.raises(InvalidInputError) as info:
+            read_url_file(root_owned)
+        assert "owned by" not in str(info.value)

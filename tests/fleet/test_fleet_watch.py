@@ -8,9 +8,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from fleetlib import assert_same_state, fleet_events, node_events
+from harness.fleetlib import assert_same_state, fleet_events, node_events
 from harness.pgserver import PgServer
-from watch_support import (
+from harness.watch_support import (
     checkpoint_path,
     file_state,
     mutate,

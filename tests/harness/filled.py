@@ -160,14 +160,24 @@ def fingerprint(path: Path) -> Fingerprint:
         schema, counts = _shape(conn)
         tables = []
         for name in sorted(counts):
-            columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")')]
+            info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
+            columns = [r[1] for r in info]
             # SQLite renders each row (quote() keeps types apart: 1, '1', X'01', NULL), so
-            # hashing 100,000 rows costs one string, not 100,000 Python tuples. Every table
-            # has a rowid (none is WITHOUT ROWID).
+            # hashing 100,000 rows costs one string, not 100,000 Python tuples. A WITHOUT
+            # ROWID table (revision 0004 on) is in primary-key order, the others in rowid order.
+            (ddl,) = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = ?", (name,)
+            ).fetchone()
+            clustered = "WITHOUT ROWID" in str(ddl).upper()
+            order = (
+                ", ".join(f'"{r[1]}"' for r in sorted(info, key=lambda r: r[5]) if r[5])
+                if clustered
+                else "rowid"
+            )
             row = " || ',' || ".join(f'quote("{c}")' for c in columns)
             count, text = conn.execute(
                 f"SELECT count(*), group_concat(r, char(10)) FROM "
-                f'(SELECT {row} AS r FROM "{name}" ORDER BY rowid)'
+                f'(SELECT {row} AS r FROM "{name}" ORDER BY {order})'
             ).fetchone()
             digest = hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).hexdigest()
             tables.append((str(name), int(count), digest))

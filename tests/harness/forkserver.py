@@ -12,7 +12,7 @@ import selectors
 import subprocess
 import time
 
-from harness.paths import script
+from harness.paths import child_env, script
 
 
 class ForkServer:
@@ -25,6 +25,7 @@ class ForkServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
+            env=child_env(),
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._out = self.proc.stdout

@@ -1,13 +1,14 @@
 """Writer for the kill -9 harness: a fork server whose children run the workload until killed.
 
-Run as a script. It imports podstore once, then for every line ``run SEED START COUNT DB`` on
-stdin forks a child that opens the store at DB and performs workload operations START,
-START+1, … (at most COUNT). For a line ``upgrade MODE STOP_AT DB`` the child upgrades the
-store at DB to the head revision, by ``PodStore.open`` (MODE ``open``) or by the command line's
-``podstore migrate upgrade`` (MODE ``cli``, the console script's own entry point, called in
-the child), reporting the steps of its write transaction as tests/harness/txwatch.py
-describes (and stopping itself before step STOP_AT unless it is -1). Output lines on stdout,
-each written with one ``write(2)`` (atomic on a pipe):
+Run as a script, with tests/ on PYTHONPATH (harness/paths.py). It imports podstore once, then
+for every line ``run SEED START COUNT DB`` on stdin forks a child that opens the store at DB
+and performs workload operations START, START+1, … (at most COUNT). For a line ``upgrade MODE
+STOP_AT DB`` the child upgrades the store at DB to the head revision, by ``PodStore.open``
+(MODE ``open``) or by the command line's ``podstore migrate upgrade`` (MODE ``cli``, the
+console script's own entry point, called in the child), reporting the steps of its write
+transaction as tests/harness/txwatch.py describes (and stopping itself before step STOP_AT
+unless it is -1). Output lines on stdout, each written with one ``write(2)`` (atomic on a
+pipe):
 
 - ``p PID``       (fork server) a child started
 - ``o``           (child) the store is open
@@ -31,8 +32,6 @@ import io
 import os
 import sys
 import traceback
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import workload
 from harness.recorder import recording

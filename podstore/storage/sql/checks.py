@@ -120,3 +120,18 @@ STORE_ID = """
     FROM store_meta
     WHERE key = 'store_id'
 """
+# Every device an event's device_ids or released names has its allocation_event_devices row
+# (released 0 or 1), and no row of a kept event names another (rows of no event at all are the
+# foreign-key check's): the rows are derived from what the hash chain covers, and owners_at
+# and history(device_id=) read them. Compared in Python (selfcheck._event_devices), whose JSON
+# keeps every character of an ID; both in seq order, merged.
+EVENT_DEVICE_NAMES = """
+    SELECT seq, device_ids, released FROM allocation_events
+    WHERE device_ids IS NOT NULL OR released IS NOT NULL
+    ORDER BY seq
+"""
+EVENT_DEVICE_ROWS = """
+    SELECT d.seq, d.device_id, d.released
+    FROM allocation_event_devices d JOIN allocation_events e ON e.seq = d.seq
+    ORDER BY d.seq, d.device_id
+"""

@@ -21,28 +21,66 @@ _HIGH_WATER_EXPR = f"""
 #: The newest seq ever handed out; what shipping compares the fleet's ``last_seq`` with.
 HIGH_WATER = f"SELECT {_HIGH_WATER_EXPR}"
 
-# The last seq handed out and the last event's time: two probes of the rowid B-tree's end and
-# one of store_meta, nothing written.
+# The newest kept event's seq, time and hash, and the floor: one probe of the rowid B-tree's
+# end and one of store_meta, nothing written. No row: no event is kept. The event continues
+# from this row unless the floor is above its seq (prune_history removed the newest events;
+# then PRUNED_HEAD says where the chain stands).
 LAST = f"""
-    SELECT {_HIGH_WATER_EXPR},
-           (SELECT ts FROM allocation_events ORDER BY seq DESC LIMIT 1)
+    SELECT seq, ts, hash,
+           (SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = '{_SEQ_FLOOR_KEY}')
+    FROM allocation_events ORDER BY seq DESC LIMIT 1
 """
 SET_SEQ_FLOOR = f"""
     INSERT INTO store_meta (key, value) VALUES ('{_SEQ_FLOOR_KEY}', CAST(? AS TEXT))
     ON CONFLICT (key) DO UPDATE SET value = excluded.value
 """
 INSERT_EVENT = """
-    INSERT INTO allocation_events (seq, ts, op, pod_uid, container, resource, device_ids)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO allocation_events (seq, ts, op, pod_uid, container, resource, device_ids,
+                                   released, hash)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+# (seq, device_id, released): a device listed twice in one map is one row; a released device
+# is never one the event lists.
 INSERT_EVENT_DEVICE = """
-    INSERT OR IGNORE INTO allocation_event_devices (seq, device_id) VALUES (?, ?)
+    INSERT OR IGNORE INTO allocation_event_devices (seq, device_id, released) VALUES (?, ?, ?)
 """
 
+# ---- the hash chain (storage/events.py, "The hash chain") --------------------------------------
+
+STORE_ID = "SELECT value FROM store_meta WHERE key = 'store_id'"
+EVENT_HASH = "SELECT hash FROM allocation_events WHERE seq = ?"
+LINK = "SELECT prev_hash FROM history_chain_links WHERE seq = ?"
+# Where the chain stands when the newest event handed out is not kept: the high-water seq and
+# the link prune_history left for the seq after it (NULL: none).
+PRUNED_HEAD = f"""
+    SELECT hw.seq, (SELECT prev_hash FROM history_chain_links WHERE seq = hw.seq + 1)
+    FROM (SELECT {_HIGH_WATER_EXPR} AS seq) hw
+"""
+#: Every event with what its hash covers, in chain order, from ``seq`` on (verify, re-chain).
+CHAIN_ROWS = """
+    SELECT seq, ts, op, pod_uid, container, resource, device_ids, released, hash
+    FROM allocation_events WHERE seq > ? ORDER BY seq LIMIT ?
+"""
+CHAIN_LINKS = "SELECT seq, prev_hash FROM history_chain_links ORDER BY seq"
+LINK_COUNT = "SELECT count(*) FROM history_chain_links"
+# reset_identity: the hashes are rewritten under the append-only trigger's back (it refuses
+# every UPDATE of the table), so the trigger is dropped and re-created from its stored text
+# in the same transaction.
+APPEND_ONLY_TRIGGER = """
+    SELECT sql FROM sqlite_master
+    WHERE type = 'trigger' AND name = 'tr_allocation_events_append_only'
+"""
+DROP_APPEND_ONLY_TRIGGER = "DROP TRIGGER tr_allocation_events_append_only"
+SET_HASH = "UPDATE allocation_events SET hash = ? WHERE seq = ?"
+SET_LINK = "UPDATE history_chain_links SET prev_hash = ? WHERE seq = ?"
+SET_STORE_ID = """
+    INSERT INTO store_meta (key, value) VALUES ('store_id', ?)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value
+"""
 
 # ---- reading ---------------------------------------------------------------------------------
 
-_EVENT_COLUMNS = "e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource, e.device_ids"
+_EVENT_COLUMNS = "e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource, e.device_ids, e.released"
 
 _FILTERS = {
     "pod_uid": "e.pod_uid = :pod_uid",
@@ -77,7 +115,8 @@ _CUT_BEFORE = """
 """
 
 # Entries that ever named the device up to the cut; for each, its latest event up to the cut
-# decides: the entry held the device then if that event is not a delete and names it.
+# decides: the entry held the device then if that event is not a delete and lists it (a row
+# with released = 0; a replace that released it has a row with released = 1).
 OWNERS_AT = f"""
     WITH cut (seq) AS ({_CUT_AT}),
     keys AS (
@@ -98,22 +137,46 @@ OWNERS_AT = f"""
     JOIN allocation_events e ON e.seq = l.seq
     WHERE e.op <> 'delete'
       AND EXISTS (SELECT 1 FROM allocation_event_devices d
-                  WHERE d.seq = e.seq AND d.device_id = :device_id)
+                  WHERE d.seq = e.seq AND d.device_id = :device_id AND d.released = 0)
     ORDER BY e.pod_uid, e.container, e.resource
 """
 
 # Retention: events before the cut go, except per key (entry, or registered resource) the
 # latest one before the cut when it leaves the key live — it carries the state at the cut, so
-# a replay of what remains still ends in the current state.
+# a replay of what remains still ends in the current state. The doomed seqs are marked first
+# (PRUNE), so that the links are written from their hashes before they go.
+
+#: The TEMP table of the seqs one prune_history removes (emptied before and after).
+SETUP = ("CREATE TEMP TABLE IF NOT EXISTS prune_doomed (seq INTEGER PRIMARY KEY)",)
+PRUNE_CLEAR = "DELETE FROM temp.prune_doomed"
 PRUNE = f"""
+    INSERT INTO temp.prune_doomed (seq)
     WITH cut (seq) AS ({_CUT_BEFORE}),
     keep (seq) AS (
         SELECT max(e.seq) FROM allocation_events e
         WHERE e.seq <= (SELECT seq FROM cut)
         GROUP BY e.pod_uid, e.container, e.resource
     )
-    DELETE FROM allocation_events
+    SELECT seq FROM allocation_events
     WHERE seq <= (SELECT seq FROM cut)
       AND seq NOT IN (SELECT k.seq FROM keep k JOIN allocation_events e ON e.seq = k.seq
                       WHERE e.op NOT IN ('delete', 'unregistered'))
+"""
+# A link for each kept event whose predecessor goes, and for the seq after the newest ever
+# handed out when that one goes (the next event chains from it): the hash of the event that
+# goes, read before it does.
+PRUNE_LINKS = """
+    INSERT INTO history_chain_links (seq, prev_hash)
+    SELECT e.seq + 1, e.hash
+    FROM temp.prune_doomed d JOIN allocation_events e ON e.seq = d.seq
+    WHERE NOT EXISTS (SELECT 1 FROM temp.prune_doomed x WHERE x.seq = d.seq + 1)
+      AND (d.seq = :high_water
+           OR EXISTS (SELECT 1 FROM allocation_events k WHERE k.seq = d.seq + 1))
+"""
+# Links of events that go are of no use any more (their successors got links of their own).
+PRUNE_UNLINK = """
+    DELETE FROM history_chain_links WHERE seq IN (SELECT seq FROM temp.prune_doomed)
+"""
+PRUNE_DELETE = """
+    DELETE FROM allocation_events WHERE seq IN (SELECT seq FROM temp.prune_doomed)
 """

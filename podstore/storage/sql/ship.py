@@ -15,22 +15,29 @@ from podstore.storage.sql import events
 #: The newest seq ever handed out (0 before the first event), pruned or not.
 HIGH_WATER = events.HIGH_WATER
 
+_EVENT_COLUMNS = "seq, ts, op, pod_uid, container, resource, device_ids, released, hash"
+
 #: Up to ``limit`` events after ``seq``, oldest first: (seq, ts, op, pod_uid, container,
-#: resource, device_ids).
-EVENTS_AFTER = """
-    SELECT seq, ts, op, pod_uid, container, resource, device_ids FROM allocation_events
+#: resource, device_ids, released, hash) — the fields ``rules/chain.canonical`` covers, as
+#: stored, and the event's hash (32 bytes). What event ``seq`` chains from:
+#: ``storage/events.prev_hash``.
+EVENTS_AFTER = f"""
+    SELECT {_EVENT_COLUMNS} FROM allocation_events
     WHERE seq > ? ORDER BY seq LIMIT ?
 """
 
-#: Every event up to and including ``seq`` after ``after`` (a snapshot's kept history).
-EVENTS_BETWEEN = """
-    SELECT seq, ts, op, pod_uid, container, resource, device_ids FROM allocation_events
+#: Every event up to and including ``seq`` after ``after`` (a snapshot's kept history), with
+#: the columns of :data:`EVENTS_AFTER`.
+EVENTS_BETWEEN = f"""
+    SELECT {_EVENT_COLUMNS} FROM allocation_events
     WHERE seq > ? AND seq <= ? ORDER BY seq
 """
 
-#: (seq, device_id) of the events in (after, through], in seq order.
+#: (seq, device_id) of the devices the events in (after, through] list (held after the event,
+#: or until it for a delete; not those a replace released), in seq order.
 EVENT_DEVICES_BETWEEN = """
-    SELECT seq, device_id FROM allocation_event_devices WHERE seq > ? AND seq <= ?
+    SELECT seq, device_id FROM allocation_event_devices
+    WHERE seq > ? AND seq <= ? AND released = 0
     ORDER BY seq, device_id
 """
 

@@ -1,9 +1,10 @@
 """By-hand measurement of every listing command in every format on a large store, against the
-API call that answers the same question (run it, not collected by pytest):
+API call that answers the same question (run it from the checkout, not collected by pytest):
 
-    python tests/cli_scale_report.py --entries 100000 --rounds 3 [--db /tmp/s100k.db]
+    PYTHONPATH=tests python -m harness.cli_scale_report --entries 100000 --rounds 3 \
+        [--db /tmp/s100k.db]
 
-Both sides are whole child processes (tests/scale_store.py: the same start-up, the store
+Both sides are whole child processes (tests/harness/scale_store.py: the same start-up, the store
 opened read-only without the open-time check); the rounds interleave them, so a busy machine
 slows both alike. Prints a Markdown table: the command's median wall and CPU (user + system)
 time per format and its peak RSS (the largest of its rounds), the API call's beside them, and
@@ -18,10 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import scale_store as ss
-from test_cli_scale import FORMATS, LISTINGS
+from harness import scale_store as ss
+from harness.scale_store import FORMATS, LISTINGS
 
 
 def main(argv: list[str]) -> int:

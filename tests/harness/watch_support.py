@@ -9,10 +9,15 @@ empty), responses decoded, order never; it is written independently of the SQL i
 
 from __future__ import annotations
 
+import logging
 import os
 import random
+import re
+import signal
+import subprocess
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -363,3 +368,121 @@ def wait_for(predicate: Any, timeout: float, step: float = 0.005) -> float:
         if time.monotonic() - start > timeout:
             raise AssertionError(f"not within {timeout} s")
         time.sleep(step)
+
+
+class WatchProcess:
+    """A ``podstore watch`` subprocess; its log goes to a file. ``command`` replaces the
+    argv that runs podstore (a child that changes something first)."""
+
+    def __init__(
+        self, db: Path, cp: Path, *args: str, log: Path, command: list[str] | None = None
+    ) -> None:
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [*(command or podstore_command()), "--db", str(db), "watch", str(cp), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
+
+    def log(self) -> str:
+        """The log so far, the test's temporary directory shown as ``<tmp>`` (its name must
+        not match what a test looks for)."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return text.replace(str(self.log_path.parent), "<tmp>")
+
+    def wait_log(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            m = re.search(pattern, self.log())
+            if m:
+                found.append(m)
+            return m is not None
+
+        try:
+            wait_for(seen, timeout, step=0.02)
+        except AssertionError:
+            raise AssertionError(f"no {pattern!r} in the log:\n{self.log()}") from None
+        return found[0]
+
+    def kill(self) -> None:
+        """End it at once if it still runs (a test's clean-up) and close its log."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=20)
+        finally:
+            self._log.close()
+        return code
+
+
+@contextmanager
+def log_lines(name: str = "podstore") -> Iterator[list[str]]:
+    """``LEVEL message`` of every record logged to logger ``name`` (and below it) in the
+    block, captured on that logger itself (the command line stops its propagation)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(f"{record.levelname} {record.getMessage()}")
+
+    logger = logging.getLogger(name)
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+_HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+conn.close()
+"""
+
+
+class WriteLock:
+    """Another process holding the store's write lock (``BEGIN IMMEDIATE``) until
+    :meth:`release`: every writer meanwhile waits for its busy timeout, then fails busy."""
+
+    def __init__(self, db: Path) -> None:
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_LOCK, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        assert line == "locked", f"the lock holder said {line!r}"
+
+    def release(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            assert self.proc.wait(timeout=30) == 0
+
+    def __enter__(self) -> WriteLock:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

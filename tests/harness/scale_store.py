@@ -1,5 +1,5 @@
 """Generated node-scale stores and whole-command measurements, for the CLI scale tests
-(tests/test_cli_scale.py) and the by-hand report (tests/cli_scale_report.py).
+(tests/test_cli_scale.py) and the by-hand report (tests/harness/cli_scale_report.py).
 
 A store of N entries: N/2 pods, each with a ``main`` container holding two GPUs (one per NUMA
 node, a response with envs, device specs and a mount) and a ``sidecar`` holding one SR-IOV VF
@@ -42,6 +42,30 @@ def gpu(i: int, n: int) -> str:
 
 def vf(i: int) -> str:
     return f"{(i >> 16) & 0xFFFF:04x}:{(i >> 8) & 0xFF:02x}:{(i >> 3) & 0x1F:02x}.{i & 7}"
+
+
+#: The output formats every listing is measured in.
+FORMATS = ("table", "json", "yaml", "csv")
+
+POD = pod_uid(7)
+DEVICE = gpu(7, 0)
+LATER = "2100-01-01T00:00:00Z"
+
+# (name, command arguments, the API call that answers the same question)
+LISTINGS: list[tuple[str, list[str], tuple[str, ...]]] = [
+    ("pods", ["pods"], ("pods",)),
+    ("get", ["get", POD], ("pod_entries", POD)),
+    ("devices", ["devices"], ("devices",)),
+    ("devices --resource", ["devices", "--resource", VF], ("devices",)),
+    ("owners", ["owners", DEVICE], ("get_pod_and_container_for_device", DEVICE)),
+    ("owners --at", ["owners", DEVICE, "--at", LATER], ("owners_at", DEVICE, LATER)),
+    ("run-options", ["run-options", POD, "main"], ("device_run_container_options", POD, "main")),
+    ("history", ["history"], ("history",)),
+    ("history --pod", ["history", "--pod", POD], ("history", f"pod_uid={POD}")),
+    ("history --device", ["history", "--device", DEVICE], ("history", f"device_id={DEVICE}")),
+    ("sql", ["sql", "SELECT * FROM v_allocations"], ("query", "SELECT * FROM v_allocations")),
+    ("status", ["status"], ("stats",)),
+]
 
 
 def _gpu_response(i: int) -> bytes:

@@ -168,3 +168,82 @@ def fleet_events(url: str, store_id: str) -> list[tuple[Any, ...]]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+# ---- the server side without a node: chained events made here, sent to the functions ----------
+
+
+def as_role(url: str, role: str) -> str:
+    """The test server's URL of the same database, logging in as ``role`` (trust auth)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{role}@{rest.split('@', 1)[1]}"
+
+
+def connect(url: str) -> Any:
+    """A psycopg connection of its own (libpq form of the URL), autocommit off."""
+    import psycopg
+
+    return psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+
+
+def chained(
+    store_id: str,
+    rows: list[tuple[Any, ...]],
+    prev: bytes | None = None,
+) -> tuple[list[dict[str, Any]], bytes]:
+    """Events as the shipping functions take them, hashed with rules/chain.py: ``rows`` are
+    (seq, ts, op, pod_uid, container, resource, device_ids, released); the chain starts at
+    ``prev`` (default: the store's genesis). Returns the records and the last hash."""
+    from podstore.rules import chain
+
+    value = chain.genesis(store_id) if prev is None else prev
+    out = []
+    for row in rows:
+        value = chain.link(value, *row)
+        names = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids", "released")
+        out.append({**dict(zip(names, row, strict=True)), "hash": value.hex()})
+    return out, value
+
+
+def entry_rows(first: int, n: int, pods: int = 5) -> list[tuple[Any, ...]]:
+    """``n`` insert/replace/delete events from seq ``first`` over a few pods."""
+    out: list[tuple[Any, ...]] = []
+    for seq in range(first, first + n):
+        pod = f"p{seq % pods}"
+        ts = f"2026-12-04T10:{seq // 60 % 60:02d}:{seq % 60:02d}.000000Z"
+        if seq % 7 == 0:
+            out.append((seq, ts, "delete", pod, "c", "gpu", None, None))
+        else:
+            ids = json.dumps({"0": [f"G{seq % 9}"], "1": [f"H{seq % 4}"]}, separators=(",", ":"))
+            out.append((seq, ts, "insert", pod, "c", "gpu", ids, None))
+    return out
+
+
+def wire(events: list[dict[str, Any]]) -> tuple[str, bytes]:
+    """Event records (``chained``) as the shipping functions take them: a JSON array of
+    arrays, and the hashes apart (``fleet_events_in``)."""
+    names = ("seq", "ts", "op", "pod_uid", "container", "resource", "device_ids", "released")
+    fields = [[e[name] for name in names] for e in events]
+    return json.dumps(fields), b"".join(bytes.fromhex(e["hash"]) for e in events)
+
+
+def send_batch(
+    conn: Any,
+    store_id: str,
+    node: str,
+    events: list[dict[str, Any]],
+    prev: bytes,
+    node_high: int | None = None,
+) -> tuple[int, str | None]:
+    """fleet_ship_open then fleet_ship_batch on ``conn`` (committed); (shipped, refused)."""
+    opened = conn.execute("SELECT * FROM fleet_ship_open(%s, %s)", (store_id, node)).fetchone()
+    if opened[2] is not None:
+        conn.commit()
+        return 0, opened[2]
+    high = node_high if node_high is not None else (events[-1]["seq"] if events else opened[0])
+    row = conn.execute(
+        "SELECT * FROM fleet_ship_batch(%s, %s, %s, %s, %s, %s)",
+        (store_id, node, high, prev, *wire(events)),
+    ).fetchone()
+    conn.commit()
+    return int(row[0]), row[1]

@@ -1,8 +1,9 @@
-"""What the follower counts: syncs by result, the last good sync, sync durations.
+"""What the follower counts: syncs by result, the last good and the last failed sync, sync
+durations.
 
 Plain counters behind a lock (the metrics endpoint reads them from its own thread); the
-metrics collector turns them into Prometheus families at scrape time, so this package needs
-no prometheus_client.
+metrics collector turns them into Prometheus families at scrape time, so this module needs
+no prometheus_client (the follower imports it without the ``watch`` extra's libraries).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class StatsSnapshot:
     bucket_counts: tuple[int, ...]  # per bucket of BUCKETS, then +Inf; not cumulative
     duration_sum: float
     duration_count: int
+    #: Wall-clock time of the last sync that failed (invalid, missing, error); None: none yet.
+    last_failed_sync: float | None = None
 
 
 @dataclass
@@ -39,6 +42,7 @@ class SyncStats:
     _last_good: float | None = None
     _buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
     _sum: float = 0.0
+    _last_failed: float | None = None
 
     def record(self, result: str, seconds: float, *, at: float | None = None) -> None:
         """Count one sync with its ``result`` (one of RESULTS) and how long it took."""
@@ -48,6 +52,8 @@ class SyncStats:
             self._syncs[result] += 1
             if result in ("applied", "unchanged"):
                 self._last_good = time.time() if at is None else at
+            else:
+                self._last_failed = time.time() if at is None else at
             self._buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
             self._sum += seconds
 
@@ -59,4 +65,5 @@ class SyncStats:
                 tuple(self._buckets),
                 self._sum,
                 sum(self._buckets),
+                self._last_failed,
             )

@@ -1,0 +1,361 @@
+"""Kubelet's CPU manager checkpoint (``cpu_manager_state``), read and written as kubelet does.
+
+Four versions, told apart by shape and checksum, never by a version field:
+
+- **v1** (≤1.17): ``entries`` maps *container id* → cpuset; 1.18+ kubelets still read it.
+- **v2** (1.18+): ``entries`` maps pod UID → container → cpuset.
+- **v3** (pod-level resource managers): v2 plus ``podEntries`` (pod UID → ``{"cpuSet": …}``).
+- **v4** (2026): the state as a JSON string ``data`` with ``dataChecksum``, beside a v3 copy
+  whose checksum is 0 so that older kubelets still read it.
+
+v1–v3 carry FNV-1a 32 of go-spew's ``%#v`` of the whole struct through a pointer, with
+``Checksum`` zeroed; the type name in that text is ``CPUManagerCheckpoint`` (kubelet renames
+its versioned types to it, kubernetes#86689) or, for files some kubelets wrote, the versioned
+name itself. A stored checksum of 0 is accepted unverified for v1 and v2, as kubelet does. v4's
+``dataChecksum`` is FNV-1a 32 of ``"(string)"`` + ``data``; a file with ``data`` is read as v4
+only (kubelet does not fall back when it fails).
+
+Reading follows the newest kubelet's order (v4, v3, v2) and then v1, as 1.18–1.35 kubelets
+did. What comes back is what kubelet restores: cpusets parsed (:mod:`.cpuset`), so writing it
+gives the canonical strings kubelet writes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES
+from podstore.checkpoint.godecode import DecodeError, decode, key_text
+from podstore.checkpoint.gotypes import (
+    CHECKSUM,
+    EMPTY,
+    INT,
+    STRING,
+    Field,
+    Struct,
+    map_of,
+)
+from podstore.checkpoint.values import utf8_text as _text
+from podstore.checkpoint.versions import (
+    DATA_FIELDS,
+    Layout,
+    first_verified,
+    has_key,
+    parse,
+    read_data_format,
+    read_tree,
+    spew_rule,
+    string_field,
+    uint_field,
+)
+from podstore.errors import CheckpointFormatError, InvalidInputError
+
+#: The file's name in kubelet's root directory.
+FILE_NAME = "cpu_manager_state"
+#: The version kubelet writes today.
+CURRENT_VERSION = 4
+#: The type name kubelet puts in the hashed text of v1–v3 files it writes.
+LEGACY_TYPE_NAME = "CPUManagerCheckpoint"
+
+
+@dataclass
+class CPUManagerState:
+    """A verified ``cpu_manager_state``, as kubelet restores it.
+
+    ``entries``: pod UID → container name → exclusive CPUs. ``pod_entries`` (v3, v4): pod UID
+    → the pod's CPUs. ``legacy_entries`` (v1 only): container id → CPUs; kubelet maps them to
+    pods through its running containers, which a file alone cannot. ``version`` (1–4) and
+    ``type_name`` (the Go type name in the hashed text of v1–v3) say how the file was written;
+    :func:`dumps_cpu_state` writes the same. ``checksum`` is the stored checksum that verified
+    (``dataChecksum`` for v4); ``verified`` is false for a stored 0 accepted unverified.
+    """
+
+    policy_name: str
+    default_cpu_set: frozenset[int]
+    entries: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
+    pod_entries: dict[str, frozenset[int]] = field(default_factory=dict)
+    legacy_entries: dict[str, frozenset[int]] = field(default_factory=dict)
+    version: int = CURRENT_VERSION
+    type_name: str = LEGACY_TYPE_NAME
+    checksum: int = 0
+    verified: bool = True
+
+
+# -- Go types -----------------------------------------------------------------------------------
+
+_CPUSET = Struct("cpuset.CPUSet", (Field("elems", map_of(INT, EMPTY)),))
+_POD_ENTRY_JSON = Struct("state.podEntryJSON", (Field("CPUSet", STRING, "cpuSet", True),))
+
+
+def _cpuset_value(cpus: frozenset[int]) -> list[Any]:
+    """A ``cpuset.CPUSet`` as held here (its one field, the ``elems`` map)."""
+    return [dict.fromkeys(sorted(cpus), ())]
+
+
+def _pod_entry_unmarshal(cur: Any, v: Any) -> Any:
+    # PodEntry.UnmarshalJSON: decode into {cpuSet string}, then cpuset.Parse (null too).
+    text = decode(_POD_ENTRY_JSON, _POD_ENTRY_JSON.zero(), v)[0]
+    try:
+        return [_cpuset_value(parse_cpuset(text))]
+    except CPUSetError as e:
+        raise DecodeError(f"failed to parse cpuset: {e}") from None
+
+
+_POD_ENTRY = Struct(
+    "state.PodEntry", (Field("CPUSet", _CPUSET, "cpuSet", True),), unmarshal=_pod_entry_unmarshal
+)
+_POD_ASSIGNMENTS = map_of(STRING, _POD_ENTRY, "state.PodCPUAssignments")
+_ENTRIES = map_of(STRING, map_of(STRING, STRING))
+_ENTRIES_V1 = map_of(STRING, STRING)
+_POLICY = Field("PolicyName", STRING, "policyName")
+_DEFAULT = Field("DefaultCPUSet", STRING, "defaultCpuSet")
+_CHECKSUM = Field("Checksum", CHECKSUM, "checksum")
+_ENTRIES_FIELD = Field("Entries", _ENTRIES, "entries", True)
+_POD_ENTRIES_FIELD = Field("PodEntries", _POD_ASSIGNMENTS, "podEntries", True)
+
+V1 = Struct(
+    "state.CPUManagerCheckpointV1",
+    (_POLICY, _DEFAULT, Field("Entries", _ENTRIES_V1, "entries", True), _CHECKSUM),
+)
+V2 = Struct("state.CPUManagerCheckpointV2", (_POLICY, _DEFAULT, _ENTRIES_FIELD, _CHECKSUM))
+V3 = Struct(
+    "state.CPUManagerCheckpointV3",
+    (_POLICY, _DEFAULT, _ENTRIES_FIELD, _POD_ENTRIES_FIELD, _CHECKSUM),
+)
+DATA = Struct(
+    "state.CPUManagerCheckpointData", (_POLICY, _DEFAULT, _ENTRIES_FIELD, _POD_ENTRIES_FIELD)
+)
+V4 = Struct(
+    "state.CPUManagerCheckpoint",
+    (
+        _POLICY,
+        _DEFAULT,
+        _ENTRIES_FIELD,
+        _POD_ENTRIES_FIELD,
+        _CHECKSUM,
+        *DATA_FIELDS,
+    ),
+)
+
+
+# Kubelet pre-initialises the maps before decoding (a missing key hashes as map[]).
+_LAYOUTS = (
+    Layout(
+        "v3",
+        V3,
+        lambda: ["", "", {}, {}, 0],
+        (
+            spew_rule(V3, LEGACY_TYPE_NAME),
+            spew_rule(V3, "CPUManagerCheckpointV3"),
+        ),
+        fits=lambda tree: has_key(tree, "PODENTRIES"),
+    ),
+    Layout(
+        "v2",
+        V2,
+        lambda: ["", "", {}, 0],
+        (
+            spew_rule(V2, LEGACY_TYPE_NAME),
+            spew_rule(V2, "CPUManagerCheckpointV2"),
+        ),
+        accepts_zero=True,
+        # v2 is v3 without podEntries, which it ignores.
+        from_newer=lambda v3: [v3[0], v3[1], v3[2], v3[4]],
+    ),
+    Layout(
+        "v1",
+        V1,
+        lambda: ["", "", {}, 0],
+        (spew_rule(V1, LEGACY_TYPE_NAME),),
+        accepts_zero=True,
+    ),
+)
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+# Decoding a large file allocates millions of objects the cyclic collector need not scan.
+@collector_paused()
+def read_cpu_state(
+    source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> CPUManagerState:
+    """Read and verify a ``cpu_manager_state`` from a path or from the file's bytes.
+
+    Raises:
+        CheckpointCorruptError: no checksum rule of any version matches (``.expected`` is the
+            stored value, ``.actual`` the computed one).
+        CheckpointFormatError: not a CPU manager checkpoint of any version (the message names
+            the byte offset or the field at fault), an invalid cpuset, or more than
+            ``max_bytes``.
+        CheckpointNotFoundError, CheckpointError, InvalidInputError: as
+            :func:`podstore.checkpoint.read_checkpoint`.
+    """
+    return cpu_state_from_tree(*read_tree(source, max_bytes))
+
+
+@collector_paused()
+def parse_cpu_state(text: str, origin: str = "") -> CPUManagerState:
+    """:func:`read_cpu_state` of text already read (``errors="surrogateescape"``)."""
+    return cpu_state_from_tree(parse(text, origin), origin)
+
+
+@collector_paused()
+def cpu_state_from_tree(tree: Any, origin: str = "") -> CPUManagerState:
+    """:func:`parse_cpu_state` of a document parsed by :func:`.gojson.parse`."""
+    if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
+        return _read_v4(tree, origin)
+    found = first_verified(tree, _LAYOUTS, "cpu manager", origin)
+    value = found.value
+    label = found.layout.label
+    state = CPUManagerState(
+        policy_name=value[0],
+        default_cpu_set=_cpus(value[1], "defaultCpuSet", origin),
+        version=int(label[1:]),
+        type_name=found.rule or LEGACY_TYPE_NAME,
+        checksum=found.checksum,
+        verified=found.rule is not None,
+    )
+    if label == "v1":
+        state.legacy_entries = {
+            cid: _cpus(text, f"entries{key_text(cid)}", origin) for cid, text in value[2].items()
+        }
+    else:
+        state.entries = _entries(value[2], origin)
+    if label == "v3":
+        state.pod_entries = _pod_entries(value[3])
+    return state
+
+
+_V4_LAYOUT = Layout("v4", V4, lambda: ["", "", {}, {}, 0, "", 0], ())
+_DATA_LAYOUT = Layout("v4 data", DATA, lambda: ["", "", {}, {}], ())
+
+
+def _read_v4(tree: Any, origin: str) -> CPUManagerState:
+    inner, stored = read_data_format(tree, _V4_LAYOUT, _DATA_LAYOUT, "cpu manager", origin)
+    return CPUManagerState(
+        policy_name=inner[0],
+        default_cpu_set=_cpus(inner[1], "data.defaultCpuSet", origin),
+        entries=_entries(inner[2], origin, "data."),
+        pod_entries=_pod_entries(inner[3]),
+        version=4,
+        checksum=stored,
+    )
+
+
+def _cpus(text: str, where: str, origin: str) -> frozenset[int]:
+    try:
+        return parse_cpuset(text)
+    except CPUSetError as e:
+        raise CheckpointFormatError(f"{origin}{where}: {e}") from None
+
+
+def _entries(
+    entries: dict[str, dict[str, str] | None], origin: str, prefix: str = ""
+) -> dict[str, dict[str, frozenset[int]]]:
+    out: dict[str, dict[str, frozenset[int]]] = {}
+    for pod, containers in entries.items():
+        inner = out[pod] = {}
+        for name, text in (containers or {}).items():
+            try:
+                inner[name] = parse_cpuset(text)
+            except CPUSetError as e:
+                where = f"{prefix}entries{key_text(pod)}{key_text(name)}"
+                raise CheckpointFormatError(f"{origin}{where}: {e}") from None
+    return out
+
+
+def _pod_entries(pod_entries: dict[str, list[Any]]) -> dict[str, frozenset[int]]:
+    return {pod: frozenset(entry[0][0]) for pod, entry in pod_entries.items()}
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+@collector_paused()
+def dumps_cpu_state(state: CPUManagerState) -> bytes:
+    """The bytes kubelet writes for ``state`` in ``state.version`` (2, 3 or 4), checksum
+    included: ``json.Marshal`` of its checkpoint struct, map keys sorted, cpusets canonical.
+
+    v2 and v3 hash ``state.type_name`` (``CPUManagerCheckpoint`` unless the file read used its
+    versioned name); v4 writes the state as ``data`` with its ``dataChecksum`` and a v3 copy
+    with checksum 0, as kubelet does.
+
+    Raises :class:`InvalidInputError` for a version that cannot hold the state (v1 entries
+    keyed by container id; pod entries in v2) or values of the wrong type.
+    """
+    version = state.version
+    if version not in (2, 3, 4):
+        raise InvalidInputError(f"version must be 2, 3 or 4 to write, not {version!r}")
+    if state.legacy_entries:
+        raise InvalidInputError(
+            "legacy_entries (v1, keyed by container id) cannot be written; "
+            "move them to entries by pod UID and container name first"
+        )
+    if version == 2 and state.pod_entries:
+        raise InvalidInputError("pod_entries need version 3 or 4 (v2 has no podEntries)")
+    policy = _text(state.policy_name, "policy_name")
+    default = format_cpuset(_cpu_ids(state.default_cpu_set, "default_cpu_set"))
+    entries = {
+        _text(pod, "entries key"): {
+            _text(name, f"entries[{pod!r}] key"): format_cpuset(
+                _cpu_ids(cpus, f"entries[{pod!r}][{name!r}]")
+            )
+            for name, cpus in _mapping(containers, f"entries[{pod!r}]").items()
+        }
+        for pod, containers in _mapping(state.entries, "entries").items()
+    }
+    pods = {
+        _text(pod, "pod_entries key"): _cpu_ids(cpus, f"pod_entries[{pod!r}]")
+        for pod, cpus in _mapping(state.pod_entries, "pod_entries").items()
+    }
+    doc: dict[str, Any] = {"policyName": policy, "defaultCpuSet": default}
+    if entries:
+        doc["entries"] = {pod: dict(sorted(entries[pod].items())) for pod in sorted(entries)}
+    if version >= 3 and pods:
+        # PodEntry.MarshalJSON writes {"cpuSet": …}, omitting an empty set.
+        doc["podEntries"] = {
+            pod: {"cpuSet": format_cpuset(pods[pod])} if pods[pod] else {} for pod in sorted(pods)
+        }
+    if version == 4:
+        data = gojson.encode(doc).decode("utf-8")
+        doc["checksum"] = 0
+        doc["data"] = data
+        doc["dataChecksum"] = spew.checksum_string(data)
+        return gojson.encode(doc)
+    if version == 3:
+        go_pods = {pod: [_cpuset_value(cpus)] for pod, cpus in pods.items()}
+        value = [policy, default, entries, go_pods, 0]
+        doc["checksum"] = spew.checksum_value(V3, value, _renames(V3, state.type_name))
+    else:
+        value = [policy, default, entries, 0]
+        doc["checksum"] = spew.checksum_value(V2, value, _renames(V2, state.type_name))
+    return gojson.encode(doc)
+
+
+def _renames(t: Struct, type_name: str) -> list[tuple[str, str]]:
+    own = t.name.split(".", 1)[1]
+    if not isinstance(type_name, str) or type_name not in (own, LEGACY_TYPE_NAME):
+        raise InvalidInputError(f"type_name must be {LEGACY_TYPE_NAME!r} or {own!r}")
+    return [] if type_name == own else [(own, type_name)]
+
+
+def _mapping(value: object, where: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{where} must be a dict, not {type(value).__name__}")
+    return value
+
+
+def _cpu_ids(cpus: object, where: str) -> frozenset[int]:
+    if isinstance(cpus, str) or not isinstance(cpus, set | frozenset | list | tuple):
+        raise InvalidInputError(f"{where} must be a set of CPU ids, not {type(cpus).__name__}")
+    out = frozenset(cpus)
+    for cpu in out:
+        if type(cpu) is not int or not 0 <= cpu <= MAX_CPU_ID:
+            raise InvalidInputError(f"{where}: CPU id {cpu!r} is not an int from 0 to {MAX_CPU_ID}")
+    return out

@@ -1,0 +1,282 @@
+"""Administering the fleet database: per-node and reader roles, renaming a node, retiring
+stores (docs/fleet.md, "Trust model").
+
+These run with the URL of the fleet's owner (the role that ran ``fleet init``, or a
+superuser); a node or reader role is refused by the server.
+
+- :func:`grant_node`: a login role that can do one thing, call the three shipping functions
+  for its own node (EXECUTE on them, SELECT on the schema's version table, nothing else);
+- :func:`grant_reader`: a role (NOLOGIN unless asked) with SELECT on the fleet's tables and
+  views and nothing else, which ``fleet sql`` runs statements as;
+- both take from PUBLIC what PostgreSQL gives every role by default and a restricted role
+  must not have: CREATE on the fleet's schema, TEMPORARY on the database, and (as a
+  superuser) EXECUTE on ``set_config``, with which a statement could switch the role back.
+
+The SQL is built here, not sent as parameters, because role names are identifiers; every
+name is checked against :data:`ROLE_NAME` and every literal quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from podstore.errors import InvalidInputError
+from podstore.fleet import db, migrate
+from podstore.fleet.urls import FleetURL, resolve
+from podstore.rules import validate
+
+#: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
+ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
+NODE_ROLE_PREFIX = "podstore_node_"
+#: The shipping functions a node role may call (revision f0002).
+SHIP_FUNCTIONS = (
+    "fleet_ship_open(uuid, text)",
+    "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",
+    "fleet_ship_snapshot(uuid, text, bigint, timestamptz, bytea, json, json, jsonb, bytea, json)",
+)
+SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
+
+
+def node_role(node: str) -> str:
+    """The default role of ``node``: ``podstore_node_`` and the node name with every character
+    outside ``[a-z0-9_]`` as ``_``. Raises InvalidInputError when that is longer than
+    PostgreSQL's 63-byte names (name the role yourself, ``--role``)."""
+    name = NODE_ROLE_PREFIX + re.sub(r"[^a-z0-9_]", "_", node)
+    if len(name) > 63:
+        raise InvalidInputError(
+            f"node {node!r}: its role name {name[:20]}… is longer than 63 bytes; name the "
+            "role with --role"
+        )
+    return name
+
+
+def _role(name: str) -> str:
+    name = validate.text(name, "role")
+    if not ROLE_NAME.fullmatch(name) or name.startswith("pg_"):
+        raise InvalidInputError(
+            f"role {name!r}: expected a name of letters, digits, _ . - (up to 63, not "
+            "starting with a digit or pg_)"
+        )
+    return name
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _role_block(role: str, login: bool) -> str:
+    """Create the role if missing; take CREATE on the schema and TEMPORARY on the database
+    from PUBLIC; give the role CONNECT and USAGE (names resolved where the SQL runs)."""
+    return f"""DO $podstore$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = {_literal(role)}) THEN
+        CREATE ROLE {_ident(role)} {"LOGIN" if login else "NOLOGIN"};
+    END IF;
+    EXECUTE format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC', current_schema());
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), {_literal(role)});
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), {_literal(role)});
+END
+$podstore$"""
+
+
+def grant_node_sql(node: str, role: str | None = None) -> list[str]:
+    """The statements :func:`grant_node` runs, in order (``fleet grant-node --print-sql``)."""
+    node = validate.text(node, "node")
+    if not node:
+        raise InvalidInputError("node: expected a non-empty name")
+    name = _role(role) if role is not None else node_role(node)
+    return [
+        _role_block(name, login=True),
+        f"GRANT SELECT ON fleet_alembic_version TO {_ident(name)}",
+        f"GRANT EXECUTE ON FUNCTION {', '.join(SHIP_FUNCTIONS)} TO {_ident(name)}",
+        "INSERT INTO fleet_node_grants (node, role_name) "
+        f"VALUES ({_literal(node)}, {_literal(name)}) ON CONFLICT DO NOTHING",
+    ]
+
+
+def _reader_relations() -> list[str]:
+    from podstore.fleet import schema, views
+
+    return [t.name for t in schema.metadata.sorted_tables] + [name for name, _ in views.VIEWS]
+
+
+def grant_reader_sql(role: str, *, login: bool = False) -> list[str]:
+    """The statements :func:`grant_reader` runs, in order (``fleet grant-reader
+    --print-sql``); the last one needs a superuser."""
+    name = _role(role)
+    return [
+        _role_block(name, login=login),
+        f"GRANT SELECT ON {', '.join(_reader_relations())} TO {_ident(name)}",
+        f"REVOKE EXECUTE ON FUNCTION {SET_CONFIG} FROM PUBLIC",
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class GrantReport:
+    """What a grant did: the role, whether it was created, and what could not be done."""
+
+    role: str
+    created: bool
+    warnings: tuple[str, ...] = ()
+
+
+def _run_grant(url: FleetURL, role: str, statements: list[str]) -> GrantReport:
+    from sqlalchemy import text
+
+    warnings: list[str] = []
+    with db.transaction(url) as conn:
+        migrate.check_schema(conn, url)
+        existed = conn.execute(
+            text("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = :r)"), {"r": role}
+        ).scalar_one()
+        superuser = conn.execute(
+            text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        ).scalar_one()
+        if (
+            existed
+            and conn.execute(
+                text("SELECT rolsuper FROM pg_roles WHERE rolname = :r"), {"r": role}
+            ).scalar_one()
+        ):
+            raise InvalidInputError(f"role {role} is a superuser: it cannot be restricted")
+        for statement in statements:
+            if SET_CONFIG in statement and not superuser:
+                warnings.append(
+                    "set_config() is still executable by every role (only a superuser can "
+                    "revoke it): `fleet sql` with a superuser URL stays refused until a "
+                    "superuser runs this grant"
+                )
+                continue
+            conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
+    return GrantReport(role, not existed, tuple(warnings))
+
+
+def grant_node(url: str | FleetURL | None, node: str, *, role: str | None = None) -> GrantReport:
+    """Create (if missing) the login role that ships ``node``'s stores — ``role``, else
+    :func:`node_role` — and give it EXECUTE on the shipping functions and nothing else; the
+    server then refuses it any other write, any other node's store, any new object. How it
+    authenticates (a password, a certificate) is the server's configuration. Raises
+    InvalidInputError for a bad name, FleetRefusedError when the URL's role lacks the rights."""
+    target = resolve(url)
+    statements = grant_node_sql(node, role)
+    name = _role(role) if role is not None else node_role(node)
+    return db.retrying(target, lambda: _run_grant(target, name, statements))
+
+
+def grant_reader(url: str | FleetURL | None, role: str, *, login: bool = False) -> GrantReport:
+    """Create ``role`` if missing (NOLOGIN unless ``login``) and give it SELECT on the fleet's
+    tables and views and nothing else; as a superuser also revoke set_config() from PUBLIC.
+    ``fleet sql`` runs statements as this role (default ``podstore_reader``)."""
+    target = resolve(url)
+    statements = grant_reader_sql(role, login=login)
+    name = _role(role)
+    return db.retrying(target, lambda: _run_grant(target, name, statements))
+
+
+_RENAME = """
+    WITH renamed AS (
+        UPDATE fleet_stores SET node = CAST(:new AS text) WHERE node = CAST(:old AS text)
+        RETURNING store_id
+    ),
+    logged AS (
+        INSERT INTO fleet_store_log (store_id, action, detail)
+        SELECT store_id, 'renamed',
+               format('node %s renamed to %s', CAST(:old AS text), CAST(:new AS text))
+        FROM renamed
+    ),
+    granted AS (
+        INSERT INTO fleet_node_grants (node, role_name)
+        SELECT CAST(:new AS text), role_name FROM fleet_node_grants
+        WHERE node = CAST(:old AS text)
+        ON CONFLICT DO NOTHING
+    ),
+    ungranted AS (
+        DELETE FROM fleet_node_grants WHERE node = CAST(:old AS text)
+    )
+    SELECT count(*) FROM renamed
+"""
+
+
+def rename_node(url: str | FleetURL | None, old: str, new: str) -> int:
+    """Give every store of node ``old`` (retired ones too) the name ``new``, and move the
+    node's grants with it; logged per store in ``fleet_store_log``. Returns the number of
+    stores renamed. Raises InvalidInputError when ``old`` has no store or the names are
+    equal or empty."""
+    from sqlalchemy import text
+
+    target = resolve(url)
+    old = validate.text(old, "old")
+    new = validate.text(new, "new")
+    if not old or not new or old == new:
+        raise InvalidInputError("rename-node: expected two different, non-empty node names")
+
+    def run() -> int:
+        with db.transaction(target) as conn:
+            migrate.check_schema(conn, target)
+            return int(conn.execute(text(_RENAME), {"old": old, "new": new}).scalar_one())
+
+    renamed = db.retrying(target, run)
+    if not renamed:
+        raise InvalidInputError(f"rename-node: the fleet holds no store of node {old!r}")
+    return renamed
+
+
+def _uuid(value: str) -> str:
+    text = validate.text(value, "store_id")
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise InvalidInputError(f"store_id: {text!r} is not a UUID") from None
+
+
+_RETIRE = """
+    WITH retired AS (
+        UPDATE fleet_stores SET retired_at = now()
+        WHERE retired_at IS NULL
+          AND (CAST(:node AS text) IS NULL OR node = :node)
+          AND (CAST(:store_id AS uuid) IS NULL OR store_id = CAST(:store_id AS uuid))
+        RETURNING store_id, node
+    ),
+    logged AS (
+        INSERT INTO fleet_store_log (store_id, action, detail)
+        SELECT store_id, 'retired', format('store of node %s retired', node) FROM retired
+    )
+    SELECT CAST(store_id AS text), node FROM retired ORDER BY node, store_id
+"""
+
+
+def retire(
+    url: str | FleetURL | None, *, node: str | None = None, store_id: str | None = None
+) -> list[tuple[str, str]]:
+    """Retire the stores of ``node``, or the store ``store_id`` (exactly one of them): kept as
+    history, left out of the current-state views and of ``fleet owners`` now; owners at an
+    instant before the retirement still see them, and ships of a retired store are refused.
+    Returns the (store_id, node) retired. Raises InvalidInputError when nothing matched a
+    store still in service."""
+    from sqlalchemy import text
+
+    target = resolve(url)
+    if (node is None) == (store_id is None):
+        raise InvalidInputError("retire: give a node name or a store_id (one of them)")
+    params = {
+        "node": None if node is None else validate.text(node, "node"),
+        "store_id": None if store_id is None else _uuid(store_id),
+    }
+
+    def run() -> list[tuple[str, str]]:
+        with db.transaction(target) as conn:
+            migrate.check_schema(conn, target)
+            return [(str(r[0]), str(r[1])) for r in conn.execute(text(_RETIRE), params)]
+
+    retired = db.retrying(target, run)
+    if not retired:
+        what = f"node {node!r}" if node is not None else f"store {store_id}"
+        raise InvalidInputError(f"retire: the fleet holds no store in service of {what}")
+    return retired

@@ -1,0 +1,155 @@
+"""How podstore writes to stderr (the global ``--log-format text|json``): the log records of the
+``podstore`` logger (the follower's log, shipping, warnings) and the one-line errors and
+warnings of the command line.
+
+``text`` (the default): log records as ``TIME LEVEL message``, errors as ``podstore: error:
+…``. ``json``: one JSON object a line — ``time`` (UTC, ISO 8601, milliseconds), ``level``,
+``logger``, ``message``, then the record's own fields (what a call passed in ``extra=``:
+``result``, ``seconds``, ``events`` …) and ``exception`` when there is one — so a log
+collector needs no parser. stdout (a command's answer) is never touched.
+
+Standard library only, so that every layer may log through it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+#: The values of ``--log-format``.
+FORMATS = ("text", "json")
+
+#: The logger every podstore module logs to (or below: ``podstore.fleet``).
+LOGGER = "podstore"
+
+TEXT = "%(asctime)s %(levelname)s %(message)s"
+
+# What every LogRecord carries: the rest of its attributes came from ``extra=``.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+_format = "text"
+
+
+def iso_time(seconds: float) -> str:
+    """``seconds`` since the epoch as UTC ISO 8601 with milliseconds and a ``Z``."""
+    whole = time.gmtime(seconds)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", whole) + f".{int(seconds % 1 * 1000):03d}Z"
+
+
+def _plain(value: Any) -> Any:
+    """A field value JSON can hold as it is; anything else as its text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def json_line(level: str, logger: str, message: str, fields: dict[str, Any], at: float) -> str:
+    """One log object as a line of JSON (the keys the module docstring names, in order)."""
+    obj: dict[str, Any] = {
+        "time": iso_time(at),
+        "level": level.lower(),
+        "logger": logger,
+        "message": message,
+    }
+    for key, value in fields.items():
+        if key not in obj:
+            obj[key] = _plain(value)
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str)
+
+
+class JsonFormatter(logging.Formatter):
+    """A record as one JSON object (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            fields["exception"] = record.exc_text
+        # A message that cannot be formatted is still a line, not a traceback on stderr.
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = f"{record.msg!s} {record.args!r}"
+        return json_line(record.levelname, record.name, message, fields, record.created)
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure` installs (told apart from anyone else's)."""
+
+
+def set_format(fmt: str) -> None:
+    """Choose the format of the command line's error lines and of any handler configured
+    afterwards; an installed handler is switched over at once."""
+    global _format
+    if fmt not in FORMATS:
+        raise ValueError(f"log format: expected one of {FORMATS}, got {fmt!r}")
+    _format = fmt
+    for handler in logging.getLogger(LOGGER).handlers:
+        if isinstance(handler, _Handler):
+            handler.setFormatter(_formatter(fmt))
+
+
+def current() -> str:
+    """The format chosen (``text`` until :func:`set_format`)."""
+    return _format
+
+
+def _formatter(fmt: str) -> logging.Formatter:
+    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT)
+
+
+def configure(
+    fmt: str | None = None, *, level: int = logging.INFO, stream: TextIO | None = None
+) -> None:
+    """Send the ``podstore`` logger's records at ``level`` and above to ``stream`` (stderr) in
+    ``fmt`` (default: the format chosen). A handler this function installed before is
+    replaced, anyone else's left alone; records stop propagating to the root logger, so an
+    application's logging setup does not print them twice."""
+    if fmt is not None:
+        set_format(fmt)
+    unconfigure()
+    logger = logging.getLogger(LOGGER)
+    handler = _Handler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(_formatter(_format))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def unconfigure() -> None:
+    """Remove the handler :func:`configure` installed (records then go wherever they went
+    before: an application's handlers, else Python's last resort for warnings)."""
+    logger = logging.getLogger(LOGGER)
+    for handler in list(logger.handlers):
+        if isinstance(handler, _Handler):
+            logger.removeHandler(handler)
+
+
+def foreign_handlers() -> bool:
+    """Whether an application gave the ``podstore`` logger a handler of its own (then
+    :func:`configure` is not called for it: its records would be written twice)."""
+    return any(not isinstance(h, _Handler) for h in logging.getLogger(LOGGER).handlers)
+
+
+def say(level: str, message: str, **fields: Any) -> None:
+    """One line on stderr for the command line: ``podstore: LEVEL: message`` in text, a log
+    object in json (``level`` is ``error`` or ``warning``)."""
+    if _format == "json":
+        line = json_line(level, LOGGER, message, fields, time.time())
+    else:
+        line = f"podstore: {level}: {message}"
+    stream = sys.stderr
+    stream.write(line + "\n")
+    stream.flush()

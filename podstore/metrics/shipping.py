@@ -1,0 +1,90 @@
+"""The shipping metrics of ``podstore watch --ship-to…`` (a collector of its own, registered
+only when shipping is configured): calls by outcome from the shipper's status, and the lag
+behind the node read from the store at scrape time.
+
+The status is the fleet's ``ShippingStatus`` (``ship(..., status=)`` fills it); this module
+only needs its ``snapshot()`` (:class:`ShippingSource`), so the metrics never import the fleet
+package. The lag is computed at every scrape from the last seq the fleet confirmed and the
+store's newest seq (two indexed reads): it rises while the fleet database is down even
+between the shipper's retries, and is 0 right after a ship that sent everything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from podstore.errors import PodStoreError
+from podstore.rules.times import parse_ts
+from podstore.store import PodStore
+
+
+class ShippingSource(Protocol):
+    """What the collector reads: ``podstore.fleet.status.ShippingStatus``."""
+
+    def snapshot(self) -> Any: ...
+
+
+def lag(store: PodStore, last_seq: int) -> tuple[int, float]:
+    """Node events after ``last_seq`` (the fleet's newest) and the age in seconds of the
+    oldest of them (0 when none), read now. Raises PodStoreError when the store cannot be
+    read."""
+    with store.reader() as reader:
+        high = reader.high_water()
+        oldest = reader.first_ts_after(last_seq)
+    events = max(0, high - last_seq)
+    if events == 0 or oldest is None:
+        return events, 0.0
+    return events, max(0.0, time.time() - parse_ts(oldest).timestamp())
+
+
+class ShippingCollector(Collector):
+    """``podstore_ship_*`` of one store's shipping (docs/watch.md lists them)."""
+
+    def __init__(self, store: PodStore, status: ShippingSource) -> None:
+        self.store = store
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        f = self.status.snapshot()
+        for name, doc, value in (
+            ("successes", "ships that completed", f.successes),
+            ("failures", "ships that failed (server down or unreachable, refused, …)", f.failures),
+            ("refusals", "ships the fleet database refused (another node's store, a diverged "
+             "chain, retired); also counted as failures", f.refusals),
+        ):  # fmt: skip
+            yield CounterMetricFamily(f"podstore_ship_{name}", doc, value=value)
+        yield GaugeMetricFamily(
+            "podstore_ship_last_success_timestamp_seconds",
+            "Unix time of the last ship that completed (0: none yet)",
+            value=f.last_success or 0.0,
+        )
+        if f.last_seq is None:
+            # The fleet database never answered this process: how far behind it is is not
+            # known, so the lag and last seq are left out (the failures say why).
+            return
+        yield GaugeMetricFamily(
+            "podstore_ship_last_seq",
+            "the newest node event seq the fleet database holds",
+            value=f.last_seq,
+        )
+        try:
+            events, seconds = lag(self.store, f.last_seq)
+        except PodStoreError:
+            events, seconds = f.lag_events, f.lag_seconds  # as of the last ship
+        if events is None or seconds is None:
+            return
+        yield GaugeMetricFamily(
+            "podstore_ship_lag_events",
+            "node events the fleet database does not hold yet",
+            value=events,
+        )
+        yield GaugeMetricFamily(
+            "podstore_ship_lag_seconds",
+            "age of the oldest node event the fleet database does not hold yet (0: none)",
+            value=seconds,
+        )

@@ -1,0 +1,234 @@
+"""Checking the history's hash chain, and re-chaining it under a new identity.
+
+:func:`verify` walks the kept events in seq order with the links beside them (two cursors,
+merged as they go, so a long history is checked in flat memory) and recomputes every hash from
+what it chains from (``storage/events.py``, "The hash chain"). What it reports, per break, is
+a :class:`~podstore.types.ChainBreak`; the kinds are listed there. One edit is reported once:
+after a break the walk goes on from the stored hash, so the events after an edited one still
+check; an event whose own hash was replaced is told apart from one whose content was edited by
+its successor, which chains from the recomputed hash in the first case and from the stored one
+in the second.
+
+:func:`rechain` gives every kept event its hash under a new genesis (``reset_identity``),
+including the links, which then hold the hash of the last kept event before each gap.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from podstore.errors import StoreCorruptError
+from podstore.rules import chain
+from podstore.storage.sql import events as sql
+from podstore.types import ChainBreak, HistoryReport
+
+#: Breaks a report lists (``break_count`` counts all of them).
+MAX_BREAKS = 10
+
+#: Events read per statement.
+CHUNK = 5000
+
+_Fields = tuple[str, str, str | None, str | None, str, str | None, str | None]
+
+
+def _events(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
+    """Every kept event (``sql.CHAIN_ROWS`` columns), in seq order, a chunk at a time."""
+    after = 0
+    while True:
+        rows = conn.execute(sql.CHAIN_ROWS, (after, CHUNK)).fetchall()
+        if not rows:
+            return
+        yield from rows
+        after = int(rows[-1][0])
+
+
+@dataclass(slots=True)
+class _Suspect:
+    """An event whose hash did not recompute, until its successor says how."""
+
+    seq: int
+    recomputed: bytes
+    stored: bytes
+    base: str  # what it chained from: "genesis", "event" or "link"
+
+
+@dataclass(slots=True)
+class _Walk:
+    breaks: list[ChainBreak] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, seq: int, kind: str, message: str) -> None:
+        self.count += 1
+        if len(self.breaks) < MAX_BREAKS:
+            self.breaks.append(ChainBreak(seq, kind, f"seq {seq} ({kind}): {message}"))
+
+    def settle(self, s: _Suspect, store_id: str, *, hash_edited: bool | None) -> None:
+        """Report a suspect: its own hash replaced (True), its content or what it chains from
+        changed (False), or either (None: no successor to tell)."""
+        either = "" if hash_edited is False else ", or its own hash"
+        if hash_edited:
+            self.add(
+                s.seq,
+                "hash-edited",
+                "its stored hash was changed (its content still gives the hash the next event "
+                "chains from)",
+            )
+        elif s.base == "genesis":
+            self.add(
+                s.seq,
+                "genesis",
+                f"does not chain from the genesis of store_id {store_id}: the store_id or the "
+                f"event was changed{either}",
+            )
+        elif s.base == "link":
+            self.add(
+                s.seq,
+                "link-wrong",
+                f"does not chain from the link recorded for it: the link or the event was "
+                f"changed{either}",
+            )
+        else:
+            self.add(
+                s.seq,
+                "edited",
+                f"its hash does not follow from its content and the hash of seq {s.seq - 1}: "
+                f"the event was edited (or seq {s.seq - 1} was, and re-hashed){either}",
+            )
+
+
+def verify(conn: sqlite3.Connection) -> HistoryReport:
+    """Check the chain of every kept event on ``conn`` (inside the caller's read transaction,
+    so that it sees one state)."""
+    store_id_row = conn.execute(sql.STORE_ID).fetchone()
+    store_id = "" if store_id_row is None else str(store_id_row[0])
+    genesis = chain.genesis(store_id) if store_id_row is not None else b""
+    walk = _Walk()
+    if store_id_row is None:
+        walk.add(1, "genesis", "the store has no store_id, so the chain has no genesis")
+    links = conn.cursor().execute(sql.CHAIN_LINKS)
+    link_row = links.fetchone()
+    high_water = int(conn.execute(sql.HIGH_WATER).fetchone()[0])
+    last_seq = 0
+    last_hash = genesis
+    suspect: _Suspect | None = None
+    events = 0
+    for row in _events(conn):
+        seq = int(row[0])
+        fields: _Fields = row[1:8]
+        stored = bytes(row[8])
+        events += 1
+        # Links below this event belong to no kept event.
+        while link_row is not None and int(link_row[0]) < seq:
+            walk.add(int(link_row[0]), "link-forged", "a link for an event that is not kept")
+            link_row = links.fetchone()
+        link: bytes | None = None
+        if link_row is not None and int(link_row[0]) == seq:
+            link = bytes(link_row[1])
+            link_row = links.fetchone()
+        contiguous = seq == last_seq + 1
+        if seq == 1:
+            base, base_kind = genesis, "genesis"
+        elif contiguous:
+            base, base_kind = last_hash, "event"
+        elif link is not None:
+            base, base_kind = link, "link"
+        else:
+            walk.add(
+                seq,
+                "removed",
+                f"events {last_seq + 1}..{seq - 1} are missing and no link records the hash "
+                "before them (removed from outside podstore)",
+            )
+            base, base_kind = b"", "removed"
+        if link is not None and (seq == 1 or contiguous):
+            walk.add(
+                seq,
+                "link-forged",
+                "a link although the event chains from "
+                + ("the genesis" if seq == 1 else f"seq {seq - 1}, which is kept"),
+            )
+        computed = chain.link(base, seq, *fields) if base_kind != "removed" else stored
+        if suspect is not None:
+            if contiguous and suspect.seq == seq - 1:
+                from_recomputed = chain.link(suspect.recomputed, seq, *fields)
+                if computed != stored and from_recomputed == stored:
+                    walk.settle(suspect, store_id, hash_edited=True)
+                    computed = stored
+                else:
+                    walk.settle(suspect, store_id, hash_edited=False)
+            else:
+                walk.settle(suspect, store_id, hash_edited=None)
+            suspect = None
+        if computed != stored:
+            suspect = _Suspect(seq, computed, stored, base_kind)
+        last_seq, last_hash = seq, stored
+    if suspect is not None:
+        walk.settle(suspect, store_id, hash_edited=None)
+    head_hash = last_hash if last_seq == high_water else b""
+    while link_row is not None:
+        seq = int(link_row[0])
+        if seq == high_water + 1 and last_seq < high_water:
+            head_hash = bytes(link_row[1])
+        else:
+            walk.add(seq, "link-forged", "a link beyond the newest event")
+        link_row = links.fetchone()
+    if high_water > last_seq and not head_hash:
+        walk.add(
+            high_water,
+            "head",
+            "the newest seq handed out is not kept and no link records the hash after it",
+        )
+    (link_count,) = conn.execute(sql.LINK_COUNT).fetchone()
+    return HistoryReport(
+        store_id=store_id,
+        events=events,
+        links=int(link_count),
+        head_seq=high_water,
+        head_hash=head_hash,
+        breaks=tuple(sorted(walk.breaks, key=lambda b: b.seq)),
+        break_count=walk.count,
+    )
+
+
+def rechain(conn: sqlite3.Connection, store_id: str) -> int:
+    """Rewrite every kept event's hash, and every link, as a history written under
+    ``store_id`` from its first event (inside the caller's write transaction); returns the
+    number of events re-chained. Refuses (StoreCorruptError) a chain that does not verify:
+    re-chaining would hide the break."""
+    report = verify(conn)
+    if not report.ok:
+        first = report.breaks[0]
+        raise StoreCorruptError(
+            f"the history chain is broken ({first.message}); re-chaining it would hide "
+            "that: `podstore verify` lists the breaks"
+        )
+    (trigger,) = conn.execute(sql.APPEND_ONLY_TRIGGER).fetchone() or (None,)
+    if trigger is not None:
+        conn.execute(sql.DROP_APPEND_ONLY_TRIGGER)
+    prev = chain.genesis(store_id)
+    last = 0
+    count = 0
+    link_updates: list[tuple[bytes, int]] = []
+    while True:
+        rows = conn.execute(sql.CHAIN_ROWS, (last, CHUNK)).fetchall()
+        if not rows:
+            break
+        hashes: list[tuple[bytes, int]] = []
+        for row in rows:
+            seq = int(row[0])
+            if seq != last + 1:
+                link_updates.append((prev, seq))
+            prev = chain.link(prev, seq, *row[1:8])
+            hashes.append((prev, seq))
+            last = seq
+        conn.executemany(sql.SET_HASH, hashes)
+        count += len(rows)
+    if report.head_seq > last:
+        link_updates.append((prev, report.head_seq + 1))
+    conn.executemany(sql.SET_LINK, link_updates)
+    if trigger is not None:
+        conn.execute(str(trigger))
+    return count

@@ -1,0 +1,169 @@
+"""``GET /healthz`` and ``GET /readyz`` of ``podstore watch --metrics-addr``: cheap answers from
+what the follower's loop records as it goes (a :class:`Pulse`), never from the store.
+
+Live (``/healthz`` 200) unless one of these holds for a follower:
+
+- its loop has ended (``stopped``): returned, or left by an exception that ended the thread
+  running it;
+- one sync has run for longer than ``stuck_after`` (``sync stuck``: a lock held, a file
+  system that hangs);
+- its loop has not come round for ``interval + stuck_after`` outside a sync (``loop stuck``:
+  an after-sync step — a textfile write, a prune — that hangs);
+- its syncs have failed with store errors (``error``: busy past the busy timeout, disk full)
+  for longer than ``stuck_after`` since its last good sync or its start (``store failing``).
+
+A missing or bad checkpoint file is not a liveness problem (a restart would not mend it; the
+metrics and alerts say so), nor is a fleet database that is down. Ready (``/readyz`` 200)
+once every follower's first sync ended with anything but a store error, until the watch
+stops (then the store is about to close).
+
+Both answers are small JSON objects: ``{"status": "ok"|"unhealthy"|"ready"|"not ready",
+"problems": [...], "followers": [{"checkpoint", "last_good_sync_age_seconds", "last_result",
+...}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: Default of ``watch --stuck-after``: how long a follower may be stuck before /healthz says so.
+STUCK_AFTER = 300.0
+
+
+class Pulse:
+    """What a follower's loop tells the health endpoints: it went round, a sync started or
+    ended, the loop ended. Written by the follower's thread, read by the HTTP server's (each
+    field is one assignment, so a reader sees every field whole)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.loop_at = self.started
+        self.sync_since: float | None = None
+        self.last_result: str | None = None
+        self.last_good_at: float | None = None
+        self.first_ok = False
+        self.ended = False
+
+    def running(self) -> None:
+        """The loop starts."""
+        self.ended = False
+        self.loop_at = self.clock()
+
+    def beat(self) -> None:
+        """The loop went round."""
+        self.loop_at = self.clock()
+
+    def sync_started(self) -> None:
+        self.sync_since = self.loop_at = self.clock()
+
+    def sync_ended(self, result: str) -> None:
+        now = self.clock()
+        self.last_result = result
+        if result in ("applied", "unchanged"):
+            self.last_good_at = now
+        if result != "error":
+            self.first_ok = True
+        self.sync_since = None
+        self.loop_at = now
+
+    def stopped(self) -> None:
+        """The loop ended (the follower calls this in a ``finally``: an exception that ends
+        its thread ends the loop too)."""
+        self.ended = True
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One answer of an endpoint: HTTP status and JSON body."""
+
+    status: int
+    body: dict[str, Any]
+
+    def encoded(self) -> bytes:
+        return json.dumps(self.body, separators=(",", ":")).encode() + b"\n"
+
+
+@dataclass
+class Watched:
+    """A follower as the endpoints see it."""
+
+    name: str
+    pulse: Pulse
+    interval: float
+
+
+class Health:
+    """The answers of ``/healthz`` and ``/readyz`` over the followers registered."""
+
+    def __init__(self, *, stuck_after: float = STUCK_AFTER) -> None:
+        if not stuck_after > 0:
+            raise ValueError("stuck_after must be positive")
+        self.stuck_after = stuck_after
+        self.followers: list[Watched] = []
+        self.stopping = False
+
+    def watch(self, name: str, pulse: Pulse, interval: float) -> None:
+        """Answer for the follower of ``name`` too."""
+        self.followers.append(Watched(name, pulse, interval))
+
+    def _problems(self, w: Watched, now: float) -> list[str]:
+        p = w.pulse
+        if p.ended and not self.stopping:
+            return [f"{w.name}: the follower stopped"]
+        out = []
+        if p.sync_since is not None and now - p.sync_since > self.stuck_after:
+            out.append(f"{w.name}: a sync has run for {now - p.sync_since:.0f} s")
+        elif p.sync_since is None and now - p.loop_at > w.interval + self.stuck_after:
+            out.append(f"{w.name}: its loop has not come round for {now - p.loop_at:.0f} s")
+        if p.last_result == "error":
+            since = p.last_good_at if p.last_good_at is not None else p.started
+            if now - since > self.stuck_after:
+                out.append(f"{w.name}: store errors for {now - since:.0f} s")
+        return out
+
+    def _state(self, w: Watched, now: float) -> dict[str, Any]:
+        p = w.pulse
+        return {
+            "checkpoint": w.name,
+            "last_result": p.last_result,
+            "last_good_sync_age_seconds": (
+                None if p.last_good_at is None else round(now - p.last_good_at, 3)
+            ),
+            "sync_running_seconds": (
+                None if p.sync_since is None else round(now - p.sync_since, 3)
+            ),
+            "alive": not p.ended,
+        }
+
+    def live(self) -> Answer:
+        problems: list[str] = []
+        states = []
+        for w in self.followers:
+            now = w.pulse.clock()
+            problems += self._problems(w, now)
+            states.append(self._state(w, now))
+        return Answer(
+            503 if problems else 200,
+            {
+                "status": "unhealthy" if problems else "ok",
+                "problems": problems,
+                "followers": states,
+            },
+        )
+
+    def ready(self) -> Answer:
+        problems = []
+        if self.stopping:
+            problems.append("stopping: the store is about to close")
+        for w in self.followers:
+            if not w.pulse.first_ok:
+                problems.append(f"{w.name}: no first sync yet")
+        return Answer(
+            503 if problems else 200,
+            {"status": "not ready" if problems else "ready", "problems": problems},
+        )

@@ -1,0 +1,121 @@
+"""``watch --keep-history DURATION``: prune the history the node keeps, now and then, never past
+what the fleet database has not received.
+
+The follower calls :meth:`Pruner.maybe` after every sync and at every polling tick (so an
+idle node prunes too); it prunes at most once every ``every`` seconds (10 minutes), in one
+transaction (``PodStore.prune_history``), in the follower's thread, so a prune never races a
+sync of this watch.
+
+With shipping configured the cut is also held at the oldest event the fleet lacks: ``shipped``
+returns the newest seq the fleet database confirmed (the ``ShippingStatus``' ``last_seq``),
+and the cut is at most the time of the oldest kept event after it, so every event after that
+seq stays. While the fleet has confirmed nothing to this process (it was down from the start)
+nothing is pruned at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable
+
+from podstore.errors import PodStoreError
+from podstore.rules.times import format_ts
+from podstore.store import PodStore
+from podstore.watch.failures import ProblemLog
+
+log = logging.getLogger("podstore")
+
+#: Seconds between prunes (at most one per this much time).
+PRUNE_EVERY = 600.0
+
+# The oldest kept event after a seq, by time (not by seq: a clock that went back could give a
+# later event an earlier time, and the cut must pass none of them).
+_OLDEST_AFTER = "SELECT min(ts) FROM allocation_events WHERE seq > ?"
+
+
+class Pruner:
+    """Prunes ``store``'s history older than ``keep`` seconds (see the module docstring).
+
+    ``shipped``: None when the watch does not ship; else a function returning the newest seq
+    the fleet holds, or None while that is not known.
+    """
+
+    def __init__(
+        self,
+        store: PodStore,
+        keep: float,
+        *,
+        every: float = PRUNE_EVERY,
+        shipped: Callable[[], int | None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not keep >= 0 or not every > 0:
+            raise ValueError("expected keep >= 0 and every > 0")
+        self.store = store
+        self.keep = keep
+        self.every = every
+        self.shipped = shipped
+        self.clock = clock
+        self.last_run: float | None = None  # monotonic time of the last prune that ran
+        self.pruned = 0  # events removed by this pruner, in all
+        self._problems = ProblemLog(log)
+
+    def due(self) -> bool:
+        return self.last_run is None or time.monotonic() - self.last_run >= self.every
+
+    def cut(self) -> str | None:
+        """The time (stored form) before which events may go now, or None when none may
+        (the fleet confirmed nothing yet). Raises PodStoreError when the store cannot be
+        read."""
+        cut = format_ts(datetime.datetime.fromtimestamp(self.clock() - self.keep, datetime.UTC))
+        if self.shipped is None:
+            return cut
+        last = self.shipped()
+        if last is None:
+            return None
+        oldest = self.store.query(_OLDEST_AFTER, [last]).rows[0][0]
+        if oldest is not None and str(oldest) < cut:
+            return str(oldest)  # stored times sort as text
+        return cut
+
+    def prune(self) -> int | None:
+        """Prune now; how many events went (None: nothing may go yet). Raises
+        PodStoreError."""
+        before = self.cut()
+        if before is None:
+            return None
+        removed = self.store.prune_history(before)
+        self.pruned += removed
+        if removed:
+            log.info(
+                "pruned %d history events older than %s",
+                removed,
+                before,
+                extra={"event": "prune", "events": removed, "before": before},
+            )
+        return removed
+
+    def maybe(self) -> None:
+        """Prune when due; a failure is logged (once while it lasts), never raised: the
+        follower goes on, and the next due time tries again."""
+        if not self.due():
+            return
+        try:
+            removed = self.prune()
+        except PodStoreError as exc:
+            self.last_run = time.monotonic()
+            self._problems.report(str(exc), "pruning the history failed: %s", exc)
+            return
+        if removed is None:
+            # Not counted as a run: it is tried again at the next sync or tick, which costs
+            # nothing until the fleet has answered.
+            self._problems.report(
+                "unshipped",
+                "not pruning the history yet: the fleet database has confirmed no event",
+                level=logging.INFO,
+            )
+            return
+        self.last_run = time.monotonic()
+        self._problems.clear()

@@ -1,0 +1,310 @@
+"""``podstore watch`` put together: from a :class:`WatchConfig` to a running follower with the
+parts the options ask for — the metrics endpoint with its health answers, the textfile, the
+shipper after syncs, the pruner, the signal handling — and the exit status.
+
+The command line only parses its options into a WatchConfig (cli/watch.py); everything it
+starts is built here, each part in one function, so a new option is a field and a part.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from podstore import logs
+from podstore.errors import InvalidInputError, PodStoreError
+from podstore.metrics.stats import SyncStats
+from podstore.rules.secrets import mask_url, scrub, url_password
+from podstore.store import PodStore
+from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
+from podstore.watch.health import STUCK_AFTER, Health
+from podstore.watch.retention import PRUNE_EVERY, Pruner
+from podstore.watch.shipping import RetryingHook, url_file_holds_url
+from podstore.watch.textfile import TextfileWriter
+
+log = logging.getLogger("podstore")
+
+#: Exit statuses (README "Exit codes"): done / a sync, ship or prune that failed.
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """What ``podstore watch`` was asked to do (docs/watch.md)."""
+
+    checkpoint: str = DEFAULT_CHECKPOINT
+    #: One sync (and one ship with ``ship_to``), then exit.
+    once: bool = False
+    #: Seconds between polls of the file when no file event came.
+    interval: float = 10.0
+    #: (host, port) to serve ``GET /metrics``, ``/healthz`` and ``/readyz`` on.
+    metrics_addr: tuple[str, int] | None = None
+    #: node_exporter textfile to rewrite after every sync.
+    textfile: str | None = None
+    #: Fleet database URL to ship the history to after applied syncs.
+    ship_to: str | None = None
+    #: The node name the fleet database records.
+    node: str = ""
+    #: A file holding the fleet database URL (``--ship-to-file``), read at start and before
+    #: every ship; missing or empty: not shipping (until a URL is there).
+    ship_to_file: str | None = None
+    #: Keep this many seconds of history (``--keep-history``); None: keep all.
+    keep_history: float | None = None
+    #: Prune at most once per this many seconds.
+    prune_every: float = PRUNE_EVERY
+    #: /healthz turns 503 when a follower is stuck this long (``--stuck-after``).
+    stuck_after: float = STUCK_AFTER
+
+
+def setup_logging() -> None:
+    """The follower's log on stderr at INFO, one line (or one JSON object) per record, in the
+    format ``--log-format`` chose; left alone when an application has its own handler."""
+    if not logs.foreign_handlers():
+        logs.configure(level=logging.INFO)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one log line (drivers' messages span several)."""
+    return " ".join(text.split())
+
+
+class Watch:
+    """The parts of one ``podstore watch`` run over ``store``, built from ``config``.
+
+    Raises InvalidInputError (nothing started) when ``--ship-to-file`` names a file that holds
+    no acceptable URL or is open to others (``fleet.urls.read_url_file``), PodStoreError when
+    the metrics address cannot be bound.
+    """
+
+    def __init__(self, store: PodStore, config: WatchConfig) -> None:
+        self.store = store
+        self.config = config
+        self.stats = SyncStats()
+        self.follower = Follower(
+            store, config.checkpoint, interval=config.interval, stats=self.stats
+        )
+        self.health = Health(stuck_after=config.stuck_after)
+        self.health.watch(config.checkpoint, self.follower.pulse, config.interval)
+        #: The fleet's ShippingStatus when shipping is configured (``ship`` fills it).
+        self.shipping: Any = None
+        self._url: str | None = None  # the fleet URL last read
+        self.shipper = self._shipper() if self.ships else None
+        self.pruner = self._pruner() if config.keep_history is not None else None
+        registry = self._registry()
+        if registry is not None and config.metrics_addr is not None:
+            self._serve_metrics(registry, *config.metrics_addr)
+        if registry is not None and config.textfile is not None:
+            textfile = TextfileWriter(config.textfile, registry, store.path)
+            self.follower.on_sync.append(lambda _outcome: textfile.after_sync())
+            self.follower.on_tick.append(textfile.at_tick)
+
+    @property
+    def ships(self) -> bool:
+        """Shipping is configured (``--ship-to``, ``--ship-to-env`` or ``--ship-to-file``)."""
+        return self.config.ship_to is not None or self.config.ship_to_file is not None
+
+    # ---- the parts ---------------------------------------------------------------------
+
+    def _registry(self) -> Any:
+        """The metrics registry (read at scrape time), when anything exposes it."""
+        if self.config.metrics_addr is None and self.config.textfile is None:
+            return None
+        from podstore.metrics.collector import registry_for
+
+        registry = registry_for(self.store, self.stats)
+        if self.shipping is not None:
+            from podstore.metrics.shipping import ShippingCollector
+
+            registry.register(ShippingCollector(self.store, self.shipping))
+        return registry
+
+    def _serve_metrics(self, registry: Any, host: str, port: int) -> None:
+        from podstore.metrics.exposition import serve
+
+        health = self.health
+        routes = {
+            "/healthz": lambda: _answer(health.live()),
+            "/readyz": lambda: _answer(health.ready()),
+        }
+        bound_host, bound_port = serve(host, port, registry, routes)
+        log.info(
+            "serving metrics on http://%s:%d/metrics (and /healthz, /readyz)",
+            bound_host,
+            bound_port,
+        )
+
+    def fleet_url(self) -> str | None:
+        """The fleet URL to ship to now: ``--ship-to``'s, or the one in ``--ship-to-file``
+        read again (a rotated Secret is picked up), or None when that file is missing or
+        empty (not shipping). Raises InvalidInputError for a file that is not acceptable."""
+        if self.config.ship_to is not None:
+            return self.config.ship_to
+        path = self.config.ship_to_file
+        assert path is not None
+        if not url_file_holds_url(path):
+            return None
+        from podstore.fleet.urls import read_url_file
+
+        self._url = read_url_file(path)
+        return self._url
+
+    def _describe(self, exc: BaseException) -> str:
+        """A ship failure on one line, without the password of the URL last read."""
+        url = self._url or self.config.ship_to or ""
+        return one_line(scrub(str(exc) or type(exc).__name__, url_password(url)))
+
+    def _shipper(self) -> RetryingHook:
+        """The runner of the hook that ships the history (its ``call`` ships once, in the
+        caller's thread); errors are described on one line, the URL's password masked."""
+        from podstore.fleet.ship import ship
+        from podstore.fleet.status import ShippingStatus
+
+        status = self.shipping = ShippingStatus()
+        store, node = self.store, self.config.node
+        url = self.fleet_url()  # a bad file fails here, before anything starts
+        self._url = url
+        if url is not None:
+            name = f"ship to {mask_url(url)}"
+        else:
+            name = f"ship to the URL in {self.config.ship_to_file}"
+            log.warning(
+                "%s holds no fleet URL: not shipping until it does",
+                self.config.ship_to_file,
+                extra={"event": "ship", "file": self.config.ship_to_file},
+            )
+
+        def call() -> object:
+            try:
+                target = self.fleet_url()
+            except InvalidInputError as exc:
+                status.failed(str(exc), None, None)
+                raise
+            if target is None:
+                return None  # the file is gone or empty: not shipping now
+            return ship(store, target, node=node, status=status)
+
+        return RetryingHook(call, name=name, describe=self._describe)
+
+    def fleet_holds(self) -> int | None:
+        """The newest seq the fleet database confirmed holding (None: not known yet); when
+        no fleet URL is configured now, every seq (nothing is owed to a fleet)."""
+        if self.shipping is None:
+            return _EVERY_SEQ
+        if self.config.ship_to is None and not url_file_holds_url(self.config.ship_to_file):
+            return _EVERY_SEQ
+        last: int | None = self.shipping.snapshot().last_seq
+        return last
+
+    def _pruner(self) -> Pruner:
+        keep = self.config.keep_history
+        assert keep is not None
+        return Pruner(
+            self.store,
+            keep,
+            every=self.config.prune_every,
+            shipped=self.fleet_holds if self.ships else None,
+        )
+
+    # ---- running -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run as configured; returns the exit status."""
+        try:
+            return self.once() if self.config.once else self.follow()
+        finally:
+            self.health.stopping = True
+
+    def once(self) -> int:
+        """One sync, then (when shipping) one ship in this thread, then (with
+        ``keep_history``) one prune. 0 only when the sync was applied or unchanged and the
+        ship and the prune, if asked for, succeeded; a failed ship leaves the sync applied
+        and is logged on one line (the prune then keeps what the fleet lacks)."""
+        outcome = self.follower.sync()
+        if not outcome.ok:
+            return EXIT_FAILED
+        code = EXIT_OK
+        if self.shipper is not None:
+            try:
+                self.shipper.call()
+            except Exception as exc:
+                log.error(
+                    "%s failed: %s",
+                    self.shipper.name,
+                    self.shipper.describe(exc),
+                    extra={"event": "ship", "error": type(exc).__name__},
+                )
+                code = EXIT_FAILED
+        if self.pruner is not None:
+            try:
+                self.pruner.prune()
+            except PodStoreError as exc:
+                log.error("pruning the history failed: %s", exc, extra={"event": "prune"})
+                code = EXIT_FAILED
+        return code
+
+    def follow(self) -> int:
+        """Sync now and on every change until SIGTERM or SIGINT; the sync in progress is
+        finished first. Returns 0."""
+        shipper = self.shipper
+        if shipper is not None:
+            shipper.start()
+            self.follower.on_sync.append(lambda outcome: _ship_after(shipper, outcome))
+        pruner = self.pruner
+        if pruner is not None:
+            # After syncs, and at polling ticks so that an idle node prunes too.
+            self.follower.on_sync.append(lambda _outcome: pruner.maybe())
+            self.follower.on_tick.append(pruner.maybe)
+        _stop_on_signals(self.follower)
+        shipping = f", shipping ({shipper.name})" if shipper is not None else ""
+        log.info(
+            "following %s into %s (node %s%s)",
+            self.config.checkpoint,
+            self.store.path,
+            self.config.node,
+            shipping,
+            extra={"event": "start", "checkpoint": self.config.checkpoint},
+        )
+        try:
+            self.follower.run(on_start=shipper.notify if shipper is not None else None)
+        finally:
+            self.health.stopping = True
+            if shipper is not None:
+                shipper.stop()
+        log.info("stopped", extra={"event": "stop"})
+        return EXIT_OK
+
+
+#: "Every seq": what the fleet holds when no fleet is configured (the pruner's cut is then
+#: time alone).
+_EVERY_SEQ = 2**62
+
+
+def _answer(answer: Any) -> tuple[int, bytes]:
+    return int(answer.status), bytes(answer.encoded())
+
+
+def _ship_after(shipper: RetryingHook, outcome: SyncOutcome) -> None:
+    if outcome.result == "applied":
+        shipper.notify()
+
+
+def _stop_on_signals(follower: Follower) -> None:
+    """SIGTERM and SIGINT end the loop after the sync in progress (the handler only rings the
+    follower's signal-safe wake-up)."""
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        follower.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+def run(store: PodStore, config: WatchConfig) -> int:
+    """``podstore watch`` over ``store``: logging set up, the parts built, run; the exit
+    status."""
+    setup_logging()
+    return Watch(store, config).run()
