@@ -19,6 +19,7 @@ from harness.scale_store import build
 from podstore import PodStore
 
 TRIALS = 15
+FORK_TRIALS = 8
 
 
 @pytest.fixture(scope="module")
@@ -74,26 +75,38 @@ def test_close_interrupts_a_check_that_is_running(big_store: Path) -> None:
 
 def test_a_fork_right_after_open_does_not_wait_for_the_check(big_store: Path) -> None:
     """The background check is interrupted for a fork (not waited for) and runs again in the
-    parent afterwards; the child checks before its first write."""
+    parent afterwards; the child checks before its first write. Several trials: the check's
+    thread may be just about to start its statement when the fork comes (the race an
+    interrupt sent once loses), and a lost race costs the fork the whole check."""
     import os
 
     check = _check_time(big_store)
-    store = PodStore.open(big_store)
-    started = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through its exit code
-        code = 1
-        try:
-            store.insert("from-child", "c", "vendor.com/gpu", None, b"")
-            code = 0
-        finally:
-            os._exit(code)
-    forked = time.perf_counter() - started
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert forked < check / 2, (forked, check)
-    assert store.wait_verified(60)  # the parent's check ran to its end after all
-    assert store._sessions._check_done
-    assert store.has_pod("from-child")
-    store.delete(["from-child"])
-    store.close()
+    forks = []
+    for trial in range(FORK_TRIALS):
+        pod = f"from-child-{trial}"
+        store = PodStore.open(big_store)
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code
+            code = 1
+            try:
+                store.insert(pod, "c", "vendor.com/gpu", None, b"")
+                code = 0
+            finally:
+                os._exit(code)
+        forks.append(time.perf_counter() - started)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.wait_verified(60)  # the parent's check ran to its end after all
+        assert store._sessions._check_done
+        assert store.has_pod(pod)
+        store.delete([pod])
+        store.close()
+    figures(
+        "fork-after-open",
+        check_ms=round(check * 1000, 1),
+        median_fork_ms=round(statistics.median(forks) * 1000, 2),
+        worst_fork_ms=round(max(forks) * 1000, 2),
+        trials=FORK_TRIALS,
+    )
+    assert max(forks) < check * 0.75, (check, forks)
