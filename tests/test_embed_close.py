@@ -27,6 +27,13 @@ def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build(tmp_path_factory.mktemp("close") / "big.db", 20_000)
 
 
+@pytest.fixture(scope="module")
+def bigger_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """60,000 entries: a check long enough (~0.25 s) that a fork which waited for it stands
+    out from a fork slowed by a loaded machine."""
+    return build(tmp_path_factory.mktemp("close") / "bigger.db", 60_000)
+
+
 def _check_time(path: Path) -> float:
     """How long the full background check takes on ``path`` (best of three)."""
     times = []
@@ -73,18 +80,18 @@ def test_close_interrupts_a_check_that_is_running(big_store: Path) -> None:
         assert again.size() == 10_000
 
 
-def test_a_fork_right_after_open_does_not_wait_for_the_check(big_store: Path) -> None:
+def test_a_fork_right_after_open_does_not_wait_for_the_check(bigger_store: Path) -> None:
     """The background check is interrupted for a fork (not waited for) and runs again in the
     parent afterwards; the child checks before its first write. Several trials: the check's
     thread may be just about to start its statement when the fork comes (the race an
     interrupt sent once loses), and a lost race costs the fork the whole check."""
     import os
 
-    check = _check_time(big_store)
+    check = _check_time(bigger_store)
     forks = []
     for trial in range(FORK_TRIALS):
         pod = f"from-child-{trial}"
-        store = PodStore.open(big_store)
+        store = PodStore.open(bigger_store)
         started = time.perf_counter()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child reports through its exit code
