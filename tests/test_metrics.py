@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.ops_metrics import EXISTING
 from harness.watch_support import State, checkpoint_path, podstore_command, random_state, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -261,7 +262,10 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_store_size_bytes",
         "podstore_checkpoint_syncs_total",
         "podstore_checkpoint_last_sync_timestamp_seconds",
+        "podstore_checkpoint_last_failed_sync_timestamp_seconds",
         "podstore_sync_duration_seconds",
+        # Served when the follower ships (tests/fleet/ scrape them from a shipping watch).
+        *(name for name in EXISTING if name.startswith("podstore_ship_")),
     }
     assert named == collected
 
