@@ -5,7 +5,8 @@ line on stderr, and, with ``PODSTORE_FIGURES=FILE``, a JSON line appended to FIL
 the docs::
 
     rm -f /tmp/figures.jsonl
-    PODSTORE_FIGURES=/tmp/figures.jsonl pytest tests/test_reliability_*.py tests/test_embed_torture.py
+    export PODSTORE_FIGURES=/tmp/figures.jsonl
+    pytest tests/test_reliability_*.py tests/test_embed_torture.py
     python scripts/reliability_figures.py /tmp/figures.jsonl
 
 This copies the records to ``docs/reliability-figures.jsonl`` and rewrites the part of
