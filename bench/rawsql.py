@@ -76,14 +76,14 @@ def record(store: PodStore, call: Callable[[], object]) -> tuple[list[Call], obj
     Reaches into the store's per-thread connection slot: a measuring tool, not an API.
     """
     sessions = store._sessions
-    state = sessions._local
     real = sessions.conn()
+    slot = sessions._slot()
     recorder = Recorder(real)
-    state.conn = recorder  # type: ignore[assignment]
+    slot.conn = recorder  # type: ignore[assignment]
     try:
         result = call()
     finally:
-        state.conn = real
+        slot.conn = real
     return recorder.calls, result
 
 

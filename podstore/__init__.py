@@ -5,6 +5,8 @@ The public names are re-exported here and nowhere else (plus the documented modu
 internal: ``rules/``, ``sqlite/``, ``storage/`` and ``cli/`` may change between releases.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from podstore.deviceplugin import (
     AllocateResponse,
     ContainerAllocateResponse,
@@ -62,13 +64,32 @@ from podstore.types import (
     SyncReport,
 )
 
+if TYPE_CHECKING:
+    from podstore.aio import AsyncPodStore, AsyncReader, AsyncRowStream
+
 __version__ = "0.1.0"
+
+# The asyncio API loads asyncio, which a process that never uses it should not pay for at
+# start-up (docs/performance.md): it is imported on first access (PEP 562).
+_LAZY = {"AsyncPodStore", "AsyncReader", "AsyncRowStream"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from podstore import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module 'podstore' has no attribute {name!r}")
+
 
 __all__ = [
     "NO_TOPOLOGY",
     "AllocateResponse",
     "AllocationEvent",
     "Annotation",
+    "AsyncPodStore",
+    "AsyncReader",
+    "AsyncRowStream",
     "CDIDevice",
     "ChainBreak",
     "CheckpointCorruptError",

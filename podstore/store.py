@@ -22,7 +22,7 @@ from podstore.rules import run_options, validate
 from podstore.rules.alloc_resp import AllocRespInput
 from podstore.rules.alloc_resp import from_argument as response_from_argument
 from podstore.rules.times import TimeArg, parse_time
-from podstore.sqlite import guarded, integrity
+from podstore.sqlite import forking, guarded, integrity
 from podstore.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,
     ConnectOptions,
@@ -32,7 +32,6 @@ from podstore.sqlite.connection import (
 from podstore.sqlite.guarded import Guarded, Limits, RowStream
 from podstore.sqlite.migrate import Check, ensure_schema
 from podstore.sqlite.sessions import Sessions
-from podstore.sqlite.translate import translated_errors
 from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
 from podstore.storage import events, sync, transfer
@@ -77,6 +76,11 @@ class PodStore:
         self._store_id: str | None = None
         # sync_checkpoint: per checkpoint path, what its last sync read and loaded.
         self._sync_states: dict[str, sync.SyncState] = {}
+        sessions.on_fork_child(self._forget_sync_states)
+
+    def _forget_sync_states(self) -> None:
+        # In a forked child: another thread may have held a state's lock at the fork.
+        self._sync_states = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -129,11 +133,13 @@ class PodStore:
             check = "full"
         elif verify == "auto":
             check = "structural"
-        ensure_schema(options, upgrade=upgrade, check=check)
-        sessions = Sessions(options)
-        sessions.conn()  # fail now, not on first use
-        if verify == "background" or check == "structural":
-            sessions.start_background_check(gate_writes=verify == "auto")
+        with forking.activity():  # a fork in another thread waits for the open to finish
+            unmarked = ensure_schema(options, upgrade=upgrade, check=check)
+            sessions = Sessions(options)
+            sessions.unmarked = unmarked
+            sessions.conn()  # fail now, not on first use
+            if verify == "background" or check == "structural":
+                sessions.start_background_check(gate_writes=verify == "auto")
         return cls(sessions, _token=_OPEN_TOKEN)
 
     def wait_verified(self, timeout: float | None = None) -> bool:
@@ -158,8 +164,7 @@ class PodStore:
         """The store's identity: a UUID made when the store was created, kept for life (the
         fleet database keys every node's events by it)."""
         if self._store_id is None:
-            conn = self._sessions.conn()
-            with translated_errors():
+            with self._sessions.use() as conn:
                 value = entry_store.meta(conn, "store_id")
             if value is None:  # pragma: no cover - every store at head has one
                 raise PodStoreError("the store has no store_id; run `podstore migrate upgrade`")
@@ -206,8 +211,7 @@ class PodStore:
             yield self
 
     def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
-        conn = self._sessions.conn()
-        with translated_errors():
+        with self._sessions.use() as conn:
             return conn.execute(sql, params).fetchall()
 
     # ---- podDevices: writes ----------------------------------------------------------------
@@ -448,8 +452,7 @@ class PodStore:
 
     def registered_devices(self) -> dict[str, list[str]]:
         """The checkpoint's RegisteredDevices: resource → device IDs in stored order."""
-        conn = self._sessions.conn()
-        with translated_errors():
+        with self._sessions.use() as conn:
             stored = entry_store.current_registered(conn)
         return {resource: ids or [] for resource, ids in stored.items()}
 

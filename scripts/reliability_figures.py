@@ -5,7 +5,8 @@ line on stderr, and, with ``PODSTORE_FIGURES=FILE``, a JSON line appended to FIL
 the docs::
 
     rm -f /tmp/figures.jsonl
-    PODSTORE_FIGURES=/tmp/figures.jsonl pytest tests/test_reliability_*.py
+    export PODSTORE_FIGURES=/tmp/figures.jsonl
+    pytest tests/test_reliability_*.py tests/test_embed_torture.py
     python scripts/reliability_figures.py /tmp/figures.jsonl
 
 This copies the records to ``docs/reliability-figures.jsonl`` and rewrites the part of
@@ -146,6 +147,15 @@ _ROWS: dict[str, tuple[str, str]] = {
         "`podstore metrics` at scale",
         "{entries} entries: rendered by the API in {api_render_s} s, by `podstore metrics` "
         "in {cli_s} s (peak RSS {cli_peak_mb} MB)",
+    ),
+    "fork-torture": (
+        "fork and kill -9 torture",
+        "{rounds} rounds, {processes} processes ({forks} forks: plain, while a thread was in "
+        "a transaction, while a thread held a reader's snapshot, from inside a transaction — "
+        "{refused_children} such children refused as documented), {kills_sent} SIGKILLs sent "
+        "besides the processes' own; {acknowledged} acknowledged calls, every one found in the "
+        "final store ({present_at_end} pods present, {deleted} deleted); the self-check "
+        "clean after every round, `podstore verify` at the end; {seconds} s",
     ),
     "fuzz": (
         "hostile input",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from podstore.errors import InvalidInputError
 from podstore.fsutil import fsync_directory
+from podstore.sqlite import forking
 from podstore.sqlite.connection import ConnectOptions, connect
 from podstore.sqlite.translate import translated_errors
 
@@ -38,7 +39,7 @@ def online_backup(
     directory = os.path.dirname(target)
     tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.backup")
     pages = 0
-    with translated_errors():
+    with forking.activity(), translated_errors():
         try:
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
         except OSError as exc:

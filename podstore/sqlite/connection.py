@@ -20,10 +20,13 @@ from podstore.errors import (
     InvalidInputError,
     PodStoreError,
     ReadOnlyStoreError,
+    SchemaError,
     StoreBusyError,
     StoreCorruptError,
 )
+from podstore.sqlite import forking, posixlocks
 from podstore.sqlite.files import check_readable_store_file, prepare_file
+from podstore.sqlite.forking import STATE
 from podstore.sqlite.translate import translate, translated_errors
 
 if TYPE_CHECKING:
@@ -47,6 +50,12 @@ MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 #: with 4 KiB pages), so ordinary commits never pay for a truncate and a re-extension;
 #: tests/test_reliability_wal.py shows the bound.
 JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
+#: The ``PRAGMA application_id`` of a podstore store (the ASCII bytes "PDST" at offset 68 of
+#: the file header), set when a store is created or upgraded and when an older store without
+#: one is opened writable. A file carrying another application's id is never opened, even when
+#: it holds no tables (docs/design.md, "Whose file it is").
+APPLICATION_ID = 0x50445354
+
 #: SQLite's own checkpoint, run by the committing connection once the WAL holds this many
 #: pages (SQLite's usual default, set explicitly in case a build changed it: 0 would never
 #: checkpoint and the WAL would grow without bound).
@@ -146,6 +155,8 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
     isolation_level=None stops pysqlite from issuing its own BEGINs; podstore issues every
     BEGIN itself so that writers take the lock up front (BEGIN IMMEDIATE).
     """
+    if STATE.generation:  # a forked child: a file it may not use is refused before opening
+        forking.check_usable(options.path)
     with translated_errors():
         if options.readonly:
             conn = _connect_readonly(options)
@@ -159,10 +170,39 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
             )
         try:
             _configure(conn, options)
+            if STATE.generation:
+                _verify_child_lock(conn, options)
         except BaseException:
             conn.close()
             raise
     return conn
+
+
+def _verify_child_lock(conn: sqlite3.Connection, options: ConnectOptions) -> None:
+    """In a forked child, check that this connection really holds its lock (see
+    sqlite/forking.py): after a read, a connection to a WAL database keeps a SHARED lock."""
+    if isinstance(conn, ImmutableConnection):
+        return  # takes no locks at all
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+    forking.verify_locks(os.path.abspath(options.path), wal)
+
+
+def foreign_reason(conn: sqlite3.Connection) -> str | None:
+    """Why the database ``conn`` reads is not a podstore store (another application's
+    ``application_id``, or tables without podstore's version table), or None. Reads only."""
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    if app_id not in (0, APPLICATION_ID):
+        return f"it belongs to another application (application_id {app_id & 0xFFFFFFFF:#010x})"
+    names = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if names and "alembic_version" not in names:
+        return "it has tables but no podstore schema version"
+    return None
 
 
 def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
@@ -223,6 +263,10 @@ def journal_mode(conn: sqlite3.Connection) -> str:
     if not isinstance(conn, ImmutableConnection):
         return mode
     path = next((str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "")
+    # Closing a descriptor of the file drops every POSIX lock this process holds on it
+    # (sqlite/posixlocks.py): read it only when there is none to drop.
+    if not path or posixlocks.holds_locks(path):
+        return mode
     try:
         with open(path, "rb") as f:
             header = f.read(20)
@@ -284,6 +328,11 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
     if not options.readonly:
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal":
+            # Switching writes the file header: never on a file podstore then refuses
+            # (another application's database stays exactly as it was).
+            reason = foreign_reason(conn)
+            if reason is not None:
+                raise SchemaError(f"not a podstore database: {options.path}: {reason}")
             # WAL: readers never block the writer and a commit is one sequential append.
             # Processes opening a new file at once race to switch it (tests/
             # test_reliability_concurrency.py); the loser is told busy without waiting.

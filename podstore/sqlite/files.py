@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 import stat
 import sys
 import warnings
+from urllib.parse import quote
 
 from podstore.errors import (
     InvalidInputError,
@@ -158,3 +160,39 @@ def wal_size(path: str) -> int:
         return os.path.getsize(path + "-wal")
     except FileNotFoundError:
         return 0
+
+
+def release_side_files(path: str) -> None:
+    """Remove the empty ``-wal`` and the ``-shm`` that reading made SQLite create, when no
+    connection of any process has the store open (``PodStore.close`` of a read-only store).
+
+    To read a WAL database safely beside writers a connection needs the shared-memory index
+    (``-shm``) and the log (``-wal``); SQLite creates both, also for a read-only connection,
+    and only a writable connection's last close removes them. So, with the log empty, a plain
+    writable connection reads one row and closes: SQLite itself then takes the exclusive lock
+    — granted only when no other connection anywhere has the file open —, finds nothing to
+    checkpoint, and deletes both files. Nothing is done when the log holds frames (a
+    writer's, live or crashed: not a reader's to checkpoint) or when the file or its
+    directory is not writable.
+    """
+    full = os.path.abspath(path)
+    try:
+        if os.path.getsize(full + "-wal") != 0:
+            return
+    except FileNotFoundError:
+        if not os.path.exists(full + "-shm"):
+            return
+    except OSError:
+        return
+    if not (os.access(full, os.W_OK) and os.access(os.path.dirname(full), os.W_OK)):
+        return
+    try:
+        conn = sqlite3.connect(  # mode=rw: never create the store if it went away meanwhile
+            "file:" + quote(full) + "?mode=rw", uri=True, timeout=0, isolation_level=None
+        )
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:  # busy, gone, not ours: the files stay, as SQLite left them
+        pass

@@ -29,12 +29,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from podstore.errors import InvalidInputError, PodStoreError, QueryLimitError, ReadOnlyStoreError
+from podstore.sqlite import forking
 from podstore.sqlite.connection import ConnectOptions, connect
 from podstore.sqlite.translate import translate, translated_errors
 from podstore.types import QueryResult
@@ -134,6 +136,15 @@ class Guarded:
         self._spent = 0.0
         self._entered: float | None = None
         self._interrupted = False
+        self._forked = False
+        self._pid = os.getpid()
+        with forking.activity():  # a fork waits, so its child has this one to close
+            self.conn: sqlite3.Connection | None = self._open(options, limits, snapshot=snapshot)
+            forking.register(self)
+
+    def _open(
+        self, options: ConnectOptions, limits: Limits, *, snapshot: bool
+    ) -> sqlite3.Connection:
         conn = connect(dataclasses.replace(options, readonly=True))
         try:
             with translated_errors():
@@ -147,7 +158,41 @@ class Guarded:
         except BaseException:
             conn.close()
             raise
-        self.conn: sqlite3.Connection | None = conn
+        return conn
+
+    # fork (sqlite/forking.py): a fork waits for a statement or page fetch in flight (each
+    # counts as an activity), never for a reader merely held open; the child's copy is
+    # closed at once — it only ever read, so closing it releases nothing the parent holds —
+    # and refuses any further use.
+    def fork_timeout(self) -> float | None:
+        return None
+
+    def fork_writing(self, thread: int) -> object:
+        return None
+
+    def fork_quiesce(self) -> None:
+        pass
+
+    def fork_prepare(self, thread: int) -> None:
+        pass
+
+    def fork_parent(self) -> None:
+        pass
+
+    def fork_child(self, thread: int) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self._forked = True
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def _closed_error(self) -> PodStoreError:
+        if self._forked:
+            return PodStoreError(
+                "this reader was opened before os.fork(): its connection belongs to the parent "
+                "process; open a new reader in this one"
+            )
+        return PodStoreError("the reader is closed")
 
     def _progress(self) -> int:
         timeout = self.limits.timeout
@@ -162,15 +207,16 @@ class Guarded:
         """Run ``fn`` (a call into SQLite) with its time counted against the limit and its
         errors turned into podstore's."""
         if self.conn is None:
-            raise PodStoreError("the reader is closed")
-        self._entered = time.monotonic()
-        try:
-            return fn()
-        except (sqlite3.Error, sqlite3.Warning) as exc:
-            raise self._error(exc) from None
-        finally:
-            self._spent += time.monotonic() - self._entered
-            self._entered = None
+            raise self._closed_error()
+        with forking.activity():
+            self._entered = time.monotonic()
+            try:
+                return fn()
+            except (sqlite3.Error, sqlite3.Warning) as exc:
+                raise self._error(exc) from None
+            finally:
+                self._spent += time.monotonic() - self._entered
+                self._entered = None
 
     def _error(self, exc: sqlite3.Error | sqlite3.Warning) -> PodStoreError:
         text = str(exc)
@@ -211,14 +257,37 @@ class Guarded:
             raise InvalidInputError(f"sql: expected str, got {type(sql).__name__}")
         conn = self.conn
         if conn is None:
-            raise PodStoreError("the reader is closed")
+            raise self._closed_error()
         cur = self.call(lambda: conn.execute(sql, params if params is not None else ()))
         return RowStream(self, cur, tuple)
 
     def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.close()
+        # Inside the activity from the moment the connection leaves self.conn: a fork
+        # between the two would leave the child a connection that nobody closes.
+        with forking.activity():
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                conn.close()
+
+    def __del__(self) -> None:
+        # A reader dropped without close(): close its connection now. (A sqlite3 connection
+        # is kept alive by a reference cycle with its statement cache, so it would stay open
+        # until the cyclic collector ran — and one that a forked child inherits that way, its
+        # owner already gone when the child's clean-up runs, would keep SQLite's records of
+        # the parent's locks alive in the child.)
+        if getattr(self, "conn", None) is None:
+            return
+        try:
+            if os.getpid() != self._pid:
+                # A forked child freeing the parent's threads (before its clean-up runs):
+                # the connection was idle, the fork waited for that.
+                conn, self.conn = self.conn, None
+                if conn is not None:
+                    conn.close()
+            else:
+                self.close()
+        except Exception:  # pragma: no cover - at interpreter shutdown anything may be gone
+            pass
 
 
 class RowStream(Generic[T]):
@@ -291,7 +360,7 @@ class RowStream(Generic[T]):
         self._page = iter(())
         if cursor is not None:
             # Closing a cursor has nothing to undo; an error here would hide the real one.
-            with contextlib.suppress(sqlite3.Error):
+            with forking.activity(), contextlib.suppress(sqlite3.Error):
                 cursor.close()
         callbacks, self._on_close = self._on_close, []
         for fn in callbacks:

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from urllib.parse import quote
 
 from podstore.errors import StoreCorruptError
+from podstore.sqlite import posixlocks
+from podstore.sqlite.connection import ImmutableConnection
 from podstore.sqlite.translate import translated_errors
 
 _MAGIC = b"SQLite format 3\x00"
@@ -56,19 +59,27 @@ def _damaged(path: str, what: str) -> StoreCorruptError:
     return StoreCorruptError(f"the database file is damaged: {path}: {what}")
 
 
-def structural_check(path: str, conn: sqlite3.Connection) -> None:
-    """Raise StoreCorruptError unless the header, the schema and every root page look sound.
+def structural_check(path: str) -> bool:
+    """Raise StoreCorruptError unless the header, the schema and every root page look sound;
+    False when it could not look, and SQLite's own check must be run instead.
 
     Meant for a file without a ``-wal`` (see :func:`crash_evidence`): then the main file alone
-    is the database, and its size must agree with the header. ``conn`` is a connection to
-    ``path``; an empty (new) file passes.
+    is the database, and its size must agree with the header; an empty (new) file passes.
+
+    It reads the file's bytes itself, and closing a descriptor of a file drops every POSIX
+    lock the process holds on it (sqlite/posixlocks.py): so it looks only when the process
+    holds none — it has no other connection to the file — and answers False otherwise. The
+    schema is read through an ``immutable=1`` connection, which reads the main file alone and
+    takes no lock (and SQLite defers the close of its descriptor while any is held).
     """
+    if posixlocks.holds_locks(path):
+        return False
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             header = f.read(100)
             if size == 0:
-                return
+                return True
             if len(header) < 100 or header[:16] != _MAGIC:
                 raise _damaged(path, "not an SQLite database header")
             page_size = int.from_bytes(header[16:18], "big")
@@ -97,12 +108,7 @@ def structural_check(path: str, conn: sqlite3.Connection) -> None:
                 )
             ):
                 raise _damaged(path, "header fields out of range")
-            with translated_errors():
-                roots = conn.execute(
-                    "SELECT type, name, rootpage, sql FROM sqlite_master "
-                    "WHERE type IN ('table', 'index') AND rootpage > 0"
-                ).fetchall()
-            for kind, name, root, sql in roots:
+            for kind, name, root, sql in _roots(path):
                 if not 1 <= int(root) <= pages:
                     raise _damaged(path, f"{kind} {name}: root page {root} outside the file")
                 f.seek((int(root) - 1) * page_size + (100 if root == 1 else 0))
@@ -113,3 +119,20 @@ def structural_check(path: str, conn: sqlite3.Connection) -> None:
                     raise _damaged(path, f"{kind} {name}: root page {root} is not a B-tree page")
     except OSError as exc:
         raise StoreCorruptError(f"cannot read {path}: {exc}") from None
+    return True
+
+
+def _roots(path: str) -> list[tuple[str, str, int, str | None]]:
+    """(type, name, root page, sql) of every table and index, read from the main file alone."""
+    uri = "file:" + quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+    with translated_errors():
+        # The ImmutableConnection factory also keeps it out of the statement recorders of
+        # the test harnesses, which replay every connection as a writable one.
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, factory=ImmutableConnection)
+        try:
+            return conn.execute(
+                "SELECT type, name, rootpage, sql FROM sqlite_master "
+                "WHERE type IN ('table', 'index') AND rootpage > 0"
+            ).fetchall()
+        finally:
+            conn.close()

@@ -15,13 +15,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from podstore.errors import PodStoreError, SchemaError, StoreCorruptError
+from podstore.sqlite import forking
 from podstore.sqlite.connection import (
+    APPLICATION_ID,
     ConnectOptions,
     connect,
     create_sqlalchemy_engine,
     database_url,
+    foreign_reason,
 )
-from podstore.sqlite.files import warn_if_writable_by_others
+from podstore.sqlite.files import release_side_files, warn_if_writable_by_others
 from podstore.sqlite.integrity import crash_evidence, quick_check, structural_check
 from podstore.sqlite.translate import translated_errors
 
@@ -134,37 +137,58 @@ def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", 
 Check = Literal["full", "structural", "none"]
 
 
-def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "full") -> None:
+def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "full") -> bool:
     """Bring the file to the head revision (or check it is there), as PodStore.open promises.
+    True when the store still lacks podstore's ``application_id`` (a store made before podstore
+    set one, opened writable): the caller sets it with its first write — not here, since the
+    background check may not have passed yet, and no write lands on a file not yet checked.
 
     ``check`` runs first (sqlite/integrity.py); a file that needs a migration gets the full
-    check before it is migrated, whatever ``check`` says, since a migration writes. The
+    check before it is migrated, whatever ``check`` says, since a migration writes. A file
+    that is not podstore's (another application's ``application_id``, or tables without
+    podstore's version table) raises SchemaError before anything is written to it. The
     upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a failed
     migration leaves the previous schema, and two processes opening a new file at once
     migrate it exactly once.
     """
     warn_if_writable_by_others(os.path.abspath(options.path))
+    if check == "structural":
+        # Before any connection of this open: the check reads the file itself.
+        try:
+            if not structural_check(options.path):
+                check = "full"  # the process has the file open already: SQLite's check
+        except StoreCorruptError:
+            # Another process may have started writing since the caller looked: then
+            # the main file alone is not the database; SQLite's own check decides.
+            if not crash_evidence(options.path):
+                raise
+            check = "full"
     probe = connect(options)
     try:
+        with translated_errors():
+            reason = foreign_reason(probe)
+        if reason is not None:
+            probe.close()
+            # A read-only connection leaves the -wal and -shm its read made (a writable one
+            # removes them at its close): not even those stay beside a file podstore refuses.
+            if options.readonly:
+                release_side_files(options.path)
+            raise SchemaError(f"not a podstore database: {options.path}: {reason}")
         if check == "full":
             quick_check(probe)
-        elif check == "structural":
-            try:
-                structural_check(options.path, probe)
-            except StoreCorruptError:
-                # Another process may have started writing since the caller looked: then
-                # the main file alone is not the database; SQLite's own check decides.
-                if not crash_evidence(options.path):
-                    raise
-                quick_check(probe)
-                check = "full"
         state = classify_revision(current_revision(probe))
         if state == "old" and check != "full" and upgrade and not options.readonly:
             quick_check(probe)
+        with translated_errors():
+            unmarked = (
+                state == "current"
+                and not options.readonly
+                and int(probe.execute("PRAGMA application_id").fetchone()[0]) != APPLICATION_ID
+            )
     finally:
         probe.close()
     if state == "current":
-        return
+        return unmarked
     if state == "too-new":
         raise SchemaError(
             "the database was written by a newer podstore (unknown schema revision); "
@@ -181,10 +205,16 @@ def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "ful
             "`podstore migrate upgrade` or open with upgrade=True"
         )
     run_upgrade(options, "head")
+    return False
 
 
 def run_upgrade(options: ConnectOptions, target: str) -> None:
-    _run_alembic(options, lambda cfg: _alembic_command("upgrade")(cfg, target))
+    def upgrade(cfg: Any) -> None:
+        _alembic_command("upgrade")(cfg, target)
+        # In the migration's transaction: the store is podstore's exactly when it has a schema.
+        cfg.attributes["connection"].exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    _run_alembic(options, upgrade)
 
 
 def run_downgrade(options: ConnectOptions, target: str) -> None:
@@ -201,7 +231,7 @@ def _alembic_command(name: str) -> Callable[..., None]:
 def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None:
     engine = create_sqlalchemy_engine(database_url(options.path), options)
     try:
-        with translated_errors(), engine.begin() as connection:
+        with forking.activity(), translated_errors(), engine.begin() as connection:
             action(alembic_config(connection))
     finally:
         engine.dispose()

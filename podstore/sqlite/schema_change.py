@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from podstore.errors import InvalidInputError, SchemaError
+from podstore.sqlite import forking
 from podstore.sqlite.connection import (
     ConnectOptions,
     connect,
     create_sqlalchemy_engine,
     database_url,
 )
+from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import (
     BASE,
     HEAD_REVISION,
@@ -75,11 +77,13 @@ def stored_revision(options: ConnectOptions) -> str:
     """The store's revision (BASE for an empty or downgraded-to-base file), read without
     writing. Raises InvalidInputError for a missing file, SchemaError for a revision this
     podstore does not know or a database that is not podstore's."""
-    conn = connect(dataclasses.replace(options, readonly=True))
-    try:
-        rev = current_revision(conn)
-    finally:
-        conn.close()
+    with forking.activity():
+        conn = connect(dataclasses.replace(options, readonly=True))
+        try:
+            rev = current_revision(conn)
+        finally:
+            conn.close()
+            release_side_files(options.path)  # a read leaves no -wal or -shm behind
     if rev is None or rev == BASE:
         return BASE
     if rev != HEAD_REVISION and rev not in revisions():  # HEAD_REVISION: no Alembic needed
@@ -244,7 +248,7 @@ def _steps(
     engine = create_sqlalchemy_engine(database_url(options.path), options)
     found: list[Loss] = []
     try:
-        with translated_errors():
+        with forking.activity(), translated_errors():
             try:
                 with engine.begin() as connection:
                     before = _snapshot(connection) if dry_run else None

@@ -1,86 +1,263 @@
-"""Per-thread connections, write transactions and savepoints, snapshots, and the background
-integrity check: everything ``PodStore`` needs to run statements safely from many threads.
+"""The connections of one open store, and what each thread and task does with them.
+
+- **A connection per thread, given back when the thread ends.** A thread's first call takes a
+  connection (an idle one, or a new one) and keeps it; when the thread ends its connection
+  goes back to the store — kept idle for the next thread (up to :data:`MAX_IDLE`), else
+  closed. So a thread per request leaves no connection behind, and closing one never
+  checkpoints or deletes the WAL: the store keeps at least one open.
+- **Write transactions belong to one thread, and to one asyncio task.** Calls of the same
+  thread inside ``transaction()`` join it (as savepoints). A call from another task on the
+  same thread raises instead of joining it silently; so does a write from another thread
+  whose context was copied from inside the block (``asyncio.to_thread``), which would wait for
+  the block's lock while the block waits for it.
+- **fork()**: the store takes part in ``sqlite/forking.py``: before a fork its idle
+  connections are closed, and in the child inherited ones are closed or abandoned.
+- **The background integrity check** (``open(verify="auto"|"background")``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import sqlite3
+import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+import weakref
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from podstore.errors import PodStoreError, ReadOnlyStoreError
-from podstore.sqlite.connection import ConnectOptions, begin_immediate, connect
+from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreCorruptError
+from podstore.sqlite import forking
+from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, begin_immediate, connect
+from podstore.sqlite.files import release_side_files
+from podstore.sqlite.forking import STATE
 from podstore.sqlite.integrity import quick_check
-from podstore.sqlite.translate import translated_errors
+from podstore.sqlite.translate import translate, translated_errors
 
 log = logging.getLogger("podstore")
 
+#: Connections kept open for the next thread after the thread that used them ended (beyond
+#: those that live threads hold). A thread-per-request server reuses these instead of opening
+#: one per request; more are closed as their threads end.
+MAX_IDLE = 4
 
-class _ThreadState(threading.local):
-    """Each thread gets its own SQLite connection (sqlite3 objects must not be shared)."""
+# The write transactions open in this context (weak references to the slots holding them), so
+# that a thread running in a copy of the context (asyncio.to_thread) can tell that its write
+# would wait for a transaction of the caller that waits for it.
+_OPEN: contextvars.ContextVar[tuple[weakref.ref[_Slot], ...]] = contextvars.ContextVar(
+    "podstore_open_transactions", default=()
+)
 
-    conn: sqlite3.Connection | None = None
-    pid: int = 0
-    depth: int = 0
+
+def current_task() -> object:
+    """The asyncio task running on this thread, or None (no loop runs here). asyncio is not
+    imported for this: a process that never imported it runs no task."""
+    aio = sys.modules.get("asyncio")
+    if aio is None:
+        return None
+    loop = aio._get_running_loop()
+    if loop is None:
+        return None
+    return aio.current_task(loop)
+
+
+class _Slot:
+    """One thread's use of one store: its connection, the open write transaction (``depth``
+    savepoint levels deep, begun by ``owner``, an asyncio task or None), and ``busy``, how
+    many calls of the thread are using the connection right now."""
+
+    __slots__ = (
+        "__weakref__",
+        "busy",
+        "conn",
+        "counter",
+        "depth",
+        "gen",
+        "owner",
+        "sessions",
+        "thread",
+    )
+
+    def __init__(self, sessions: Sessions) -> None:
+        self.sessions = weakref.ref(sessions)
+        self.thread = threading.get_ident()
+        self.counter = forking.counter()
+        self.conn: sqlite3.Connection | None = None
+        self.gen = STATE.generation
+        self.busy = 0
+        self.depth = 0
+        self.owner: object = None
+
+    def __del__(self) -> None:
+        # The thread ended (its thread-local state is gone): its connection goes back.
+        try:
+            sessions = self.sessions()
+            if sessions is not None and self.conn is not None:
+                sessions._thread_ended(self)
+        except Exception:  # pragma: no cover - at interpreter shutdown anything may be gone
+            pass
 
 
 class Sessions:
-    """The connections of one open store, one per thread (and per process after fork)."""
+    """The connections of one open store (see the module docstring)."""
 
     def __init__(self, options: ConnectOptions) -> None:
         self.options = options
-        self._local = _ThreadState()
+        self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
+        self._conns: set[sqlite3.Connection] = set()  # every connection made and not closed
+        self._idle: list[sqlite3.Connection] = []
         self._closed = False
+        # Why calls fail at once: closed, damage found, or (in a forked child) refused.
+        self._trouble: PodStoreError | None = None
+        self._pid = os.getpid()
+        # The file, as forks tell write locks apart (two stores may share it).
+        self._file: object = forking.file_key(options.path) or options.path
         self._checker: threading.Thread | None = None
         self._checker_conn: sqlite3.Connection | None = None
+        self._check_done = False
+        self._check_here = False  # a child forked while the check ran: it checks itself
+        self._paused = False  # a fork interrupted the check: it starts again after it
         self._damage: PodStoreError | None = None
         # verify="auto": writes wait until the background check has passed.
         self._gate_writes = False
+        # The store lacks podstore's application_id: the first write sets it (migrate.py).
+        self.unmarked = False
+        self._on_fork_child: list[weakref.WeakMethod[Callable[[], None]]] = []
+        forking.register(self)
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def conn(self) -> sqlite3.Connection:
-        """This thread's connection, made on first use. Raises PodStoreError once closed, and
-        the damage the background check found once it found some."""
-        state = self._local
-        if self._closed:
-            raise PodStoreError("the store is closed")
-        if self._damage is not None:
-            raise self._damage
-        if state.conn is None or state.pid != os.getpid():
-            # After fork() the inherited connection belongs to the parent: closing it here
-            # could drop the parent's POSIX locks, so it is abandoned, not closed.
-            conn = connect(self.options)
+    # ---- a thread's connection ---------------------------------------------------------------
+
+    def _slot(self) -> _Slot:
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = self._local.slot = _Slot(self)
             with self._lock:
-                if self._closed:
-                    conn.close()
-                    raise PodStoreError("the store is closed")
-                self._connections.append(conn)
-            state.conn, state.pid, state.depth = conn, os.getpid(), 0
-        return state.conn
+                self._slots.add(slot)
+        return slot
+
+    def _enter(self) -> _Slot:
+        """Start one use of this thread's connection (end it with :meth:`_exit`)."""
+        slot = self._slot()
+        if slot.busy:
+            # A call inside this thread's transaction() or snapshot, or a callback of one.
+            if slot.gen != STATE.generation:
+                raise self._forked_inside()
+            if slot.depth and slot.owner is not current_task():
+                raise _other_task_error()
+            if self._closed:  # closed by another thread meanwhile: the block cannot go on
+                raise PodStoreError("the store is closed")
+            slot.busy += 1
+            return slot
+        forking.enter(slot.counter)  # waits while a fork is being prepared
+        slot.busy = 1
+        if self._trouble is not None or slot.conn is None or slot.gen != STATE.generation:
+            try:
+                self._attach(slot)
+            except BaseException:
+                self._exit(slot)
+                raise
+        return slot
+
+    def _exit(self, slot: _Slot) -> None:
+        slot.busy -= 1
+        if not slot.busy:
+            if self._closed and slot.conn is not None and slot.gen == STATE.generation:
+                self._close_after_use(slot)
+            forking.leave(slot.counter)
+
+    def _close_after_use(self, slot: _Slot) -> None:
+        """close() came while this thread was using its connection: close it now."""
+        with self._lock:
+            conn, slot.conn = slot.conn, None
+            if conn is None or conn not in self._conns:
+                return
+            self._conns.discard(conn)
+        _close_quietly(conn)
+
+    def _attach(self, slot: _Slot) -> None:
+        if self._trouble is not None:
+            raise self._trouble
+        if slot.gen != STATE.generation:
+            # Made before a fork (this is the child): its connection was dealt with then.
+            slot.conn, slot.gen, slot.depth, slot.owner = None, STATE.generation, 0, None
+        if slot.conn is None:
+            slot.conn = self._take()
+
+    def _take(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        conn = connect(self.options)
+        with self._lock:
+            if self._trouble is None:
+                self._conns.add(conn)
+                return conn
+            trouble = self._trouble
+        conn.close()
+        raise trouble
+
+    def _thread_ended(self, slot: _Slot) -> None:
+        """``slot``'s thread ended: keep its connection for the next thread, or close it."""
+        if os.getpid() != self._pid or slot.gen != STATE.generation:
+            return  # a forked child clearing the parent's threads: fork_child deals with it
+        with forking.activity():
+            self._give_back(slot)
+
+    def _give_back(self, slot: _Slot) -> None:
+        with self._lock:
+            conn, slot.conn = slot.conn, None
+            if conn is None or conn not in self._conns:
+                return
+            keep = len(self._idle) < MAX_IDLE and not self._closed
+            try:
+                if conn.in_transaction:  # the thread cannot come back to finish it
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                keep = False
+            if keep:
+                self._idle.append(conn)
+                return
+            self._conns.discard(conn)
+        _close_quietly(conn)
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection (made on first use) for a statement run right away.
+        Raises PodStoreError once closed, and the damage the background check found once it
+        found some. Prefer :meth:`use`, which also keeps a fork from closing it meanwhile."""
+        slot = self._enter()
+        self._exit(slot)
+        assert slot.conn is not None
+        return slot.conn
+
+    def use(self) -> _Use:
+        """``with sessions.use() as conn:`` — this thread's connection (inside a transaction:
+        the transaction's) for statements that read; sqlite3 errors become podstore's."""
+        return _Use(self)
 
     def close(self) -> None:
-        """Close every connection; a running background check is interrupted first."""
-        with self._lock:
-            self._closed = True
-            conns, self._connections = self._connections, []
-            if self._checker_conn is not None:
-                self._checker_conn.interrupt()  # a check cut short is not a finding
-        if self._checker is not None and self._checker is not threading.current_thread():
-            self._checker.join()
-        for conn in conns:
-            try:
-                conn.close()
-            except sqlite3.Error:  # pragma: no cover - close errors have nothing to undo
-                log.debug("error closing a connection", exc_info=True)
+        """Close every connection; a running background check is stopped first. A connection
+        another thread is using right now is closed when that call ends (its next one raises
+        PodStoreError). A read-only store removes the empty ``-wal`` and ``-shm`` SQLite made
+        for reading, when nothing else has the store open."""
+        self._closed = True
+        self._stop_check()
+        # Connections leave self._conns inside the activity: a fork in between would leave
+        # the child connections nobody closes.
+        with forking.activity():
+            with self._lock:
+                self._trouble = PodStoreError("the store is closed")
+            self._close_unused()
+            if self.options.readonly:
+                release_side_files(self.options.path)
 
     # ---- transactions ----------------------------------------------------------------------
 
@@ -96,16 +273,119 @@ class Sessions:
             self._wait_for_check()
         return _Write(self)
 
-    @contextmanager
-    def snapshot(self) -> Iterator[sqlite3.Connection]:
+    def snapshot(self) -> _Snapshot:
         """A consistent read over several statements (or the open write transaction)."""
-        conn = self.conn()
-        if self._local.depth or conn.in_transaction:
-            with translated_errors():
-                yield conn
+        return _Snapshot(self)
+
+    def _joined_elsewhere(self) -> None:
+        """Raise when this context is inside a write transaction of this store that another
+        thread holds (the context was copied from inside the block): a write here would wait
+        for that transaction's lock, and the transaction for this call."""
+        for ref in _OPEN.get():
+            other = ref()
+            if (
+                other is not None
+                and other.sessions() is self
+                and other.depth
+                and other.thread != threading.get_ident()
+                and other.gen == STATE.generation
+            ):
+                raise PodStoreError(
+                    "this call runs in another thread but inside a transaction() of the same "
+                    "store (e.g. asyncio.to_thread inside the block): its write would wait "
+                    "for that transaction's lock while the transaction waits for it. Call it "
+                    "directly inside the block (it joins the transaction), or after it; "
+                    "podstore.AsyncPodStore runs a task's transaction on one thread"
+                )
+
+    def _forked_inside(self) -> PodStoreError:
+        return forking.forked_error(self.options.path, "inside a call or transaction() block")
+
+    # ---- fork (sqlite/forking.py) --------------------------------------------------------------
+
+    def fork_timeout(self) -> float | None:
+        return self.options.busy_timeout
+
+    def fork_writing(self, thread: int) -> object:
+        if any(s.depth and s.thread == thread for s in list(self._slots)):
+            return self._file
+        return None
+
+    def fork_quiesce(self) -> None:
+        # The background check may read for seconds: it is stopped (an interrupt) rather
+        # than waited for, and started again after the fork (fork_parent).
+        checker = self._checker
+        if checker is not None and checker.is_alive():
+            self._paused = True
+            with self._lock:
+                if self._checker_conn is not None:
+                    self._checker_conn.interrupt()
+
+    def fork_parent(self) -> None:
+        if not self._paused:
             return
-        with read_transaction(conn):
-            yield conn
+        self._paused = False
+        checker = self._checker
+        if self._closed or self._check_done or (checker is not None and checker.is_alive()):
+            return  # done, or its thread had not started the check yet and goes on now
+        try:
+            self.start_background_check(gate_writes=self._gate_writes)
+        except PodStoreError as exc:  # pragma: no cover - the next write checks then
+            log.warning("%s: could not restart the integrity check: %s", self.options.path, exc)
+
+    def fork_prepare(self, thread: int) -> None:
+        self._close_unused()
+
+    def _close_unused(self) -> None:
+        """Close every connection no thread is using: the idle ones, and those of threads
+        that are not inside a call (they take a new one on their next call)."""
+        with self._lock:
+            unused, self._idle = self._idle, []
+            for slot in list(self._slots):
+                if slot.conn is not None and not slot.busy:
+                    unused.append(slot.conn)
+                    slot.conn = None
+            for conn in unused:
+                self._conns.discard(conn)
+        for conn in unused:
+            _close_quietly(conn)
+
+    def fork_child(self, thread: int) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        inherited, self._conns, self._idle = self._conns, set(), []
+        in_use: set[int] = set()
+        for slot in list(self._slots):
+            if slot.conn is not None and slot.busy:
+                in_use.add(id(slot.conn))
+            if slot.thread != thread:
+                slot.busy, slot.depth, slot.owner = 0, 0, None
+            slot.conn = None
+        for conn in inherited:
+            if id(conn) in in_use:
+                forking.abandon(conn)
+            else:
+                _close_quietly(conn)  # nobody was using it: see sqlite/forking.py
+        checker_conn, self._checker_conn = self._checker_conn, None
+        if checker_conn is not None:
+            _close_quietly(checker_conn)  # interrupted before the fork (fork_quiesce)
+        if self._checker is not None and not self._check_done:
+            self._check_here = True
+        self._checker = None
+        self._paused = False
+        if in_use:
+            reason = "inside a call or transaction() block (here or in another thread)"
+            forking.refuse(self.options.path, reason)
+            if not self._closed:
+                self._trouble = forking.forked_error(self.options.path, reason)
+        for ref in self._on_fork_child:
+            callback = ref()
+            if callback is not None:
+                callback()
+
+    def on_fork_child(self, callback: Callable[[], None]) -> None:
+        """Call the bound method ``callback`` in a forked child (held weakly)."""
+        self._on_fork_child.append(weakref.WeakMethod(callback))
 
     # ---- the background integrity check (open(verify="background")) ------------------------
 
@@ -126,72 +406,223 @@ class Sessions:
 
     def _background_check(self, conn: sqlite3.Connection) -> None:
         try:
-            quick_check(conn)
-        except PodStoreError as exc:
-            if not self._closed:  # close() interrupts the check: that is not a finding
-                log.error("%s: %s", self.options.path, exc)
-                self._damage = exc
-        except sqlite3.Error:
-            pass
-        finally:
+            with forking.activity():
+                try:
+                    with self._lock:
+                        if self._closed or self._paused:  # close() or a fork came first
+                            return
+                    quick_check(conn)
+                except PodStoreError as exc:
+                    # close() and fork() interrupt the check: that is not a finding.
+                    if not self._closed and not self._paused:
+                        log.error("%s: %s", self.options.path, exc)
+                        self._found(exc)
+                        self._check_done = True
+                except sqlite3.Error:
+                    pass
+                else:
+                    self._check_done = True
+                finally:
+                    with self._lock:
+                        if self._checker_conn is conn:
+                            self._checker_conn = None
+                    _close_quietly(conn)
+        except BaseException:  # pragma: no cover - a daemon thread has no one to tell
+            log.debug("background check failed", exc_info=True)
+
+    def _found(self, damage: PodStoreError) -> None:
+        self._damage = damage
+        with self._lock:
+            if self._trouble is None:
+                self._trouble = damage
+
+    def _stop_check(self) -> None:
+        """Stop a running background check and wait for its thread. An interrupt reaches
+        only a statement already running, and the thread may be just about to start its
+        own, so it is repeated until the thread is gone (the thread also looks at the closed
+        flag before it starts)."""
+        checker = self._checker
+        if checker is None or checker is threading.current_thread():
+            return
+        while checker.is_alive():
             with self._lock:
-                self._checker_conn = None
-            conn.close()
+                if self._checker_conn is not None:
+                    self._checker_conn.interrupt()
+            checker.join(0.002)
 
     def _wait_for_check(self) -> None:
-        checker = self._checker
-        if checker is not None and checker is not threading.current_thread():
-            checker.join()
+        if self._check_here:
+            self._check_in_this_process()
+        self._join_check(None)
         if self._damage is not None:
             raise self._damage
         self._gate_writes = False  # passed: later writes need not look again
 
+    def _join_check(self, timeout: float | None) -> bool:
+        """Wait for the background check to end with a verdict (False: ``timeout`` seconds
+        passed first). A fork interrupts the check and starts a new thread for it: that one
+        is waited for then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._check_done and not self._closed:
+            checker = self._checker
+            if checker is None or checker is threading.current_thread():
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            checker.join(0.05 if remaining is None else min(remaining, 0.05))
+            if not checker.is_alive() and checker is self._checker and not self._paused:
+                return True  # ended without a verdict (an error that is not damage)
+        return True
+
+    def _check_in_this_process(self) -> None:
+        """A child forked while the parent's background check ran: check here, once."""
+        self._check_here = False
+        with self.use() as conn:
+            try:
+                quick_check(conn)
+            except StoreCorruptError as exc:
+                log.error("%s: %s", self.options.path, exc)
+                self._found(exc)
+                raise
+
     def wait_checked(self, timeout: float | None) -> bool:
         """True once the background check passed (at once when none runs), False on timeout;
         raises what it found."""
-        if self._checker is not None:
-            self._checker.join(timeout)
-            if self._checker.is_alive():
-                return False
+        if self._check_here:
+            self._check_in_this_process()
+        if not self._join_check(timeout):
+            return False
         if self._damage is not None:
             raise self._damage
         return True
+
+
+class _Use:
+    """The context of :meth:`Sessions.use` (a class: every read passes through it)."""
+
+    __slots__ = ("_sessions", "_slot")
+
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
+
+    def __enter__(self) -> sqlite3.Connection:
+        slot = self._slot = self._sessions._enter()
+        assert slot.conn is not None
+        return slot.conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        self._sessions._exit(self._slot)
+        if isinstance(exc, sqlite3.Error):
+            _raise_translated(exc)
+
+
+class _Snapshot:
+    """The context of :meth:`Sessions.snapshot`: one read transaction, unless a transaction
+    is already open on the connection."""
+
+    __slots__ = ("_began", "_conn", "_gen", "_sessions", "_slot")
+
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
+
+    def __enter__(self) -> sqlite3.Connection:
+        sessions = self._sessions
+        slot = self._slot = sessions._enter()
+        conn = slot.conn
+        assert conn is not None
+        self._began = False
+        if not slot.depth and not conn.in_transaction:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                sessions._exit(slot)
+                _raise_translated(exc)
+            self._began = True
+        self._conn, self._gen = conn, STATE.generation
+        return conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        sessions, slot = self._sessions, self._slot
+        if self._gen != STATE.generation:  # forked inside: the connection is the parent's
+            sessions._exit(slot)
+            raise sessions._forked_inside()
+        try:
+            if self._began and self._conn.in_transaction:
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            _raise_translated(error)
+        finally:
+            sessions._exit(slot)
+        if isinstance(exc, sqlite3.Error):
+            _raise_translated(exc)
 
 
 class _Write:
     """The context of :meth:`Sessions.write`: a class rather than a generator-based context
     manager, since every insert passes through it (fewer Python calls per write)."""
 
-    __slots__ = ("_conn", "_savepoint", "_sessions")
+    __slots__ = ("_conn", "_gen", "_marking", "_opened", "_savepoint", "_sessions", "_slot")
 
     def __init__(self, sessions: Sessions) -> None:
         self._sessions = sessions
         self._savepoint: str | None = None
+        self._marking = False
 
     def __enter__(self) -> sqlite3.Connection:
         sessions = self._sessions
-        conn = sessions.conn()
-        state = sessions._local
+        slot = sessions._enter()
+        conn = slot.conn
+        assert conn is not None
         try:
-            if state.depth:
+            if slot.depth:
                 # A failing call inside a transaction() block must not leave half of itself
                 # behind if the caller catches the error and carries on.
-                name = f"podstore_{state.depth}"
+                name = f"podstore_{slot.depth}"
                 conn.execute(f"SAVEPOINT {name}")
                 self._savepoint = name
             else:
-                begin_immediate(conn, sessions.options.busy_timeout)
+                sessions._joined_elsewhere()
+                # A fork in a thread holding this write lock must not wait for this thread.
+                slot.counter.waits_for = sessions._file
+                try:
+                    begin_immediate(conn, sessions.options.busy_timeout)
+                finally:
+                    slot.counter.waits_for = None
+                if sessions.unmarked:
+                    try:
+                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    except BaseException:
+                        conn.execute("ROLLBACK")
+                        raise
+                    self._marking = True
+                slot.owner = current_task()
+                self._opened = _OPEN.get()
+                _OPEN.set((*self._opened, weakref.ref(slot)))
         except sqlite3.Error as exc:
+            sessions._exit(slot)
             _raise_translated(exc)
-        state.depth += 1
-        self._conn = conn
+        except BaseException:
+            sessions._exit(slot)
+            raise
+        slot.depth += 1
+        self._slot, self._conn, self._gen = slot, conn, STATE.generation
         return conn
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        conn, name = self._conn, self._savepoint
-        state = self._sessions._local
+        sessions, slot, conn, name = self._sessions, self._slot, self._conn, self._savepoint
+        if self._gen != STATE.generation:
+            # Forked inside the transaction: this is the child, and the transaction (its
+            # connection, its lock) is the parent's. Unwind without touching it.
+            slot.depth = max(slot.depth - 1, 0) if name is not None else 0
+            sessions._exit(slot)
+            raise sessions._forked_inside()
         try:
             if name is not None:
                 if exc_type is not None:
@@ -200,6 +631,8 @@ class _Write:
             elif exc_type is None:
                 try:
                     conn.execute("COMMIT")
+                    if self._marking:
+                        sessions.unmarked = False
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
@@ -209,12 +642,33 @@ class _Write:
         except sqlite3.Error as error:
             _raise_translated(error)
         finally:
-            state.depth = state.depth - 1 if name is not None else 0
+            if name is not None:
+                slot.depth -= 1
+            else:
+                slot.depth, slot.owner = 0, None
+                _OPEN.set(self._opened)
+            sessions._exit(slot)
         if isinstance(exc, sqlite3.Error):
             _raise_translated(exc)
 
 
-@contextmanager
+def _other_task_error() -> PodStoreError:
+    return PodStoreError(
+        "another asyncio task's transaction() is open on this thread's connection to the "
+        "store: this call would silently join it (and be committed or rolled back with it). "
+        "Use podstore.AsyncPodStore, whose transactions belong to one task, or keep awaits "
+        "out of transaction() blocks"
+    )
+
+
+def _close_quietly(conn: sqlite3.Connection) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:  # pragma: no cover - close errors have nothing to undo
+        log.debug("error closing a connection", exc_info=True)
+
+
+@contextlib.contextmanager
 def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One read transaction on ``conn`` (a consistent view over several statements); sqlite3
     errors inside become podstore errors."""
@@ -228,7 +682,10 @@ def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 def _raise_translated(exc: sqlite3.Error) -> NoReturn:
-    """Raise what translated_errors makes of ``exc``."""
-    with translated_errors():
+    """Raise what translate makes of ``exc`` (the same as translated_errors)."""
+    mapped = translate(exc)
+    if mapped is None:  # pragma: no cover - every sqlite3 error maps to something
         raise exc
-    raise AssertionError("unreachable: translated_errors re-raises every sqlite3 error")
+    if type(mapped) is PodStoreError:
+        raise mapped from exc
+    raise mapped from None

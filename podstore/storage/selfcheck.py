@@ -26,6 +26,7 @@ from typing import Any, Literal
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules import alloc_resp
 from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
+from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
 from podstore.storage import chain
@@ -76,6 +77,7 @@ def check_store(path: str | os.PathLike[str], *, quick: bool = False) -> list[Fi
         return check_connection(conn, quick=quick)
     finally:
         conn.close()
+        release_side_files(options.path)  # the read leaves no -wal or -shm behind
 
 
 def check_connection(conn: sqlite3.Connection, *, quick: bool = False) -> list[Finding]:

@@ -45,7 +45,7 @@ class ForkServer:
         starting with ``stop``, or with any of several prefixes, has arrived)."""
         out, self._pending = self._pending, []
         if stop and any(line.startswith(stop) for line in out):
-            return out
+            return self._upto(out, stop)
         stops = tuple(p.encode() for p in ((stop,) if isinstance(stop, str) else stop or ()))
         while True:
             timeout = until - time.monotonic()
@@ -59,6 +59,16 @@ class ForkServer:
             out.extend(d.decode() for d in done)
             if timeout <= 0 or (stops and any(d.startswith(stops) for d in done)):
                 break
+        return self._upto(out, stop) if stop else out
+
+    def _upto(self, out: list[str], stop: str | tuple[str, ...]) -> list[str]:
+        """``out`` up to its first line starting with ``stop``; the lines after it (they came
+        in the same read: a child's last line and the server's "x" often do) are kept for the
+        next call instead of being handed out with it."""
+        for i, line in enumerate(out):
+            if line.startswith(stop):
+                self._pending = out[i + 1 :] + self._pending
+                return out[: i + 1]
         return out
 
     def until_line(
@@ -72,7 +82,7 @@ class ForkServer:
             got = self.lines(deadline, stop=prefix)
             for i, line in enumerate(got):
                 if line.startswith(prefix):
-                    self._pending = got[i + 1 :]
+                    self._pending = got[i + 1 :] + self._pending
                     return seen + got[:i], line
             seen.extend(got)
         raise AssertionError(f"no {prefix!r} line within {timeout}s; saw {seen[-5:]}")

@@ -1,0 +1,362 @@
+"""AsyncPodStore: PodStore for asyncio callers (docs/api.md, "asyncio").
+
+Every call runs in a worker thread, so the event loop never waits for SQLite, an fsync or the
+decoding of a large checkpoint file. A transaction belongs to the task that opened it: ``async
+with astore.transaction():`` runs the block's calls on one thread of its own (where the
+store's transaction is open), found again through a context variable and the task's identity;
+calls of other tasks go to the shared workers — their reads see committed data, their writes
+wait for the block's lock there, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import itertools
+import os
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from podstore.reading import Reader
+from podstore.rules.times import TimeArg
+from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
+from podstore.sqlite.guarded import PAGE_ROWS, RowStream
+from podstore.store import PodStore, Verify
+from podstore.types import AllocationEvent
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+#: Worker threads an AsyncPodStore runs calls on (besides one per open transaction). Each
+#: keeps a connection of its own; SQLite lets readers run beside the one writer.
+DEFAULT_WORKERS = 4
+
+# The transactions open in this context: the task that opened one finds it again here.
+_OPEN: contextvars.ContextVar[tuple[_Transaction, ...]] = contextvars.ContextVar(
+    "podstore_async_transactions", default=()
+)
+
+
+class _InWorker(Generic[P, R]):
+    """``AsyncPodStore.name``: PodStore's method ``name`` as a coroutine run in a worker."""
+
+    def __init__(self, method: Callable[Concatenate[PodStore, P], R]) -> None:
+        self._method = method
+        self.__doc__ = method.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> _InWorker[P, R]: ...
+
+    @overload
+    def __get__(
+        self, obj: AsyncPodStore, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __get__(
+        self, obj: AsyncPodStore | None, owner: type[Any]
+    ) -> _InWorker[P, R] | Callable[P, Coroutine[Any, Any, R]]:
+        if obj is None:
+            return self
+        method = self._method
+
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            return await obj._call(functools.partial(method, obj.sync, *args, **kwargs))
+
+        call.__name__ = method.__name__
+        call.__doc__ = method.__doc__
+        return call
+
+
+class AsyncPodStore:
+    """A PodStore for asyncio: the same methods as coroutines, each run in a worker thread.
+
+    Open with ``await AsyncPodStore.open(path, ...)`` (PodStore.open's arguments) or wrap an
+    open store with ``AsyncPodStore(store)``; ``await astore.close()`` or ``async with``.
+    ``astore.transaction()`` is an async context manager owned by the task that enters it.
+    """
+
+    def __init__(self, store: PodStore, *, workers: int = DEFAULT_WORKERS) -> None:
+        self.sync = store
+        self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        upgrade: bool = True,
+        durability: Durability = "full",
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        verify: Verify = "auto",
+        workers: int = DEFAULT_WORKERS,
+    ) -> AsyncPodStore:
+        """PodStore.open in a worker thread (it may check every page of the file)."""
+        opener = functools.partial(
+            PodStore.open,
+            path,
+            readonly=readonly,
+            upgrade=upgrade,
+            durability=durability,
+            busy_timeout=busy_timeout,
+            verify=verify,
+        )
+        store = await asyncio.get_running_loop().run_in_executor(None, opener)
+        return cls(store, workers=workers)
+
+    @property
+    def path(self) -> str:
+        return self.sync.path
+
+    @property
+    def readonly(self) -> bool:
+        return self.sync.readonly
+
+    async def close(self) -> None:
+        """Close the store (in a worker) and stop the worker threads."""
+        try:
+            await self._pool(self.sync.close)
+        finally:
+            self._workers.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncPodStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- running calls ---------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[], R]) -> R:
+        """Run ``fn`` on the calling task's open transaction, if it has one here; else on a
+        shared worker."""
+        tx = _owned(self)
+        if tx is not None:
+            return await tx.run(fn)
+        return await self._pool(fn)
+
+    async def _pool(self, fn: Callable[[], R]) -> R:
+        return await asyncio.get_running_loop().run_in_executor(self._workers, fn)
+
+    def transaction(self) -> _Transaction:
+        """``async with astore.transaction():`` — the calls the entering task makes inside the
+        block form one atomic commit, rolled back as a whole on an exception (or
+        cancellation). Blocks nest (savepoints). Other tasks' calls never join it: their
+        reads see committed data, their writes wait (in a worker, up to busy_timeout) for the
+        block to end."""
+        return _Transaction(self)
+
+    # ---- the PodStore methods --------------------------------------------------------------
+
+    insert = _InWorker(PodStore.insert)
+    delete = _InWorker(PodStore.delete)
+    from_checkpoint_data = _InWorker(PodStore.from_checkpoint_data)
+    set_registered_devices = _InWorker(PodStore.set_registered_devices)
+    pods = _InWorker(PodStore.pods)
+    size = _InWorker(PodStore.size)
+    has_pod = _InWorker(PodStore.has_pod)
+    container_devices = _InWorker(PodStore.container_devices)
+    pod_devices = _InWorker(PodStore.pod_devices)
+    add_container_allocated_resources = _InWorker(PodStore.add_container_allocated_resources)
+    remove_container_allocated_resources = _InWorker(PodStore.remove_container_allocated_resources)
+    devices = _InWorker(PodStore.devices)
+    get_container_devices = _InWorker(PodStore.get_container_devices)
+    get_pod_and_container_for_device = _InWorker(PodStore.get_pod_and_container_for_device)
+    device_run_container_options = _InWorker(PodStore.device_run_container_options)
+    to_checkpoint_data = _InWorker(PodStore.to_checkpoint_data)
+    pod_entries = _InWorker(PodStore.pod_entries)
+    registered_devices = _InWorker(PodStore.registered_devices)
+    import_checkpoint = _InWorker(PodStore.import_checkpoint)
+    sync_checkpoint = _InWorker(PodStore.sync_checkpoint)
+    export_checkpoint = _InWorker(PodStore.export_checkpoint)
+    history = _InWorker(PodStore.history)
+    owners_at = _InWorker(PodStore.owners_at)
+    prune_history = _InWorker(PodStore.prune_history)
+    query = _InWorker(PodStore.query)
+    stats = _InWorker(PodStore.stats)
+    wait_verified = _InWorker(PodStore.wait_verified)
+
+    async def store_id(self) -> str:
+        """PodStore.store_id (read from the store on first use)."""
+        return await self._call(lambda: self.sync.store_id)
+
+    async def call(self, fn: Callable[Concatenate[PodStore, P], R], /, *args: P.args,
+                   **kwargs: P.kwargs) -> R:  # fmt: skip
+        """``await astore.call(fn, ...)``: ``fn(store, ...)`` in a worker — any PodStore method
+        (``PodStore.history``, or one added later) or a function of the store; inside the
+        task's transaction it runs there."""
+        return await self._call(functools.partial(fn, self.sync, *args, **kwargs))
+
+    async def reader(self, *, timeout: float | None = None, max_rows: int | None = None
+                     ) -> AsyncReader:  # fmt: skip
+        """PodStore.reader: a read-only snapshot whose rows stream (``async for``)."""
+        reader = await self._pool(lambda: self.sync.reader(timeout=timeout, max_rows=max_rows))
+        return AsyncReader(self, reader)
+
+    async def stream(
+        self,
+        sql: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        max_rows: int | None = None,
+    ) -> AsyncRowStream[tuple[Any, ...]]:
+        """PodStore.stream: one read-only statement whose rows come ``async for``."""
+        rows = await self._pool(
+            lambda: self.sync.stream(sql, params, timeout=timeout, max_rows=max_rows)
+        )
+        return AsyncRowStream(self, rows)
+
+
+def _owned(astore: AsyncPodStore) -> _Transaction | None:
+    """The innermost transaction of ``astore`` the current task opened, if any."""
+    task = asyncio.current_task()
+    for tx in reversed(_OPEN.get()):
+        if tx.astore is astore and tx.owner is task and tx.active:
+            return tx
+    return None
+
+
+class _Transaction:
+    """``AsyncPodStore.transaction()``."""
+
+    def __init__(self, astore: AsyncPodStore) -> None:
+        self.astore = astore
+        self.owner: asyncio.Task[Any] | None = None
+        self.active = False
+        self._thread: ThreadPoolExecutor | None = None
+        self._own_thread = False
+        self._block: Any = None
+        self._opened: tuple[_Transaction, ...] = ()
+
+    async def run(self, fn: Callable[[], R]) -> R:
+        assert self._thread is not None
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    async def __aenter__(self) -> AsyncPodStore:
+        outer = _owned(self.astore)
+        if outer is not None:
+            thread = outer._thread  # nested: a savepoint, on the outer block's thread
+        else:
+            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="podstore-tx")
+            self._own_thread = True
+        self._thread = thread
+        block = self.astore.sync.transaction()
+        try:
+            await self.run(block.__enter__)
+        except BaseException:
+            # Cancelled while BEGIN (or SAVEPOINT) waited: once it is done, undo it (the
+            # thread runs one thing at a time, in order).
+            if thread is not None:
+                thread.submit(_leave_if_entered, block)
+                if self._own_thread:
+                    thread.shutdown(wait=False)
+            raise
+        self._block = block
+        self.owner = asyncio.current_task()
+        self.active = True
+        self._opened = _OPEN.get()
+        _OPEN.set((*self._opened, self))
+        return self.astore
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self.active = False
+        _OPEN.set(self._opened)
+        assert self._thread is not None
+        block = self._block
+        # Shielded: the commit or rollback runs to its end even if this task is cancelled
+        # now; it is queued behind any call of the block still running in its thread.
+        done = asyncio.get_running_loop().run_in_executor(
+            self._thread, lambda: block.__exit__(exc_type, exc, tb)
+        )
+        try:
+            return bool(await asyncio.shield(done))
+        finally:
+            if self._own_thread:
+                self._thread.shutdown(wait=False)
+
+
+def _leave_if_entered(block: Any) -> None:
+    """Roll back a transaction() whose BEGIN finished after its task was cancelled."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        block.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None)
+
+
+class AsyncRowStream(Generic[T]):
+    """A RowStream read ``async for``: rows are fetched a page at a time in a worker."""
+
+    def __init__(self, astore: AsyncPodStore, rows: RowStream[T]) -> None:
+        self._astore = astore
+        self._rows = rows
+        self.columns = rows.columns
+        self._page: list[T] = []
+        self._done = False
+
+    def __aiter__(self) -> AsyncRowStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if not self._page:
+            if self._done:
+                raise StopAsyncIteration
+            rows = self._rows
+            page = await self._astore._pool(lambda: list(itertools.islice(rows, PAGE_ROWS)))
+            if len(page) < PAGE_ROWS:
+                self._done = True
+            if not page:
+                raise StopAsyncIteration
+            page.reverse()
+            self._page = page
+        return self._page.pop()
+
+    async def aclose(self) -> None:
+        self._done, self._page = True, []
+        await self._astore._pool(self._rows.close)
+
+    async def __aenter__(self) -> AsyncRowStream[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncReader:
+    """A Reader for asyncio (``AsyncPodStore.reader()``); use it ``async with``."""
+
+    def __init__(self, astore: AsyncPodStore, reader: Reader) -> None:
+        self._astore = astore
+        self.sync = reader
+
+    async def stream(self, sql: str, params: Any = None) -> AsyncRowStream[tuple[Any, ...]]:
+        rows = await self._astore._pool(lambda: self.sync.stream(sql, params))
+        return AsyncRowStream(self._astore, rows)
+
+    async def history(
+        self,
+        pod_uid: str | None = None,
+        device_id: str | None = None,
+        since: TimeArg | None = None,
+        until: TimeArg | None = None,
+    ) -> AsyncRowStream[AllocationEvent]:
+        rows = await self._astore._pool(lambda: self.sync.history(pod_uid, device_id, since, until))
+        return AsyncRowStream(self._astore, rows)
+
+    async def close(self) -> None:
+        await self._astore._pool(self.sync.close)
+
+    async def __aenter__(self) -> AsyncReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,339 @@
+"""fork() safety for every connection podstore holds (docs/api.md, "Threads, processes and
+fork"; docs/design.md has the reasoning).
+
+SQLite's locks are POSIX locks: they belong to the process, and SQLite keeps one shared
+record per file of which of the process's connections holds what. A forked child inherits
+those records but none of the locks. A connection the child opens while an inherited one is
+still open therefore takes no lock in the kernel at all: the parent's last close then
+checkpoints and deletes the WAL the child is writing to, an inherited write lock is never
+released, an inherited read mark pins the WAL for ever. And SQLite's mutexes (its memory
+allocator's, each connection's) are copied in whatever state the other threads left them: a
+child forked while another thread was inside SQLite can hang on its first call.
+
+So podstore makes sure a child inherits no thread inside SQLite and no connection in use, and
+no connection at all if it can:
+
+- **Before the fork** (``os.register_at_fork``): every podstore call that touches SQLite
+  counts itself in its thread's :class:`Counter`; calls that have not started wait; a
+  background integrity check is interrupted (and started again afterwards); the fork waits
+  for the other threads' calls and ``transaction()`` blocks in flight to end (at most the
+  longest ``busy_timeout`` of the open stores); then every connection no thread is using is
+  closed. The child's SQLite records then start empty, and its own connections take real
+  locks.
+- **In the child**, whatever was still open at the fork is dealt with by its owner before
+  any code of the child runs: a connection no thread was using (a ``reader()`` kept open, the
+  check's) is closed — that releases nothing in the kernel, since the child holds no lock, and
+  SQLite only checkpoints at a close after taking a real exclusive lock, which the parent's own
+  lock refuses. A connection in use at the fork (a fork from within ``transaction()``, or a
+  block that outlasted the wait) is abandoned: never used, never closed — closing it would
+  roll back, which can rewrite the WAL index the parent's writer is using — and kept alive
+  for good (a garbage-collected connection is closed). Its file is refused in the child:
+  every use raises PodStoreError.
+- **In any child**, the first connection to a file is checked against the kernel's lock
+  table (``sqlite/posixlocks.py``): if it holds no lock, something podstore does not manage
+  (another library's connection, a raw one) was open at the fork, and the file is refused.
+
+The hand-off between the forking thread and the others relies on the GIL: a thread raises
+its count and then looks at :attr:`State.pending`; the forking thread sets
+:attr:`State.pending` and then looks at the counts; so at least one sees the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Protocol
+
+from podstore.errors import PodStoreError
+from podstore.sqlite import posixlocks
+
+log = logging.getLogger("podstore")
+
+#: How long a fork waits at most for calls in flight in other threads when no open store names
+#: its busy_timeout.
+DEFAULT_WAIT = 10.0
+
+
+class State:
+    """What every use of a store looks at: ``generation`` counts the forks between the process
+    that opened the store and this one (a connection made in another generation belongs to
+    another process); ``pending`` is set while a fork is being prepared."""
+
+    __slots__ = ("generation", "pending")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.pending = False
+
+
+STATE = State()
+
+
+class Participant(Protocol):
+    """An owner of connections (a store's sessions, a reader) taking part in forks."""
+
+    def fork_timeout(self) -> float | None:
+        """How long a fork may wait for calls in flight on its connections (busy_timeout)."""
+
+    def fork_writing(self, thread: int) -> object:
+        """The file (:func:`file_key`) whose write lock ``thread`` holds through this owner
+        (it is inside a transaction), or None."""
+
+    def fork_quiesce(self) -> None:
+        """Before the fork: stop long work (the background check) that would hold it up."""
+
+    def fork_prepare(self, thread: int) -> None:
+        """Before the fork, in the forking thread ``thread``: close every connection nobody
+        uses."""
+
+    def fork_parent(self) -> None:
+        """After the fork, in the parent: resume what fork_quiesce stopped."""
+
+    def fork_child(self, thread: int) -> None:
+        """In the child, before any other code: deal with what was open at the fork."""
+
+
+class Counter:
+    """How many podstore calls one thread is inside (``n``): a fork waits for every other
+    thread's to reach 0, and a thread at 0 does not start one while a fork is prepared.
+    ``waits_for``: the file (:func:`file_key`) whose write lock the thread is waiting for."""
+
+    __slots__ = ("__weakref__", "n", "waits_for")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.waits_for: object = None
+
+
+_local = threading.local()
+_counters: weakref.WeakValueDictionary[int, Counter] = weakref.WeakValueDictionary()
+
+
+def counter() -> Counter:
+    """This thread's counter (dropped with the thread's other thread-local state)."""
+    c: Counter | None = getattr(_local, "counter", None)
+    if c is None:
+        c = _local.counter = Counter()
+        with _registry_lock:
+            _counters[threading.get_ident()] = c
+    return c
+
+
+def enter(c: Counter) -> None:
+    """Count one call of this thread (``c`` is its counter). A call nested in another one
+    never waits; an outer one waits while a fork is being prepared."""
+    if c.n:
+        c.n += 1
+        return
+    while True:
+        c.n = 1
+        if not STATE.pending:
+            return
+        c.n = 0
+        wait_while_pending()
+
+
+def leave(c: Counter) -> None:
+    c.n -= 1
+    if STATE.pending and not c.n:
+        notify()
+
+
+class activity:  # lower case: used like contextlib.suppress
+    """``with forking.activity():`` around podstore work on SQLite that is not a store call
+    (opening, closing, a reader's statements, the background check)."""
+
+    __slots__ = ("_c",)
+
+    def __enter__(self) -> None:
+        self._c = counter()
+        enter(self._c)
+
+    def __exit__(self, *exc: object) -> None:
+        leave(self._c)
+
+
+_registry: weakref.WeakSet[Participant] = weakref.WeakSet()
+_registry_lock = threading.Lock()
+_cond = threading.Condition()
+_fork_lock = threading.Lock()
+# Files a child may not use, by (st_dev, st_ino), and why; files whose lock was checked.
+_refused: dict[tuple[int, int], str] = {}
+_verified: set[tuple[int, int]] = set()
+# Connections abandoned in a child: referenced for ever, so that they are never closed.
+_abandoned: list[object] = []
+# Threads inside os.fork() (preparing it, or waiting for another thread's fork to happen).
+_forking: set[int] = set()
+
+
+def register(participant: Participant) -> None:
+    with _registry_lock:
+        _registry.add(participant)
+
+
+def _participants() -> list[Participant]:
+    with _registry_lock:
+        return list(_registry)
+
+
+def wait_while_pending() -> None:
+    """Block the calling thread until the fork being prepared has happened."""
+    with _cond:
+        while STATE.pending:
+            _cond.wait(0.05)
+
+
+def notify() -> None:
+    """A use ended while a fork is being prepared: let the forking thread look again."""
+    with _cond:
+        _cond.notify_all()
+
+
+def abandon(conn: object) -> None:
+    """Keep ``conn`` alive for the rest of the process, whatever happens to its owner — also
+    through interpreter shutdown, which would otherwise close it."""
+    import ctypes
+
+    _abandoned.append(conn)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+
+
+def file_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def refuse(path: str, reason: str) -> None:
+    """From now on, this process may not use the file at ``path`` (see :func:`check_usable`)."""
+    key = file_key(path)
+    if key is not None:
+        _refused.setdefault(key, reason)
+
+
+def forked_error(path: str, reason: str) -> PodStoreError:
+    return PodStoreError(
+        f"{path}: this process was forked {reason}; the connection belongs to the parent, and "
+        "SQLite's locks cannot be shared with it, so this process cannot use the store "
+        "(fork outside transaction() blocks, or open the store in the child of a process "
+        "that had none in use: docs/api.md, 'Threads, processes and fork')"
+    )
+
+
+def check_usable(path: str) -> None:
+    """Raise PodStoreError when this (forked) process may not use the file at ``path``."""
+    if not _refused:
+        return
+    key = file_key(path)
+    reason = _refused.get(key) if key is not None else None
+    if reason is not None:
+        raise forked_error(path, reason)
+
+
+def verify_locks(path: str, has_lock: bool) -> None:
+    """In a forked child: after a connection to ``path`` has read (``has_lock``: SQLite keeps
+    a SHARED lock then), check that the process holds a lock on it in the kernel. If not, a
+    connection podstore does not manage was open at the fork; the file is refused."""
+    key = file_key(path)
+    if key is None or key in _verified or not has_lock:
+        return
+    locks = posixlocks.held(path)
+    if locks is not None and not locks:
+        reason = "while a connection to this file that podstore does not manage was open"
+        _refused.setdefault(key, reason)
+        raise forked_error(path, reason)
+    _verified.add(key)
+
+
+def _busy_elsewhere(me: int, held: set[object]) -> bool:
+    """Whether a thread other than ``me`` is inside a podstore call the fork must wait for:
+    not one that is itself forking, nor one waiting for a write lock ``me`` holds (it cannot
+    go on before the fork does; the child refuses that store anyway)."""
+    with _registry_lock:
+        counters = list(_counters.items())
+    return any(
+        c.n and ident != me and ident not in _forking and c.waits_for not in held
+        for ident, c in counters
+    )
+
+
+def _before() -> None:
+    me = threading.get_ident()
+    # A thread that forks while another thread's fork is being prepared waits here, perhaps
+    # inside a call of its own: the other fork must not wait for that one.
+    _forking.add(me)
+    _fork_lock.acquire()
+    STATE.pending = True
+    participants = _participants()
+    for p in participants:
+        p.fork_quiesce()
+    timeouts = [t for t in (p.fork_timeout() for p in participants) if t is not None]
+    limit = max(timeouts, default=DEFAULT_WAIT)
+    held = {p.fork_writing(me) for p in participants} - {None}
+    started = time.monotonic()
+    with _cond:
+        while _busy_elsewhere(me, held):
+            # Again on every round: an interrupt reaches only a statement already running,
+            # and the check's thread may have been just about to start its own.
+            for p in participants:
+                p.fork_quiesce()
+            remaining = limit - (time.monotonic() - started)
+            if remaining <= 0:
+                log.warning(
+                    "fork: a podstore call or transaction() block in another thread was still "
+                    "running after %.1f s; the child will refuse that store",
+                    time.monotonic() - started,
+                )
+                break
+            _cond.wait(min(remaining, 0.005))
+    for p in participants:
+        try:
+            p.fork_prepare(me)
+        except Exception:  # pragma: no cover - closing has nothing to undo
+            log.debug("fork: error closing idle connections", exc_info=True)
+
+
+def _after_in_parent() -> None:
+    _forking.discard(threading.get_ident())
+    STATE.pending = False
+    with _cond:
+        _cond.notify_all()
+    _fork_lock.release()
+    for p in _participants():
+        try:
+            p.fork_parent()
+        except Exception:  # pragma: no cover - the parent carries on regardless
+            log.debug("fork: error resuming after the fork", exc_info=True)
+
+
+def _after_in_child() -> None:
+    global _registry_lock, _cond, _fork_lock
+    # Locks another thread held at the fork stay held for ever in the child: new ones.
+    _registry_lock = threading.Lock()
+    _cond = threading.Condition()
+    _fork_lock = threading.Lock()
+    STATE.generation += 1
+    STATE.pending = False
+    _verified.clear()
+    _forking.clear()
+    me = threading.get_ident()
+    with _registry_lock:
+        for ident, c in list(_counters.items()):
+            if ident != me:
+                c.n = 0  # threads that do not exist here
+    for p in _participants():
+        try:
+            p.fork_child(me)
+        except Exception:  # pragma: no cover - nothing in the child may stop the fork
+            log.debug("fork: error in a child's clean-up", exc_info=True)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child
+    )

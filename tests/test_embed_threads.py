@@ -1,0 +1,147 @@
+"""Threads come and go: a finished thread's connection goes back to the store (kept idle for
+the next thread, up to MAX_IDLE, else closed), so a thread-per-request agent holds a flat
+number of descriptors (docs/api.md, "Threads, processes and fork").
+
+The issue's report: 1,500 short-lived threads each calling ``store.pods()`` left 3,009 fds and
+370 MB; under ``ulimit -n 1024`` thread 508 failed with "Too many open files". Reproduced here
+in a child process with RLIMIT_NOFILE lowered to 1024.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from harness.forks import figures
+
+from podstore import PodStore
+from podstore.sqlite.sessions import MAX_IDLE
+
+RES = "vendor.com/gpu"
+
+_CHURN = r"""
+import json, os, resource, sys, threading
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+from podstore import PodStore
+
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+
+db, total, together = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = PodStore.open(db)
+store.insert("p", "c", "r", {0: ["d"]}, b"")
+wal_inode = os.stat(db + "-wal").st_ino
+failures, answers = [], []
+
+def request():
+    try:
+        answers.append(store.pods() == {"p"})
+    except BaseException as exc:
+        failures.append(repr(exc))
+
+fds_before, rss_before = fds(), rss_mib()
+peak = fds_before
+done = 0
+fds_early = None
+while done < total:
+    batch = [threading.Thread(target=request) for _ in range(min(together, total - done))]
+    for t in batch:
+        t.start()
+    for t in batch:
+        t.join()
+    done += len(batch)
+    peak = max(peak, fds())
+    if fds_early is None and done >= total // 10:
+        fds_early = fds()
+print(json.dumps({
+    "threads": done, "ok": sum(answers), "failures": failures[:5], "failed": len(failures),
+    "fds_before": fds_before, "fds_early": fds_early, "fds_after": fds(), "fds_peak": peak,
+    "rss_before_mib": round(rss_before, 1), "rss_after_mib": round(rss_mib(), 1),
+    "connections": len(store._sessions._conns),
+    "wal_kept": os.stat(db + "-wal").st_ino == wal_inode,
+    "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+}))
+store.close()
+"""
+
+
+def test_thread_per_request_keeps_descriptors_flat(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHURN, str(tmp_path / "s.db"), "1500", "25"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    churn = json.loads(out.stdout)
+    figures("thread-churn", **churn)
+    assert churn["nofile"] == 1024
+    assert churn["failed"] == 0, churn
+    assert churn["ok"] == 1500
+    # Connections of finished threads do not accumulate: the idle ones stay open, the rest
+    # are closed (SQLite keeps a closed connection's database descriptor for reuse while
+    # the file is locked, so a few more descriptors than connections stay: as many as
+    # requests ran at once, never as many as threads ran).
+    assert churn["connections"] <= MAX_IDLE + 1, churn
+    assert churn["fds_after"] <= churn["fds_early"] + 12, churn  # flat: 1,350 threads later
+    assert churn["fds_peak"] <= churn["fds_before"] + 2 * (25 + MAX_IDLE), churn
+    # Closing the extra connections never removed the WAL the store uses.
+    assert churn["wal_kept"], churn
+
+
+def test_a_new_thread_reuses_a_finished_threads_connection(db_path: Path) -> None:
+    with PodStore.open(db_path) as store:
+        store.insert("p", "c", RES, None, b"")
+        seen: list[int] = []
+
+        def request() -> None:
+            seen.append(id(store._sessions.conn()))
+            assert store.pods() == {"p"}
+
+        for _ in range(20):
+            t = threading.Thread(target=request)
+            t.start()
+            t.join()
+        assert len(set(seen)) == 1, "each sequential thread opened a connection of its own"
+        assert len(store._sessions._conns) <= MAX_IDLE + 1
+
+
+def test_close_while_another_thread_is_inside_a_transaction(db_path: Path) -> None:
+    """close() from one thread while another is inside a transaction() block: the block's
+    next call raises PodStoreError (the block rolls back), nothing crashes, and the
+    connection is closed when its thread is done with it."""
+    store = PodStore.open(db_path)
+    store.insert("kept", "c", RES, None, b"")
+    inside, closed = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def block() -> None:
+        try:
+            with store.transaction():
+                store.insert("rolled-back", "c", RES, None, b"")
+                inside.set()
+                closed.wait(10)
+                store.insert("after-close", "c", RES, None, b"")
+        except Exception as exc:
+            seen.append(f"{type(exc).__name__}: {exc}")
+
+    t = threading.Thread(target=block)
+    t.start()
+    assert inside.wait(10)
+    store.close()
+    closed.set()
+    t.join(10)
+    assert seen == ["PodStoreError: the store is closed"]
+    assert not store._sessions._conns  # the last one was closed when its call ended
+    with PodStore.open(db_path) as again:
+        assert again.pods() == {"kept"}
