@@ -243,7 +243,9 @@ class AllocationEvent:
     aware UTC datetime; ``seq`` orders events (never reused). ``released``: the devices the
     entry held before this event and no longer holds (a replace, or an import or sync over an
     existing entry), sorted; empty when none, and for events before revision 0005 where the
-    history no longer showed it.
+    history no longer showed it. The node's other managers (revision 0007) write ``cpu-set``,
+    ``cpu-delete``, ``memory-…``, ``dra-…`` and ``node-…`` events: ``payload`` holds the
+    item's value, ``manager`` says which (docs/sql.md, "The whole node").
     """
 
     seq: int
@@ -254,6 +256,16 @@ class AllocationEvent:
     resource_name: str
     device_ids: DevicesPerNUMA | list[str] | None
     released: list[str] = field(default_factory=list)
+    #: Events of the node's other managers (``cpu-set`` … ``node-delete``): the item's value
+    #: as its JSON says (docs/sql.md); their ``device_ids`` are the DRA devices they name.
+    payload: Any = None
+
+    @property
+    def manager(self) -> str:
+        """What the event is about: ``devices`` (the device manager's entries and registered
+        devices), ``cpu``, ``memory``, ``dra``, or ``node`` (topology, pod names)."""
+        family, dash, _verb = self.op.partition("-")
+        return family if dash else "devices"
 
     @property
     def devices(self) -> set[str]:
@@ -320,3 +332,84 @@ class QueryResult:
     def dicts(self) -> list[dict[str, Any]]:
         """Rows as dicts keyed by column name (a repeated name keeps its last value)."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSyncReport:
+    """What bringing one kind of the node's state to a source changed
+    (``PodStore.import_node_checkpoint``, ``sync_node_checkpoint``, ``set_*``, ``import_node``).
+
+    ``kind``: ``cpu``, ``memory``, ``dra``, ``topology`` or ``names``. ``path``: the file or
+    directory read (None for a state given in Python). ``version``, ``checksum`` and
+    ``verified``: how the checkpoint was written and checked (None for topology and names).
+    ``items``: what the source holds (assignments, NUMA nodes of the machine state, claims,
+    NUMA nodes, names, plus the shared cpuset and the policies). ``written`` and ``deleted``
+    count the history events the change wrote — one per item that is new or differs, and per
+    item that went; ``form_changed`` is true when only the file's form (format, checksum,
+    null-vs-empty of whole maps) changed, which is kept for export without an event.
+    ``skipped``: what reading the source skipped (topology and names), with why.
+    """
+
+    kind: str
+    path: str | None
+    version: str | None
+    checksum: int | None
+    verified: bool
+    items: int
+    written: int
+    deleted: int
+    form_changed: bool = False
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def events(self) -> int:
+        """History events written."""
+        return self.written + self.deleted
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.events) or self.form_changed
+
+    @property
+    def result(self) -> str:
+        """``"applied"`` when the store changed, ``"unchanged"`` when it already matched."""
+        return "applied" if self.changed else "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImportReport:
+    """What ``PodStore.import_node`` did, in one transaction: per checkpoint kind whose file
+    was there, its report (``SyncReport`` for devices); the kinds whose file was absent (left
+    as they were); and the topology and names reports."""
+
+    kubelet_dir: str
+    checkpoints: dict[str, SyncReport | NodeSyncReport]
+    absent: tuple[str, ...]
+    topology: NodeSyncReport
+    names: NodeSyncReport
+
+    @property
+    def events(self) -> int:
+        return (
+            sum(r.events for r in self.checkpoints.values())
+            + self.topology.events
+            + self.names.events
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerNuma:
+    """One row of ``v_container_numa`` (``PodStore.container_numa``): the NUMA nodes of a
+    container's devices (device plugins, NUMA -1 left out), exclusive CPUs (through the
+    topology) and memory blocks — each sorted, None when that kind gives no NUMA information —
+    and whether they agree: True when every known set is the same, False when two differ,
+    None when fewer than two are known."""
+
+    pod_uid: str
+    namespace: str | None
+    pod_name: str | None
+    container: str
+    device_numa: tuple[int, ...] | None
+    cpu_numa: tuple[int, ...] | None
+    memory_numa: tuple[int, ...] | None
+    aligned: bool | None

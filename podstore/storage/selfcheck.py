@@ -29,6 +29,7 @@ from podstore.sqlite.connection import ConnectOptions, connect, database_path, j
 from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
 from podstore.storage import chain
+from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import checks as sql
 
 Severity = Literal["error", "warning"]
@@ -391,10 +392,15 @@ def _store_id(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return []
 
 
-def _named(device_ids: str | None, released: str | None) -> set[tuple[str, int]]:
+def _named(
+    device_ids: str | None, released: str | None, op: str = "", resource: str = ""
+) -> set[tuple[str, int]]:
     """(device, released flag) of every device an event's JSON names."""
     out: set[tuple[str, int]] = set()
-    if device_ids is not None:
+    if node_codec.is_node_op(op):
+        payload = None if device_ids is None else json.loads(device_ids)
+        out.update((d, 0) for d in node_codec.named_devices(resource, payload) or ())
+    elif device_ids is not None:
         value = json.loads(device_ids)
         lists = value.values() if isinstance(value, dict) else [value]
         out.update((d, 0) for ids in lists for d in ids or ())
@@ -423,9 +429,11 @@ def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
             row = rows.fetchone()
         return found
 
-    for seq, device_ids, released in conn.cursor().execute(sql.EVENT_DEVICE_NAMES):
+    for seq, device_ids, released, op, resource in conn.cursor().execute(
+        sql.EVENT_DEVICE_NAMES
+    ):
         try:
-            named = _named(device_ids, released)
+            named = _named(device_ids, released, op, resource)
         except (ValueError, TypeError, AttributeError) as exc:
             bad.append((int(seq), "", 0, f"its device JSON does not parse ({exc})"))
             named = set()
