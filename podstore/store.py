@@ -19,7 +19,9 @@ from typing import Any, Literal
 from podstore.checkpoint import (
     FILE_NAMES,
     CPUManagerState,
+    DRAClaim,
     DRAState,
+    MemoryBlock,
     MemoryManagerState,
     NumaTopology,
     PodName,
@@ -58,6 +60,7 @@ from podstore.storage.node import facts as node_facts
 from podstore.storage.node import memory as node_memory
 from podstore.storage.node import read as node_read
 from podstore.storage.node import sync as node_sync
+from podstore.storage.node import topology as node_topology
 from podstore.storage.node import whole as node_whole
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
@@ -66,10 +69,13 @@ from podstore.types import (
     AllocationEvent,
     ContainerNuma,
     DeviceRunContainerOptions,
+    DRAOwner,
     HistoryReport,
     ImportReport,
     NodeImportReport,
+    NodePodSummary,
     NodeSyncReport,
+    NumaUsage,
     PodDevicesEntry,
     QueryResult,
     ResourceDeviceInstances,
@@ -660,11 +666,6 @@ class PodStore:
         with self._sessions.write() as conn:
             return node_sync.apply_facts(conn, "topology", node_facts.TOPOLOGY, items, None)
 
-    def pod_names(self) -> dict[str, PodName]:
-        """Pod UID → namespace and name, for the pods whose names are known."""
-        with self._sessions.snapshot() as conn:
-            return node_facts.read_names(conn).pods
-
     def set_pod_names(self, names: Mapping[str, PodName] | PodNames) -> NodeSyncReport:
         """Replace the pod names, one event per name that came, changed or went."""
         pods = names.pods if isinstance(names, PodNames) else names
@@ -711,6 +712,68 @@ class PodStore:
             )
             with self._sessions.write() as conn:
                 return node_whole.apply(conn, prepared, state)
+
+    def topology(self) -> list[NumaUsage]:
+        """The node's picture per NUMA node: CPUs (exclusive by container, the shared pool),
+        memory by type, devices by resource and DRA devices by driver, with their holders
+        (``podstore topology``)."""
+        with self._sessions.snapshot() as conn:
+            return node_topology.summary(conn)
+
+    def node_pods(self) -> list[NodePodSummary]:
+        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order."""
+        return [
+            NodePodSummary(str(p), int(c), int(m), int(d))
+            for p, c, m, d in self._rows(node_read_sql.NODE_PODS)
+        ]
+
+    def pod_cpus(self, pod_uid: str) -> dict[str | None, frozenset[int]]:
+        """Container → the exclusive CPUs it holds (None: the pod's own cpuset)."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return node_read.pod_cpus(conn, uid)
+
+    def pod_memory(self, pod_uid: str) -> dict[str | None, list[MemoryBlock]]:
+        """Container → its memory blocks (None: the pod's own)."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return node_read.pod_memory(conn, uid)
+
+    def pod_claims(self, pod_uid: str) -> list[DRAClaim]:
+        """The DRA claims the pod uses, in list order."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return node_read.pod_claims(conn, uid)
+
+    def dra_owners(self, device: str) -> list[DRAOwner]:
+        """Who uses the DRA device named ``driver/pool/device`` now: one row per pod and claim
+        (a claim no pod uses: ``pod_uid`` None). Raises InvalidInputError for a name that is
+        not ``driver/pool/device``."""
+        parts = node_dra.split_device_key(validate.text(device, "device"))
+        if parts is None:
+            raise InvalidInputError(f"device: expected driver/pool/device, got {device!r}")
+        driver, pool, name = parts
+        params = {"driver": driver, "pool": pool, "device": name}
+        return [DRAOwner(*r) for r in self._rows(node_read_sql.DRA_OWNERS, params)]
+
+    def dra_owners_at(self, device: str, when: TimeArg) -> list[DRAOwner]:
+        """Who used the DRA device ``driver/pool/device`` at the instant ``when``, from the
+        history (as :meth:`owners_at` answers for device plugins)."""
+        name = validate.text(device, "device")
+        if node_dra.split_device_key(name) is None:
+            raise InvalidInputError(f"device: expected driver/pool/device, got {device!r}")
+        cut = parse_time(when, "when")
+        with self._sessions.snapshot() as conn:
+            return [DRAOwner(*r) for r in node_read.dra_owners_at(conn, name, cut)]
+
+    def pod_names(self, *, past: bool = False) -> dict[str, PodName]:
+        """Pod UID → namespace and name, for the pods whose names are known; ``past=True``
+        adds the last name the history recorded for pods no longer named (deleted pods)."""
+        with self._sessions.snapshot() as conn:
+            names = node_facts.read_names(conn).pods
+            if past:
+                names = {**node_facts.past_names(conn), **names}
+            return names
 
     def container_numa(self, *, misaligned: bool = False) -> list[ContainerNuma]:
         """Per container, the NUMA nodes of its devices, exclusive CPUs and memory and

@@ -413,3 +413,51 @@ class ContainerNuma:
     cpu_numa: tuple[int, ...] | None
     memory_numa: tuple[int, ...] | None
     aligned: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class NumaUsage:
+    """One line of the node's picture per NUMA node (``PodStore.topology``, ``podstore
+    topology``).
+
+    ``numa_node`` is None for what no known NUMA node holds (devices reported without
+    topology, registered devices nobody holds, DRA devices, CPUs outside the topology).
+    ``kind`` and ``name``: ``cpu`` ``exclusive`` (``held`` CPUs held by containers, ``total``
+    the node's CPUs) and ``cpu`` ``shared`` (the shared pool's CPUs there); ``memory`` and the
+    memory type (``held`` bytes reserved, ``free`` bytes free, ``total`` bytes allocatable);
+    ``device`` and the resource (``held`` devices held there; ``free``: registered devices
+    nobody holds, on the line without a NUMA node); ``dra`` and the driver (``held`` devices
+    prepared for claims). ``holders``: who holds them, ``NAMESPACE/NAME/CONTAINER=what`` (the
+    pod UID when its name is not known; a claim as ``NAMESPACE/CLAIM``).
+    """
+
+    numa_node: int | None
+    kind: str
+    name: str
+    held: int
+    free: int | None
+    total: int | None
+    holders: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodePodSummary:
+    """What one pod holds from the CPU, memory and DRA managers (``PodStore.node_pods``):
+    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims."""
+
+    pod_uid: str
+    cpus: int
+    memory_bytes: int
+    claims: int
+
+
+@dataclass(frozen=True, slots=True)
+class DRAOwner:
+    """A pod using a DRA device through a claim (``PodStore.dra_owners``); ``pod_uid`` is None
+    for a prepared claim no pod uses any more."""
+
+    pod_uid: str | None
+    namespace: str
+    claim_name: str
+    claim_uid: str
+    share_id: str | None

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harness.nodegen import Node
 from harness.ops_metrics import EXISTING, PENDING, metric_names
 from harness.promserver import BinaryUnavailable, NodeExporter, Prometheus, get
 from harness.watch_support import podstore_command
@@ -41,11 +42,6 @@ _SERVING = re.compile(r"serving metrics on http://([0-9.]+):(\d+)/metrics")
 # parse and return nothing. This list only shrinks: when the metrics land, the test below
 # fails until their titles leave it, and from then on their data is checked like the rest.
 PENDING_PANELS = {
-    "NUMA-misaligned containers",  # podstore_numa_misaligned_containers (node-state.md)
-    "Exclusive CPUs per NUMA node",  # podstore_exclusive_cpus
-    "Shared CPUs per NUMA node",  # podstore_shared_cpus
-    "Memory assigned per NUMA node",  # podstore_memory_assigned_bytes
-    "DRA devices per driver",  # podstore_dra_allocated_devices
     "Shipping lag (events)",  # podstore_ship_lag_events (shipping metrics)
     "Shipping lag (time)",  # podstore_ship_lag_seconds
     "Ship failures",  # podstore_ship_failures_total
@@ -98,16 +94,18 @@ def wait(predicate: Any, timeout: float, what: str, step: float = 0.25) -> Any:
 
 @pytest.fixture(scope="module")
 def follower(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Follower]:
+    # The whole node (watch --kubelet-dir): the CPU, memory and DRA managers' files beside the
+    # device manager's, with a topology and pod names, so that every panel has data.
     root = tmp_path_factory.mktemp("node")
-    plugins = root / "device-plugins"
-    plugins.mkdir()
-    checkpoint = plugins / "kubelet_internal_checkpoint"
+    kubelet, sysfs, pod_logs = Node(4, misaligned={1}).write_all(root)
+    checkpoint = kubelet / "device-plugins" / "kubelet_internal_checkpoint"
     write_checkpoint_file(checkpoint, node_state(double=False))
     db = root / "store" / "podstore.db"
     log = root / "watch.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [*podstore_command(), "--db", str(db), "watch", str(checkpoint),
+            [*podstore_command(), "--db", str(db), "watch", "--kubelet-dir", str(kubelet),
+             "--sysfs", str(sysfs), "--pod-logs", str(pod_logs),
              "--metrics-addr", "127.0.0.1:0", "--interval", "1"],
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -19,13 +19,16 @@ from podstore.storage.sql import (
     entries,
     events,
     metrics,
-    node,
+    node_checks,
     node_read,
     node_views,
     responses,
     ship,
     sync,
     views,
+)
+from podstore.storage.sql import (
+    node as node_sql,
 )
 
 MODULES = (
@@ -38,7 +41,8 @@ MODULES = (
     sync,
     metrics,
     ship,
-    node,
+    node_sql,
+    node_checks,
     node_read,
     node_views,
 )

@@ -12,6 +12,7 @@ and runs what it asks for.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -19,8 +20,10 @@ from typing import Any
 
 import click
 
+from podstore.checkpoint import FILE_NAMES
 from podstore.cli.context import Context
 from podstore.cli.extras import require
+from podstore.cli.node import node_dirs
 from podstore.errors import InvalidInputError
 from podstore.watch.follower import DEFAULT_CHECKPOINT
 from podstore.watch.run import WatchConfig, run
@@ -42,7 +45,7 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
 @click.argument(
     "checkpoint",
     required=False,
-    default=DEFAULT_CHECKPOINT,
+    default=None,
     type=click.Path(dir_okay=False, path_type=Path),
 )
 @click.option(
@@ -83,16 +86,28 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     show_default="the host name",
     help="The node name the fleet database records.",
 )
+@click.option(
+    "--kubelet-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Follow every checkpoint kubelet keeps in this directory (device, CPU, memory, DRA "
+    "managers; those absent now, once they appear) instead of CHECKPOINT, with the NUMA "
+    "topology (--sysfs) and pod names (--pod-logs).",
+)
+@node_dirs
 @click.pass_obj
 def watch(
     ctx: Context,
-    checkpoint: Path,
+    checkpoint: Path | None,
     once: bool,
     interval: float,
     metrics_addr: tuple[str, int] | None,
     textfile: Path | None,
     ship_to: str | None,
     node: str,
+    kubelet_dir: Path | None,
+    sysfs: Path,
+    pod_logs: Path,
 ) -> None:
     """Keep the store equal to kubelet's CHECKPOINT file, writing only what changed.
 
@@ -101,7 +116,18 @@ def watch(
 
     \b
     /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+
+    With --kubelet-dir DIR every checkpoint there is followed the same way, each by its own
+    rename: the device manager's, and the CPU, memory and DRA managers' state; a file absent
+    since the start is no error (it is followed until it appears). The topology and pod names
+    are read again after every sync and at every polling tick.
     """
+    if kubelet_dir is not None and checkpoint is not None:
+        raise click.UsageError("give CHECKPOINT or --kubelet-dir, not both")
+    if kubelet_dir is not None:
+        checkpoint = kubelet_dir / FILE_NAMES["devices"]
+    elif checkpoint is None:
+        checkpoint = Path(DEFAULT_CHECKPOINT)
     if not once:
         require("watchdog", "podstore watch")
     if textfile is not None:
@@ -116,5 +142,8 @@ def watch(
         textfile=str(textfile) if textfile is not None else None,
         ship_to=ship_to,
         node=node,
+        kubelet_dir=None if kubelet_dir is None else os.path.abspath(kubelet_dir),
+        sysfs=str(sysfs),
+        pod_logs=str(pod_logs),
     )
     sys.exit(run(ctx.store(), config))

@@ -19,6 +19,13 @@ from podstore.metrics.stats import SyncStats
 from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.store import PodStore
 from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
+from podstore.watch.node import (
+    FollowerGroup,
+    NodeDirs,
+    NodeFacts,
+    NodeFollower,
+    node_followers,
+)
 from podstore.watch.shipping import RetryingHook
 from podstore.watch.textfile import TextfileWriter
 
@@ -46,6 +53,12 @@ class WatchConfig:
     ship_to: str | None = None
     #: The node name the fleet database records.
     node: str = ""
+    #: ``--kubelet-dir``: follow every checkpoint kubelet keeps there (``checkpoint`` is then
+    #: its device manager file), with the topology under ``sysfs`` and names under
+    #: ``pod_logs`` (watch/node.py).
+    kubelet_dir: str | None = None
+    sysfs: str = "/sys"
+    pod_logs: str = "/var/log/pods"
 
 
 def setup_logging() -> None:
@@ -70,9 +83,17 @@ class Watch:
         self.store = store
         self.config = config
         self.stats = SyncStats()
-        self.follower = Follower(
-            store, config.checkpoint, interval=config.interval, stats=self.stats
-        )
+        #: Per checkpoint kind, its follower's counters (the ``checkpoint`` label).
+        self.stats_by_kind: dict[str, SyncStats] = {"devices": self.stats}
+        self.follower: Follower
+        self.node_followers: list[NodeFollower] = []
+        self.facts: NodeFacts | None = None
+        if config.kubelet_dir is not None:
+            self._follow_node(config.kubelet_dir)
+        else:
+            self.follower = Follower(
+                store, config.checkpoint, interval=config.interval, stats=self.stats
+            )
         self.shipper = self._shipper() if config.ship_to else None
         registry = self._registry()
         if registry is not None and config.metrics_addr is not None:
@@ -84,13 +105,28 @@ class Watch:
 
     # ---- the parts ---------------------------------------------------------------------
 
+    def _follow_node(self, kubelet_dir: str) -> None:
+        """A follower per checkpoint of the kubelet directory (the device manager's is
+        ``self.follower``); the others share its sync hooks, so every part that hooks it
+        hears of theirs too. The topology and names are read again after each sync and at
+        the device follower's ticks."""
+        dirs = NodeDirs(kubelet_dir, self.config.sysfs, self.config.pod_logs)
+        followers = node_followers(self.store, dirs, self.config.interval, self.stats_by_kind)
+        self.follower, *self.node_followers = followers
+        self.stats = self.stats_by_kind["devices"]
+        for f in self.node_followers:
+            f.on_sync = self.follower.on_sync
+        facts = self.facts = NodeFacts(self.store, dirs)
+        self.follower.on_sync.append(lambda _outcome: facts.refresh())
+        self.follower.on_tick.append(facts.refresh)
+
     def _registry(self) -> Any:
         """The metrics registry (read at scrape time), when anything exposes it."""
         if self.config.metrics_addr is None and self.config.textfile is None:
             return None
         from podstore.metrics.collector import registry_for
 
-        return registry_for(self.store, self.stats)
+        return registry_for(self.store, self.stats_by_kind)
 
     def _serve_metrics(self, registry: Any, host: str, port: int) -> None:
         from podstore.metrics.exposition import serve
@@ -127,7 +163,13 @@ class Watch:
         applied or unchanged and the ship, if asked for, succeeded; a failed ship leaves the
         sync applied and is logged on one line."""
         outcome = self.follower.sync()
-        if not outcome.ok:
+        failed = not outcome.ok and not _absent(self.follower)
+        for f in self.node_followers:
+            if not f.sync().ok and not f.absent:
+                failed = True
+        if self.facts is not None:
+            self.facts.refresh()
+        if failed:
             return EXIT_FAILED
         if self.shipper is not None:
             try:
@@ -144,7 +186,8 @@ class Watch:
         if shipper is not None:
             shipper.start()
             self.follower.on_sync.append(lambda outcome: _ship_after(shipper, outcome))
-        _stop_on_signals(self.follower)
+        group = FollowerGroup([self.follower, *self.node_followers])
+        _stop_on_signals(group)
         ship_to = self.config.ship_to
         log.info(
             "following %s into %s (node %s%s)",
@@ -154,7 +197,7 @@ class Watch:
             f", shipping to {mask_url(ship_to)}" if ship_to else "",
         )
         try:
-            self.follower.run(on_start=shipper.notify if shipper is not None else None)
+            group.run(on_start=shipper.notify if shipper is not None else None)
         finally:
             if shipper is not None:
                 shipper.stop()
@@ -167,7 +210,12 @@ def _ship_after(shipper: RetryingHook, outcome: SyncOutcome) -> None:
         shipper.notify()
 
 
-def _stop_on_signals(follower: Follower) -> None:
+def _absent(follower: Follower) -> bool:
+    """A ``--kubelet-dir`` follower whose file has not been there since the start."""
+    return isinstance(follower, NodeFollower) and follower.absent
+
+
+def _stop_on_signals(follower: Follower | FollowerGroup) -> None:
     """SIGTERM and SIGINT end the loop after the sync in progress (the handler only rings the
     follower's signal-safe wake-up)."""
 

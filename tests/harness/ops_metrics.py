@@ -28,19 +28,20 @@ EXISTING = frozenset(
         "podstore_sync_duration_seconds_bucket",
         "podstore_sync_duration_seconds_count",
         "podstore_sync_duration_seconds_sum",
-        # Prometheus's own per-target series.
-        "up",
-    }
-)
-
-#: Promised, not served yet: node-state.md (whole-node following) and the shipping metrics.
-PENDING = frozenset(
-    {
+        # node-state.md: served by watch (and `podstore metrics`) since the whole node is kept.
         "podstore_exclusive_cpus",
         "podstore_shared_cpus",
         "podstore_memory_assigned_bytes",
         "podstore_dra_allocated_devices",
         "podstore_numa_misaligned_containers",
+        # Prometheus's own per-target series.
+        "up",
+    }
+)
+
+#: Promised, not served yet: the shipping metrics.
+PENDING = frozenset(
+    {
         "podstore_ship_failures_total",
         "podstore_ship_lag_events",
         "podstore_ship_lag_seconds",

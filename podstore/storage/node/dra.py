@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
 from podstore.checkpoint import DRAClaim, DRADevice, DRAResourceHandle, DRAState
@@ -128,12 +129,16 @@ def wanted(state: DRAState) -> tuple[Items, str, dict[str, Any]]:
     return items, state.version, form
 
 
-def _claims(conn: sqlite3.Connection) -> list[tuple[int, DRAClaim, bool]]:
-    """Every claim with its row id and whether it is a classic v1 claim, in list order."""
+def _claims(conn: sqlite3.Connection, uid: str | None = None) -> list[tuple[int, DRAClaim, bool]]:
+    """Every claim (or the one of ``uid``) with its row id and whether it is a classic v1
+    claim, in list order."""
+    one = () if uid is None else (uid,)
     claims: dict[int, tuple[DRAClaim, bool]] = {}
-    for cid, _pos, uid, name, ns, pods_null, drivers_null, classic in conn.execute(sql.DRA_CLAIMS):
+    for cid, _pos, cuid, name, ns, pods_null, drivers_null, classic in conn.execute(
+        sql.DRA_CLAIMS if uid is None else sql.DRA_CLAIM, one
+    ):
         c = DRAClaim(
-            str(uid),
+            str(cuid),
             str(name),
             str(ns),
             pod_uids=None if pods_null else frozenset(),
@@ -151,17 +156,40 @@ def _claims(conn: sqlite3.Connection) -> list[tuple[int, DRAClaim, bool]]:
             )
             c.cdi_devices = extra["cdiDevices"]
         claims[int(cid)] = (c, classic is not None)
+    rows: tuple[Iterable[tuple[Any, ...]], ...]
+    if uid is None:
+        rows = (
+            conn.execute(sql.DRA_PODS),
+            conn.execute(sql.DRA_DRIVERS),
+            conn.execute(sql.DRA_DEVICES),
+        )
+    else:
+        ids = [(cid,) for cid in claims]
+        rows = tuple(
+            [r for i in ids for r in conn.execute(q, i)]
+            for q in (sql.DRA_PODS_OF, sql.DRA_DRIVERS_OF, sql.DRA_DEVICES_OF)
+        )
+    _fill(claims, *rows)
+    return [(cid, c, classic) for cid, (c, classic) in claims.items()]
+
+
+def _fill(
+    claims: dict[int, tuple[DRAClaim, bool]],
+    pod_rows: Iterable[tuple[Any, ...]],
+    driver_rows: Iterable[tuple[Any, ...]],
+    device_rows: Iterable[tuple[Any, ...]],
+) -> None:
     pods: dict[int, set[str]] = {}
-    for cid, pod in conn.execute(sql.DRA_PODS):
+    for cid, pod in pod_rows:
         pods.setdefault(int(cid), set()).add(str(pod))
     for cid, (c, _classic) in claims.items():
         if c.pod_uids is not None:
             c.pod_uids = frozenset(pods.get(cid, ()))
-    for cid, driver, devices_null in conn.execute(sql.DRA_DRIVERS):
+    for cid, driver, devices_null in driver_rows:
         state = claims[int(cid)][0].driver_state
         assert state is not None
         state[str(driver)] = None if devices_null else []
-    for cid, driver, pool, device, share, requests, cdi in conn.execute(sql.DRA_DEVICES):
+    for cid, driver, pool, device, share, requests, cdi in device_rows:
         state = claims[int(cid)][0].driver_state
         assert state is not None
         listed = state[str(driver)]
@@ -175,7 +203,12 @@ def _claims(conn: sqlite3.Connection) -> list[tuple[int, DRAClaim, bool]]:
                 share,
             )
         )
-    return [(cid, c, classic) for cid, (c, classic) in claims.items()]
+
+
+def claim(conn: sqlite3.Connection, uid: str) -> DRAClaim | None:
+    """The claim of ``uid`` as stored (None: not known)."""
+    found = _claims(conn, uid)
+    return found[0][1] if found else None
 
 
 def _stored(conn: sqlite3.Connection) -> Items:

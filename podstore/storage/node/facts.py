@@ -4,11 +4,13 @@ Both are ``node-set`` / ``node-delete`` events."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 from podstore.checkpoint import NumaTopology, PodName, PodNames
 from podstore.storage.node.items import Item, Items, Key, Part, plain
 from podstore.storage.sql import node as sql
+from podstore.storage.sql import node_read as sql_read
 
 FAMILY = "node"
 NUMA_PREFIX = "numa:"
@@ -84,3 +86,12 @@ def read_names(conn: sqlite3.Connection) -> PodNames:
     return PodNames(
         {str(uid): PodName(str(ns), str(name)) for uid, ns, name in conn.execute(sql.NAME_ROWS)}
     )
+
+
+def past_names(conn: sqlite3.Connection) -> dict[str, PodName]:
+    """The last name the history recorded for each pod (also those no longer named)."""
+    out: dict[str, PodName] = {}
+    for uid, text in conn.execute(sql_read.PAST_NAMES):
+        value = json.loads(text)
+        out[str(uid)] = PodName(value["namespace"], value["name"])
+    return out

@@ -90,6 +90,21 @@ DRA_DEVICES = """
     SELECT claim_id, driver, pool, device, share_id, request_names, cdi_device_ids
     FROM dra_devices ORDER BY claim_id, driver, position
 """
+# One claim, by UID (a pod's claims: PodStore.pod_claims).
+DRA_CLAIM = """
+    SELECT id, position, claim_uid, claim_name, namespace, pod_uids_null, driver_state_null,
+           classic
+    FROM dra_claims WHERE claim_uid = ?
+"""
+DRA_PODS_OF = "SELECT claim_id, pod_uid FROM dra_claim_pods WHERE claim_id = ? ORDER BY pod_uid"
+DRA_DRIVERS_OF = """
+    SELECT claim_id, driver, devices_null FROM dra_claim_drivers WHERE claim_id = ?
+    ORDER BY driver
+"""
+DRA_DEVICES_OF = """
+    SELECT claim_id, driver, pool, device, share_id, request_names, cdi_device_ids
+    FROM dra_devices WHERE claim_id = ? ORDER BY driver, position
+"""
 DRA_NEXT_POSITION = "SELECT coalesce(max(position), -1) + 1 FROM dra_claims"
 DRA_POSITION = "SELECT position FROM dra_claims WHERE claim_uid = ?"
 DRA_INSERT_CLAIM = """
