@@ -150,7 +150,7 @@ class Node:
         root.mkdir(parents=True, exist_ok=True)
         for i in range(self.pods):
             namespace, name = self.name_of(i)
-            (root / f"{namespace}_{name}_{pod_uid(i)}" / "main").mkdir(parents=True)
+            (root / f"{namespace}_{name}_{pod_uid(i)}" / "main").mkdir(parents=True, exist_ok=True)
         return root
 
     def write_all(self, root: Path) -> tuple[Path, Path, Path]:
