@@ -289,7 +289,9 @@ def test_listings_show_names_cpus_memory_and_claims(tmp_path: Path) -> None:
         (pod_uid(i), *node.name_of(i), 2, GIB, 1) for i in range(3)
     ]  # fmt: skip
     got = json.loads(_cli(db, "get", pod_uid(2), "-o", "json").stdout)
-    assert [(r["manager"], r["resource"], r["numa_node"], r["device_ids"], r["claim"]) for r in got] == [
+    keys = ("manager", "resource", "numa_node", "device_ids", "claim")
+    shown = [tuple(r[k] for k in keys) for r in got]
+    assert shown == [
         ("devices", GPU, 0, ["GPU-2"], None),
         ("cpu", "cpu", 0, ["-".join(map(str, sorted(node.cpus_of(2))))], None),
         ("memory", "memory", 0, [], None),
