@@ -337,7 +337,8 @@ class QueryResult:
 @dataclass(frozen=True, slots=True)
 class NodeSyncReport:
     """What bringing one kind of the node's state to a source changed
-    (``PodStore.import_node_checkpoint``, ``sync_node_checkpoint``, ``set_*``, ``import_node``).
+    (``PodStore.import_node_checkpoint``, ``set_*``, ``set_numa_topology``, ``set_pod_names``,
+    ``import_node``).
 
     ``kind``: ``cpu``, ``memory``, ``dra``, ``topology`` or ``names``. ``path``: the file or
     directory read (None for a state given in Python). ``version``, ``checksum`` and
