@@ -93,7 +93,7 @@ class Node:
         ]
         machine: dict[int, NUMANodeState | None] = {}
         for n in range(self.numa):
-            total = 64 * GIB
+            total = max(64, per_node[n] + 2) * GIB  # room for every pod of a large node
             reserved = per_node[n] * GIB
             table = MemoryTable(total, GIB, total - GIB, reserved, total - GIB - reserved)
             machine[n] = NUMANodeState(per_node[n], {"memory": table}, [n])
