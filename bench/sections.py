@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Modules that register sections of their own; a missing one is skipped.
-EXTENSIONS: tuple[str, ...] = ("bench.watch", "bench.fleet", "bench.nodefiles")
+EXTENSIONS: tuple[str, ...] = (
+    "bench.watch",
+    "bench.fleet",
+    "bench.nodefiles",
+    "bench.nodestate",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,21 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from podstore.checkpoint import (
+    FILE_NAMES,
+    CPUManagerState,
+    DRAClaim,
+    DRAState,
+    MemoryBlock,
+    MemoryManagerState,
+    NumaTopology,
+    PodName,
+    PodNames,
+    read_node_checkpoint,
+    write_checkpoint_file,
+)
+from podstore.checkpoint.podnames import DEFAULT_POD_LOGS
+from podstore.checkpoint.topology import DEFAULT_SYSFS
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.reading import Reader, history_query
 from podstore.rules import run_options, validate
@@ -37,13 +52,29 @@ from podstore.storage import entries as entry_store
 from podstore.storage import events, sync, transfer
 from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
+from podstore.storage.node import cpu as node_cpu
+from podstore.storage.node import dra as node_dra
+from podstore.storage.node import export as node_export
+from podstore.storage.node import facts as node_facts
+from podstore.storage.node import memory as node_memory
+from podstore.storage.node import read as node_read
+from podstore.storage.node import sync as node_sync
+from podstore.storage.node import topology as node_topology
+from podstore.storage.node import whole as node_whole
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
+from podstore.storage.sql import node_read as node_read_sql
 from podstore.types import (
     AllocationEvent,
+    ContainerNuma,
     DeviceRunContainerOptions,
+    DRAOwner,
     HistoryReport,
     ImportReport,
+    NodeImportReport,
+    NodePodSummary,
+    NodeSyncReport,
+    NumaUsage,
     PodDevicesEntry,
     QueryResult,
     ResourceDeviceInstances,
@@ -508,15 +539,20 @@ class PodStore:
         store is unchanged then.
         """
         key = os.path.abspath(os.fspath(path)) if isinstance(path, str | os.PathLike) else ""
+        state = self._sync_state(key)
+        with state.lock:
+            prepared = sync.prepare(path, max_bytes=max_bytes, state=state)
+            with self._sessions.write() as conn:
+                return sync.apply(conn, prepared, state)
+
+    def _sync_state(self, key: str) -> sync.SyncState:
+        """What repeated syncs of the device checkpoint at ``key`` (an absolute path) keep."""
         state = self._sync_states.get(key)
         if state is None:
             if len(self._sync_states) >= 4:  # a follower reads one file; bound the rest
                 self._sync_states.clear()
             state = self._sync_states[key] = sync.SyncState()
-        with state.lock:
-            prepared = sync.prepare(path, max_bytes=max_bytes, state=state)
-            with self._sessions.write() as conn:
-                return sync.apply(conn, prepared, state)
+        return state
 
     def export_checkpoint(
         self,
@@ -538,6 +574,216 @@ class PodStore:
             data, count = transfer.export_bytes(conn, boot_id, progress)
         transfer.write_file(path, data)
         return count
+
+    # ---- the node's other managers, topology and names (storage/node/, docs/api.md) ----------
+
+    def import_node_checkpoint(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        kind: str = "auto",
+        max_bytes: int | None = None,
+    ) -> NodeSyncReport:
+        """Bring the store's CPU, memory or DRA manager state to a checkpoint file's content
+        (``kind``: ``cpu``, ``memory``, ``dra``, or ``auto``: by its content), in one
+        transaction, writing only what differs: one history event per assignment, NUMA node
+        of the machine state, claim, shared cpuset or policy that is new, differs or went
+        (order alone is never a change). What ``podstore watch --kubelet-dir`` does on every
+        rewrite of the file.
+
+        The file is read and verified before the write lock, by the rule of its version
+        (docs/node-files.md); a file that fails changes nothing. Raises what
+        ``podstore.checkpoint.read_node_checkpoint`` raises, and InvalidInputError for a
+        device manager checkpoint (:meth:`import_checkpoint` loads those) or for values the
+        store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
+        """
+        prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
+        with self._sessions.write() as conn:
+            return node_sync.apply(conn, prepared)
+
+    def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
+        """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as the checkpoint file
+        kubelet would write for that state, atomically (mode 0600); returns its entries (as
+        ``verify-checkpoint`` counts them).
+
+        The format is the one the loaded file was written in (CPU v1 is written as v2, DRA
+        v1 in the data format: kubelet writes neither any more). Raises InvalidInputError when
+        the store holds no checkpoint of ``kind`` or what the format cannot carry.
+        """
+        data = self.node_checkpoint_bytes(kind)
+        count = read_node_checkpoint(data, kind).entries
+        write_checkpoint_file(path, data)
+        return count
+
+    def node_checkpoint_bytes(self, kind: str) -> bytes:
+        """The bytes :meth:`export_node_checkpoint` writes."""
+        with self._sessions.snapshot() as conn:
+            return node_export.export_bytes(conn, _node_kind(kind))
+
+    def cpu_state(self) -> CPUManagerState | None:
+        """The CPU manager state the store holds, as ``read_cpu_state`` gives a file's (None:
+        no CPU manager checkpoint was loaded). ``checksum`` is 0: export computes it."""
+        with self._sessions.snapshot() as conn:
+            return node_cpu.read_state(conn)
+
+    def memory_state(self) -> MemoryManagerState | None:
+        """The memory manager state the store holds (None: none was loaded)."""
+        with self._sessions.snapshot() as conn:
+            return node_memory.read_state(conn)
+
+    def dra_state(self) -> DRAState | None:
+        """The DRA manager state the store holds (None: none was loaded)."""
+        with self._sessions.snapshot() as conn:
+            return node_dra.read_state(conn)
+
+    def set_cpu_state(self, state: CPUManagerState) -> NodeSyncReport:
+        """Bring the CPU manager state to ``state`` (as :meth:`import_node_checkpoint` does
+        for a file's). Raises InvalidInputError for a value of the wrong type."""
+        return self._set_node_state("cpu", state)
+
+    def set_memory_state(self, state: MemoryManagerState) -> NodeSyncReport:
+        """Bring the memory manager state to ``state``."""
+        return self._set_node_state("memory", state)
+
+    def set_dra_state(self, state: DRAState) -> NodeSyncReport:
+        """Bring the DRA manager state to ``state``."""
+        return self._set_node_state("dra", state)
+
+    def _set_node_state(self, kind: str, state: Any) -> NodeSyncReport:
+        prepared = node_sync.prepared_state(kind, state)
+        # What a file of it would say: the writer refuses what kubelet could not have written.
+        read_node_checkpoint(node_export.checkpoint_bytes(kind, state), kind)
+        with self._sessions.write() as conn:
+            return node_sync.apply(conn, prepared)
+
+    def numa_topology(self) -> NumaTopology | None:
+        """The node's CPU → NUMA node topology as loaded (None: unknown)."""
+        with self._sessions.snapshot() as conn:
+            return node_facts.read_topology(conn)
+
+    def set_numa_topology(self, topology: NumaTopology | None) -> NodeSyncReport:
+        """Replace the topology (None: unknown), one event per NUMA node that changed."""
+        if topology is not None and not isinstance(topology, NumaTopology):
+            raise InvalidInputError(f"topology: expected a NumaTopology, got {topology!r:.80}")
+        items = node_facts.topology_items(topology)
+        with self._sessions.write() as conn:
+            return node_sync.apply_facts(conn, "topology", node_facts.TOPOLOGY, items, None)
+
+    def set_pod_names(self, names: Mapping[str, PodName] | PodNames) -> NodeSyncReport:
+        """Replace the pod names, one event per name that came, changed or went."""
+        pods = names.pods if isinstance(names, PodNames) else names
+        if not isinstance(pods, Mapping):
+            raise InvalidInputError(f"names: expected a mapping, got {type(pods).__name__}")
+        checked = {}
+        for uid, name in pods.items():
+            if not isinstance(name, PodName):
+                raise InvalidInputError(f"names[{uid!r}]: expected a PodName, got {name!r:.80}")
+            checked[validate.text(uid, "names key")] = PodName(
+                validate.text(name.namespace, "namespace"), validate.text(name.name, "name")
+            )
+        items = node_facts.name_items(PodNames(checked))
+        with self._sessions.write() as conn:
+            return node_sync.apply_facts(conn, "names", node_facts.NAMES, items, None)
+
+    def import_node(
+        self,
+        kubelet_dir: str | os.PathLike[str] = node_whole.DEFAULT_KUBELET_DIR,
+        *,
+        sysfs: str | os.PathLike[str] = DEFAULT_SYSFS,
+        pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
+        max_bytes: int | None = None,
+    ) -> NodeImportReport:
+        """Load every checkpoint present in ``kubelet_dir`` (the device, CPU, memory and DRA
+        managers' files), the NUMA topology under ``sysfs`` and the pod names under
+        ``pod_logs``, in one transaction, each writing only what differs with its history
+        events (the device file as :meth:`sync_checkpoint` does).
+
+        Every present file is read and verified first: one that fails raises (what its reader
+        raises) and nothing changes. A kind whose file is absent is left as it was and named
+        in ``report.absent``. A ``sysfs`` without NUMA nodes means no topology (stored so);
+        a missing ``pod_logs`` directory means no names.
+        """
+        device_path = os.path.join(os.path.abspath(os.fspath(kubelet_dir)), FILE_NAMES["devices"])
+        state = self._sync_state(device_path)
+        with state.lock:
+            prepared = node_whole.prepare(
+                kubelet_dir,
+                sysfs,
+                pod_logs,
+                max_bytes=max_bytes,
+                device_state=lambda _path: state,
+            )
+            with self._sessions.write() as conn:
+                return node_whole.apply(conn, prepared, state)
+
+    def topology(self) -> list[NumaUsage]:
+        """The node's picture per NUMA node: CPUs (exclusive by container, the shared pool),
+        memory by type, devices by resource and DRA devices by driver, with their holders
+        (``podstore topology``)."""
+        with self._sessions.snapshot() as conn:
+            return node_topology.summary(conn)
+
+    def node_pods(self) -> list[NodePodSummary]:
+        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order."""
+        return [
+            NodePodSummary(str(p), int(c), int(m), int(d))
+            for p, c, m, d in self._rows(node_read_sql.NODE_PODS)
+        ]
+
+    def pod_cpus(self, pod_uid: str) -> dict[str | None, frozenset[int]]:
+        """Container → the exclusive CPUs it holds (None: the pod's own cpuset)."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return node_read.pod_cpus(conn, uid)
+
+    def pod_memory(self, pod_uid: str) -> dict[str | None, list[MemoryBlock]]:
+        """Container → its memory blocks (None: the pod's own)."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return node_read.pod_memory(conn, uid)
+
+    def pod_claims(self, pod_uid: str) -> list[DRAClaim]:
+        """The DRA claims the pod uses, in list order."""
+        uid = validate.text(pod_uid, "pod_uid")
+        with self._sessions.snapshot() as conn:
+            return node_read.pod_claims(conn, uid)
+
+    def dra_owners(self, device: str) -> list[DRAOwner]:
+        """Who uses the DRA device named ``driver/pool/device`` now: one row per pod and claim
+        (a claim no pod uses: ``pod_uid`` None). Raises InvalidInputError for a name that is
+        not ``driver/pool/device``."""
+        parts = node_dra.split_device_key(validate.text(device, "device"))
+        if parts is None:
+            raise InvalidInputError(f"device: expected driver/pool/device, got {device!r}")
+        driver, pool, name = parts
+        params = {"driver": driver, "pool": pool, "device": name}
+        return [DRAOwner(*r) for r in self._rows(node_read_sql.DRA_OWNERS, params)]
+
+    def dra_owners_at(self, device: str, when: TimeArg) -> list[DRAOwner]:
+        """Who used the DRA device ``driver/pool/device`` at the instant ``when``, from the
+        history (as :meth:`owners_at` answers for device plugins)."""
+        name = validate.text(device, "device")
+        if node_dra.split_device_key(name) is None:
+            raise InvalidInputError(f"device: expected driver/pool/device, got {device!r}")
+        cut = parse_time(when, "when")
+        with self._sessions.snapshot() as conn:
+            return [DRAOwner(*r) for r in node_read.dra_owners_at(conn, name, cut)]
+
+    def pod_names(self, *, past: bool = False) -> dict[str, PodName]:
+        """Pod UID → namespace and name, for the pods whose names are known; ``past=True``
+        adds the last name the history recorded for pods no longer named (deleted pods)."""
+        with self._sessions.snapshot() as conn:
+            names = node_facts.read_names(conn).pods
+            if past:
+                names = {**node_facts.past_names(conn), **names}
+            return names
+
+    def container_numa(self, *, misaligned: bool = False) -> list[ContainerNuma]:
+        """Per container, the NUMA nodes of its devices, exclusive CPUs and memory and
+        whether they agree (``v_container_numa``; ``misaligned=True``: ``v_numa_misaligned``),
+        sorted by pod and container."""
+        sql = node_read_sql.MISALIGNED if misaligned else node_read_sql.CONTAINER_NUMA
+        return [node_read.container_numa(r) for r in self._rows(sql)]
 
     # ---- audits: history and read-only SQL (docs/sql.md) -------------------------------------
 
@@ -657,3 +903,9 @@ class PodStore:
     def stats(self) -> StoreStats:
         """Row counts: pods, containers, allocations, device rows, distinct devices."""
         return StoreStats(*self._rows(q.COUNTS)[0])
+
+
+def _node_kind(kind: object) -> str:
+    if kind not in node_sync.KINDS:
+        raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
+    return str(kind)

@@ -243,7 +243,9 @@ class AllocationEvent:
     aware UTC datetime; ``seq`` orders events (never reused). ``released``: the devices the
     entry held before this event and no longer holds (a replace, or an import or sync over an
     existing entry), sorted; empty when none, and for events before revision 0005 where the
-    history no longer showed it.
+    history no longer showed it. The node's other managers (revision 0007) write ``cpu-set``,
+    ``cpu-delete``, ``memory-…``, ``dra-…`` and ``node-…`` events: ``payload`` holds the
+    item's value, ``manager`` says which (docs/sql.md, "The whole node").
     """
 
     seq: int
@@ -254,6 +256,16 @@ class AllocationEvent:
     resource_name: str
     device_ids: DevicesPerNUMA | list[str] | None
     released: list[str] = field(default_factory=list)
+    #: Events of the node's other managers (``cpu-set`` … ``node-delete``): the item's value
+    #: as its JSON says (docs/sql.md); their ``device_ids`` are the DRA devices they name.
+    payload: Any = None
+
+    @property
+    def manager(self) -> str:
+        """What the event is about: ``devices`` (the device manager's entries and registered
+        devices), ``cpu``, ``memory``, ``dra``, or ``node`` (topology, pod names)."""
+        family, dash, _verb = self.op.partition("-")
+        return family if dash else "devices"
 
     @property
     def devices(self) -> set[str]:
@@ -320,3 +332,133 @@ class QueryResult:
     def dicts(self) -> list[dict[str, Any]]:
         """Rows as dicts keyed by column name (a repeated name keeps its last value)."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSyncReport:
+    """What bringing one kind of the node's state to a source changed
+    (``PodStore.import_node_checkpoint``, ``set_*``, ``set_numa_topology``, ``set_pod_names``,
+    ``import_node``).
+
+    ``kind``: ``cpu``, ``memory``, ``dra``, ``topology`` or ``names``. ``path``: the file or
+    directory read (None for a state given in Python). ``version``, ``checksum`` and
+    ``verified``: how the checkpoint was written and checked (None for topology and names).
+    ``items``: what the source holds (assignments, NUMA nodes of the machine state, claims,
+    NUMA nodes, names, plus the shared cpuset and the policies). ``written`` and ``deleted``
+    count the history events the change wrote — one per item that is new or differs, and per
+    item that went; ``form_changed`` is true when only the file's form (format, checksum,
+    null-vs-empty of whole maps) changed, which is kept for export without an event.
+    ``skipped``: what reading the source skipped (topology and names), with why.
+    """
+
+    kind: str
+    path: str | None
+    version: str | None
+    checksum: int | None
+    verified: bool
+    items: int
+    written: int
+    deleted: int
+    form_changed: bool = False
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def events(self) -> int:
+        """History events written."""
+        return self.written + self.deleted
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.events) or self.form_changed
+
+    @property
+    def result(self) -> str:
+        """``"applied"`` when the store changed, ``"unchanged"`` when it already matched."""
+        return "applied" if self.changed else "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImportReport:
+    """What ``PodStore.import_node`` did, in one transaction: per checkpoint kind whose file
+    was there, its report (``SyncReport`` for devices); the kinds whose file was absent (left
+    as they were); and the topology and names reports."""
+
+    kubelet_dir: str
+    checkpoints: dict[str, SyncReport | NodeSyncReport]
+    absent: tuple[str, ...]
+    topology: NodeSyncReport
+    names: NodeSyncReport
+
+    @property
+    def events(self) -> int:
+        return (
+            sum(r.events for r in self.checkpoints.values())
+            + self.topology.events
+            + self.names.events
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerNuma:
+    """One row of ``v_container_numa`` (``PodStore.container_numa``): the NUMA nodes of a
+    container's devices (device plugins, NUMA -1 left out), exclusive CPUs (through the
+    topology) and memory blocks — each sorted, None when that kind gives no NUMA information —
+    and whether they agree: True when every known set is the same, False when two differ,
+    None when fewer than two are known."""
+
+    pod_uid: str
+    namespace: str | None
+    pod_name: str | None
+    container: str
+    device_numa: tuple[int, ...] | None
+    cpu_numa: tuple[int, ...] | None
+    memory_numa: tuple[int, ...] | None
+    aligned: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class NumaUsage:
+    """One line of the node's picture per NUMA node (``PodStore.topology``, ``podstore
+    topology``).
+
+    ``numa_node`` is None for what no known NUMA node holds (devices reported without
+    topology, registered devices nobody holds, DRA devices, CPUs outside the topology).
+    ``kind`` and ``name``: ``cpu`` ``exclusive`` (``held`` CPUs held by containers, ``total``
+    the node's CPUs) and ``cpu`` ``shared`` (the shared pool's CPUs there); ``memory`` and the
+    memory type (``held`` bytes reserved, ``free`` bytes free, ``total`` bytes allocatable);
+    ``device`` and the resource (``held`` devices held there; ``free``: registered devices
+    nobody holds, on the line without a NUMA node); ``dra`` and the driver (``held`` devices
+    prepared for claims). ``holders``: who holds them, ``NAMESPACE/NAME/CONTAINER=what`` (the
+    pod UID when its name is not known; a claim as ``NAMESPACE/CLAIM``).
+    """
+
+    numa_node: int | None
+    kind: str
+    name: str
+    held: int
+    free: int | None
+    total: int | None
+    holders: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodePodSummary:
+    """What one pod holds from the CPU, memory and DRA managers (``PodStore.node_pods``):
+    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims."""
+
+    pod_uid: str
+    cpus: int
+    memory_bytes: int
+    claims: int
+
+
+@dataclass(frozen=True, slots=True)
+class DRAOwner:
+    """A pod using a DRA device through a claim (``PodStore.dra_owners``); ``pod_uid`` is None
+    for a prepared claim no pod uses any more."""
+
+    pod_uid: str | None
+    namespace: str
+    claim_name: str
+    claim_uid: str
+    share_id: str | None

@@ -143,6 +143,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0007", "down_revision": "0005",
+             "message": "The whole node: the CPU, memory and DRA managers' state, the NUMA "
+             "topology, pod names."},
             {"revision": "0005", "down_revision": "0004",
              "message": "History chain: every event hashed to its predecessor, and the devices "
              "each event released."},
@@ -161,6 +164,22 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ],
     ),
 ]  # fmt: skip
+
+# Columns the whole node added at the end of the listings (node-state.md): on this node, which
+# holds no CPU, memory or DRA state and no pod names, blank or zero.
+_NODE_COLUMNS: dict[str, dict[str, Any]] = {
+    "pods": {"namespace": None, "name": None, "cpus": 0, "memory_bytes": 0, "claims": 0},
+    "get": {"manager": "devices", "size_bytes": None, "claim": None, "namespace": None,
+            "pod_name": None},
+    "devices": {"namespace": None, "name": None},
+    "owners": {"namespace": None, "name": None, "claim": None},
+    "history": {"manager": "devices", "namespace": None, "name": None},
+}  # fmt: skip
+for _args, _columns, _expected in CASES:
+    for _name, _value in _NODE_COLUMNS.get(_args[0], {}).items():
+        _columns.append(_name)
+        for _row in _expected:
+            _row[_name] = _value
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -45,6 +45,7 @@ LEAVES = [c for c in commands(cli) if not isinstance(leaf(c), click.Group)]
 # Commands that change something or only report an outcome print a line, not a listing.
 NOT_LISTINGS = {
     "podstore import",
+    "podstore import-node",
     "podstore export",
     "podstore migrate upgrade",
     "podstore migrate downgrade",

@@ -117,7 +117,8 @@ def test_the_command_shows_a_released_column(
     if fmt == "json":
         rows = json.loads(out)
         assert [r["released"] for r in rows] == [[], ["G0", "G1"], []]
-        assert list(rows[0])[-1] == "released"
+        # after device_ids; the whole node's columns (manager, namespace, name) follow it
+        assert list(rows[0])[6:9] == ["device_ids", "released", "manager"]
     elif fmt == "yaml":
         assert [r["released"] for r in yaml.safe_load(out)] == [[], ["G0", "G1"], []]
     elif fmt == "csv":
@@ -125,6 +126,7 @@ def test_the_command_shows_a_released_column(
         assert [r["released"] for r in rows] == ["", "G0,G1", ""]
     else:
         lines = out.splitlines()
-        assert lines[0].split()[-1] == "RELEASED"
-        assert lines[2].split()[2] == "replace" and lines[2].split()[-1] == "G0,G1"
+        assert lines[0].split()[6:9] == ["DEVICE_IDS", "RELEASED", "MANAGER"]
+        cells = lines[2].split()
+        assert cells[2] == "replace" and cells[-2:] == ["G0,G1", "devices"]
         assert len(lines) == 4

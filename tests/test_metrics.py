@@ -179,19 +179,20 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
             check_store_metrics(families, db, history)  # the start-up sync was unchanged
             syncs = families["podstore_checkpoint_syncs"]
             assert syncs.type == "counter"
+            # Labels sort by name: (checkpoint, result); `watch CHECKPOINT` follows devices.
             assert values(syncs, "_total") == {
-                ("applied",): 0,
-                ("unchanged",): 1,
-                ("invalid",): 0,
-                ("missing",): 0,
-                ("error",): 0,
+                ("devices", "applied"): 0,
+                ("devices", "unchanged"): 1,
+                ("devices", "invalid"): 0,
+                ("devices", "missing"): 0,
+                ("devices", "error"): 0,
             }
             last = families["podstore_checkpoint_last_sync_timestamp_seconds"]
             assert last.type == "gauge"
-            assert started - 1 <= values(last)[()] <= time.time()
+            assert started - 1 <= values(last)[("devices",)] <= time.time()
             hist = families["podstore_sync_duration_seconds"]
             assert hist.type == "histogram"
-            assert values(hist, "_count") == {(): 1}
+            assert values(hist, "_count") == {("devices",): 1}
             buckets = [s for s in hist.samples if s.name.endswith("_bucket")]
             assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == 1
             assert [b.value for b in buckets] == sorted(b.value for b in buckets)
@@ -210,7 +211,7 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
                     values(
                         parse((tmp_path / "w.prom").read_text())["podstore_checkpoint_syncs"],
                         "_total",
-                    )[("applied",)]
+                    )[("devices", "applied")]
                     == 1
                 ),
                 5,
@@ -222,7 +223,7 @@ def test_watch_serves_metrics_on_loopback(known: tuple[Path, Path, int], tmp_pat
 
 def _count(url: str, result: str) -> float:
     families = parse(urllib.request.urlopen(url, timeout=10).read().decode())
-    return values(families["podstore_checkpoint_syncs"], "_total")[(result,)]
+    return values(families["podstore_checkpoint_syncs"], "_total")[("devices", result)]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -264,6 +265,12 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_checkpoint_last_sync_timestamp_seconds",
         "podstore_checkpoint_last_failed_sync_timestamp_seconds",
         "podstore_sync_duration_seconds",
+        # the CPU, memory and DRA managers (node-state contract)
+        "podstore_exclusive_cpus",
+        "podstore_shared_cpus",
+        "podstore_memory_assigned_bytes",
+        "podstore_dra_allocated_devices",
+        "podstore_numa_misaligned_containers",
         # Served when the follower ships (tests/fleet/ scrape them from a shipping watch).
         *(name for name in EXISTING if name.startswith("podstore_ship_")),
     }

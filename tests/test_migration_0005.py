@@ -111,7 +111,8 @@ def test_downgrade_gives_back_the_0004_tables_and_upgrade_chains_them(
     assert down["allocation_event_devices"] == sorted(
         (r[:2] for r in head["allocation_event_devices"] if not r[2]), key=repr
     )
-    for name in set(head) - set(CHAIN_TABLES) - {"alembic_version"}:
+    # Tables of later revisions (0007's, empty here) go with them.
+    for name in (set(head) & set(down)) - set(CHAIN_TABLES) - {"alembic_version"}:
         assert down[name] == head[name], name
     assert check_store(db) != []  # below head
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harness.nodegen import Node
 from harness.ops_metrics import EXISTING, PENDING, metric_names
 from harness.pgserver import PgServer, PgServerUnavailable
 from harness.promserver import BinaryUnavailable, NodeExporter, Prometheus, get
@@ -44,13 +45,7 @@ _SERVING = re.compile(r"serving metrics on http://([0-9.]+):(\d+)/metrics")
 # Panels whose metrics no command serves yet (harness/ops_metrics.PENDING): their queries must
 # parse and return nothing. This list only shrinks: when the metrics land, the test below
 # fails until their titles leave it, and from then on their data is checked like the rest.
-PENDING_PANELS = {
-    "NUMA-misaligned containers",  # podstore_numa_misaligned_containers (node-state.md)
-    "Exclusive CPUs per NUMA node",  # podstore_exclusive_cpus
-    "Shared CPUs per NUMA node",  # podstore_shared_cpus
-    "Memory assigned per NUMA node",  # podstore_memory_assigned_bytes
-    "DRA devices per driver",  # podstore_dra_allocated_devices
-}
+PENDING_PANELS: set[str] = set()
 
 
 def resp(**envs: str) -> bytes:
@@ -116,19 +111,22 @@ def fleet_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def follower(tmp_path_factory: pytest.TempPathFactory, fleet_url: str) -> Iterator[Follower]:
+    # The whole node (watch --kubelet-dir): the CPU, memory and DRA managers' files beside the
+    # device manager's, with a topology and pod names, so that every panel has data; shipping
+    # to a real PostgreSQL as the DaemonSet does.
     root = tmp_path_factory.mktemp("node")
     url_file = root / "fleet-url"
     url_file.write_text(fleet_url + "\n")
     url_file.chmod(0o600)
-    plugins = root / "device-plugins"
-    plugins.mkdir()
-    checkpoint = plugins / "kubelet_internal_checkpoint"
+    kubelet, sysfs, pod_logs = Node(4, misaligned={1}).write_all(root)
+    checkpoint = kubelet / "device-plugins" / "kubelet_internal_checkpoint"
     write_checkpoint_file(checkpoint, node_state(double=False))
     db = root / "store" / "podstore.db"
     log = root / "watch.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [*podstore_command(), "--db", str(db), "watch", str(checkpoint),
+            [*podstore_command(), "--db", str(db), "watch", "--kubelet-dir", str(kubelet),
+             "--sysfs", str(sysfs), "--pod-logs", str(pod_logs),
              "--metrics-addr", "127.0.0.1:0", "--interval", "1",
              "--ship-to-file", str(url_file), "--node", "ops-node"],
             stdout=subprocess.DEVNULL,

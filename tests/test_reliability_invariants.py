@@ -146,6 +146,63 @@ CASES: dict[str, tuple[str, list[str], str]] = {
         ],
         "seq 5 (edited)",
     ),
+    # The node's other managers (revision 0007): rows a podstore write never leaves.
+    "cpu-two-pods": (
+        "error",
+        [
+            "INSERT INTO cpu_assignments (id, pod_uid, container) VALUES (901, 'pa', 'c'), "
+            "(902, 'pb', 'c')",
+            "INSERT INTO cpu_assignment_cpus VALUES (901, 7), (902, 7)",
+        ],
+        "CPU 7",
+    ),
+    "cpu-also-shared": (
+        "error",
+        [
+            "INSERT INTO cpu_assignments (id, pod_uid, container) VALUES (903, 'pa', 'c')",
+            "INSERT INTO cpu_assignment_cpus VALUES (903, 3)",
+            "INSERT INTO cpu_shared VALUES (3)",
+        ],
+        "CPU 3 (pa/c)",
+    ),
+    "memory-over-allocatable": (
+        "error",
+        [
+            "INSERT INTO memory_numa_nodes (numa_node) VALUES (0)",
+            "INSERT INTO memory_numa_tables (numa_node, memory_type, allocatable, reserved) "
+            "VALUES (0, 'memory', 10, 11)",
+        ],
+        "NUMA 0 memory (11 > 10 bytes)",
+    ),
+    "dra-device-two-claims": (
+        "error",
+        [
+            "INSERT INTO dra_claims (id, position, claim_uid, claim_name, namespace) "
+            "VALUES (1, 0, 'u1', 'a', 'ns'), (2, 1, 'u2', 'b', 'ns')",
+            "INSERT INTO dra_claim_drivers (claim_id, driver) VALUES (1, 'd'), (2, 'd')",
+            "INSERT INTO dra_devices (claim_id, driver, position, pool, device) "
+            "VALUES (1, 'd', 0, 'p', 'dev'), (2, 'd', 0, 'p', 'dev')",
+        ],
+        "d/p/dev (2 claims)",
+    ),
+    "orphan-block-numa": (
+        "error",
+        [
+            "INSERT INTO memory_assignments (id, pod_uid, container) VALUES (5, 'pa', 'c')",
+            "INSERT INTO memory_block_numa VALUES (5, 0, 0, 1)",
+        ],
+        "assignment 5 block 0",
+    ),
+    "orphan-dra-devices": (
+        "error",
+        [
+            "INSERT INTO dra_claims (id, position, claim_uid, claim_name, namespace) "
+            "VALUES (3, 0, 'u3', 'a', 'ns')",
+            "INSERT INTO dra_devices (claim_id, driver, position, pool, device) "
+            "VALUES (3, 'd', 0, 'p', 'dev')",
+        ],
+        "claim id 3 'd'",
+    ),
     "schema": ("error", ["UPDATE alembic_version SET version_num = '0000'"], "revision 0000"),
     "journal_mode": ("warning", ["PRAGMA journal_mode = DELETE"], "'delete'"),
 }

@@ -19,13 +19,33 @@ from podstore.storage.sql import (
     entries,
     events,
     metrics,
+    node_checks,
+    node_read,
+    node_views,
     responses,
     ship,
     sync,
     views,
 )
+from podstore.storage.sql import (
+    node as node_sql,
+)
 
-MODULES = (entries, events, responses, views, audit, checks, sync, metrics, ship)
+MODULES = (
+    entries,
+    events,
+    responses,
+    views,
+    audit,
+    checks,
+    sync,
+    metrics,
+    ship,
+    node_sql,
+    node_checks,
+    node_read,
+    node_views,
+)
 PACKAGE = Path(podstore.__file__).parent
 
 
@@ -50,6 +70,8 @@ def _statements() -> dict[str, str]:
     # The views as CREATE statements, and the history query for every set of filters.
     for name, create in views.VIEWS + views.TRIGGERS:
         found[f"views.{name}"] = create
+    for name, create in node_views.NODE_VIEWS:
+        found[f"node_views.{name}"] = create
     for n in range(len(events.HISTORY_FILTERS) + 1):
         for combo in itertools.combinations(sorted(events.HISTORY_FILTERS), n):
             found[f"events.history_sql{combo}"] = events.history_sql(combo)
@@ -124,7 +146,8 @@ def test_statement_prepares_against_the_schema(migrated: Path, name: str) -> Non
 _STORE_TABLES = re.compile(
     r"\b(FROM|JOIN|INTO|UPDATE)\s+(pods|containers|allocations|allocation_devices|"
     r"empty_numa_lists|registered_resources|registered_devices|store_meta|response_\w+|"
-    r"allocation_events|allocation_event_devices|v_\w+)\b",
+    r"allocation_events|allocation_event_devices|node_files|cpu_\w+|memory_\w+|dra_\w+|"
+    r"numa_cpus|pod_names|v_\w+)\b",
     re.IGNORECASE,
 )
 

@@ -69,7 +69,7 @@ def _syncs(textfile: Path) -> dict[str, float]:
         text = textfile.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
-    pattern = r'^podstore_checkpoint_syncs_total\{result="(\w+)"\} (\S+)$'
+    pattern = r'^podstore_checkpoint_syncs_total\{checkpoint="devices",result="(\w+)"\} (\S+)$'
     return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
 
 

@@ -1,4 +1,5 @@
-"""``podstore import``, ``export`` and ``verify-checkpoint``: kubelet checkpoint files."""
+"""``podstore import``, ``export`` and ``verify-checkpoint``: kubelet checkpoint files of every
+kind (the device manager's, and the CPU, memory and DRA managers')."""
 
 from __future__ import annotations
 
@@ -13,13 +14,40 @@ from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
 from podstore.cli.progress import progress
 from podstore.errors import CheckpointCorruptError, CheckpointError, ImportRefusedError
+from podstore.types import NodeSyncReport
 
 #: How many skipped entries the import report names one by one before it says "and N more".
 SKIPPED_SHOWN = 20
 
+KIND_CHOICES = ("auto", "devices", "cpu", "memory", "dra")
+#: What each kind's file is, for one-line reports.
+KIND_NAMES = {
+    "devices": "device manager checkpoint",
+    "cpu": "CPU manager state",
+    "memory": "memory manager state",
+    "dra": "DRA manager state",
+}
+
+
+def node_report_line(report: NodeSyncReport) -> str:
+    """One line saying what a sync of a CPU, memory or DRA checkpoint changed."""
+    what = KIND_NAMES.get(report.kind, report.kind)
+    return (
+        f"{what} from {escape_controls(str(report.path))} [{report.version}]: "
+        f"{report.items} items, {report.written} written, {report.deleted} deleted"
+        + ("" if report.changed else " (unchanged)")
+    )
+
 
 @click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--kind",
+    type=click.Choice(KIND_CHOICES),
+    default="auto",
+    show_default=True,
+    help="The checkpoint's kind; auto: told by its content.",
+)
 @click.option("--merge", is_flag=True, help="Insert the file's entries over the existing ones.")
 @click.option("--strict", is_flag=True, help="Refuse the file if any entry would be skipped.")
 @click.option(
@@ -37,21 +65,42 @@ SKIPPED_SHOWN = 20
 def import_(
     ctx: Context,
     file: Path,
+    kind: str,
     merge: bool,
     strict: bool,
     allow_skipped: bool,
     max_bytes: int | None,
 ) -> None:
-    """Load a kubelet_internal_checkpoint FILE into the store, all or nothing.
+    """Load a kubelet checkpoint FILE into the store, all or nothing, in one transaction.
 
-    Entries whose AllocResp does not decode are skipped, as kubelet skips them; the report
-    (stdout) says how many and why. Without --merge the file replaces the store's entries,
-    but if every entry of the file was skipped and the store holds entries, the import is
-    refused (exit 1, nothing changed) unless --allow-skipped. --strict refuses a file with
-    any skipped entry. Exit status 0 when imported (skips included), 1 when refused or the
-    file is unreadable, corrupt or too large.
+    Any kind: the device manager's kubelet_internal_checkpoint, or the CPU, memory or DRA
+    manager's state (--kind auto tells them by content). A CPU, memory or DRA file replaces
+    that manager's state, writing only what differs, each change a history event.
+
+    Device checkpoints: entries whose AllocResp does not decode are skipped, as kubelet skips
+    them; the report (stdout) says how many and why. Without --merge the file replaces the
+    store's entries, but if every entry of the file was skipped and the store holds entries,
+    the import is refused (exit 1, nothing changed) unless --allow-skipped. --strict refuses
+    a file with any skipped entry (--merge, --strict and --allow-skipped are for device
+    checkpoints only). Exit status 0 when imported (skips included), 1 when refused or the
+    file is unreadable, corrupt, of another kind than --kind or too large.
     """
+    node_kind = kind
+    if kind == "auto":
+        from podstore.checkpoint import detect_kind
+
+        kind = detect_kind(file, **({} if max_bytes is None else {"max_bytes": max_bytes}))
     store = ctx.store()
+    if kind != "devices":
+        if merge or strict or allow_skipped:
+            raise click.UsageError(
+                f"--merge, --strict and --allow-skipped are for device checkpoints, and "
+                f"{file} is a {KIND_NAMES[kind]}"
+            )
+        # auto again: a file holding nothing but a policy name fits CPU and memory alike.
+        node = store.import_node_checkpoint(file, kind=node_kind, max_bytes=max_bytes)
+        click.echo("imported " + node_report_line(node))
+        return
     try:
         with progress("decoding entries") as bar:
             report = store.import_checkpoint(
@@ -94,15 +143,29 @@ def import_(
 
 @click.command("export")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--kind",
+    type=click.Choice(KIND_CHOICES[1:]),
+    default="devices",
+    show_default=True,
+    help="Which manager's checkpoint to write.",
+)
 @click.option("--boot-id", default=None, help="Add a top-level BootID (unmerged kubelet PR).")
 @click.pass_obj
-def export(ctx: Context, file: Path, boot_id: str | None) -> None:
-    """Write the store as a kubelet_internal_checkpoint FILE (atomic, mode 0600).
+def export(ctx: Context, file: Path, kind: str, boot_id: str | None) -> None:
+    """Write the store as the kubelet checkpoint FILE of --kind (atomic, mode 0600): exactly
+    the bytes kubelet writes for that state, in the format the loaded file was written in.
 
     Reads the store read-only: write access to the store is not needed, only to FILE's
     directory.
     """
     store = ctx.store(readonly=True)
+    if kind != "devices":
+        if boot_id is not None:
+            raise click.UsageError("--boot-id is for device checkpoints")
+        count = store.export_node_checkpoint(file, kind)
+        click.echo(f"exported {count} entries of the {KIND_NAMES[kind]} to {file}")
+        return
     with progress("reading entries") as bar:
         count = store.export_checkpoint(file, boot_id=boot_id, progress=bar)
     click.echo(f"exported {count} entries to {file}")

@@ -1,20 +1,33 @@
-"""``podstore devices`` and ``podstore owners DEVICE_ID``: who holds which device."""
+"""``podstore devices`` and ``podstore owners DEVICE_ID``: who holds which device (device
+plugins, and DRA devices named ``driver/pool/device``), with pod names when known."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
 
+from podstore.checkpoint import PodName
 from podstore.cli.common import parse_time
 from podstore.cli.context import Context
 from podstore.cli.output import emit, output_option
-from podstore.types import DeviceHolding
+from podstore.storage.node.dra import split_device_key
+from podstore.types import DeviceHolding, DRAOwner
 
-DEVICES_COLUMNS = ["resource", "device_id", "numa_nodes", "registered", "pod_uid", "container"]
+DEVICES_COLUMNS = [
+    "resource",
+    "device_id",
+    "numa_nodes",
+    "registered",
+    "pod_uid",
+    "container",
+    "namespace",
+    "name",
+]
 
-OWNERS_COLUMNS = ["pod_uid", "container", "resource"]
+OWNERS_COLUMNS = ["pod_uid", "container", "resource", "namespace", "name", "claim"]
 
 
 @click.command()
@@ -25,13 +38,17 @@ def devices(ctx: Context, resource: str | None, output: str) -> None:
     """List devices: every held device once per holder, then registered devices nobody holds.
 
     NUMA_NODES are the NUMA ids the holder's entry lists the device under (-1: no topology);
-    REGISTERED says whether the device plugin registered it.
+    REGISTERED says whether the device plugin registered it; NAMESPACE and NAME are the
+    holding pod's, when known.
     """
-    with ctx.store(readonly=True).reader() as reader:
-        emit(map(_row, reader.devices(resource)), DEVICES_COLUMNS, output)
+    store = ctx.store(readonly=True)
+    names = store.pod_names()
+    with store.reader() as reader:
+        emit((_row(h, names) for h in reader.devices(resource)), DEVICES_COLUMNS, output)
 
 
-def _row(held: DeviceHolding) -> dict[str, Any]:
+def _row(held: DeviceHolding, names: Mapping[str, PodName]) -> dict[str, Any]:
+    name = names.get(held.pod_uid) if held.pod_uid is not None else None
     return {
         "resource": held.resource,
         "device_id": held.device_id,
@@ -39,6 +56,8 @@ def _row(held: DeviceHolding) -> dict[str, Any]:
         "registered": held.registered,
         "pod_uid": held.pod_uid,
         "container": held.container,
+        "namespace": name.namespace if name else None,
+        "name": name.name if name else None,
     }
 
 
@@ -57,18 +76,52 @@ def _row(held: DeviceHolding) -> dict[str, Any]:
 def owners(ctx: Context, device_id: str, at: str | None, output: str) -> None:
     """List the containers holding DEVICE_ID (in any resource) — now, or --at a past time.
 
-    No holder is an empty answer, not an error (exit status 0).
+    A DRA device is named DRIVER/POOL/DEVICE: its rows are the pods using it through a claim
+    (CLAIM: namespace/name; CONTAINER blank, RESOURCE the driver). No holder is an empty
+    answer, not an error (exit status 0).
     """
     store = ctx.store(readonly=True)
+    names = store.pod_names(past=at is not None)
+    found: list[tuple[str | None, str | None, str, str | None]] = []
+    dra = split_device_key(device_id)
     if at is not None:
         # The holders at one instant: a handful of rows.
-        _emit_owners(store.owners_at(device_id, at), output)
+        found = [(p, c, r, None) for p, c, r in store.owners_at(device_id, at)]
+        if dra is not None:
+            found += [_claim_row(o, dra[0]) for o in store.dra_owners_at(device_id, at)]
+        _emit_owners(found, names, output)
         return
+    if dra is not None:
+        found = [_claim_row(o, dra[0]) for o in store.dra_owners(device_id)]
     with store.reader() as reader:
         _emit_owners(
-            ((o.pod_uid, o.container, o.resource) for o in reader.owners(device_id)), output
+            itertools.chain(
+                ((o.pod_uid, o.container, o.resource, None) for o in reader.owners(device_id)),
+                found,
+            ),
+            names,
+            output,
         )
 
 
-def _emit_owners(found: Iterable[tuple[str, str, str]], output: str) -> None:
-    emit((dict(zip(OWNERS_COLUMNS, r, strict=True)) for r in found), OWNERS_COLUMNS, output)
+def _claim_row(owner: DRAOwner, driver: str) -> tuple[str | None, None, str, str]:
+    return (owner.pod_uid, None, driver, f"{owner.namespace}/{owner.claim_name}")
+
+
+def _emit_owners(
+    found: Iterable[tuple[str | None, str | None, str, str | None]],
+    names: Mapping[str, PodName],
+    output: str,
+) -> None:
+    def row(pod: str | None, container: str | None, resource: str, claim: str | None) -> Any:
+        name = names.get(pod) if pod is not None else None
+        return {
+            "pod_uid": pod,
+            "container": container,
+            "resource": resource,
+            "namespace": name.namespace if name else None,
+            "name": name.name if name else None,
+            "claim": claim,
+        }
+
+    emit((row(*r) for r in found), OWNERS_COLUMNS, output)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
+from podstore.checkpoint import PodName
 from podstore.cli.common import complete_pods, parse_time
 from podstore.cli.context import Context
 from podstore.cli.output import emit, output_option
@@ -20,6 +23,9 @@ COLUMNS = [
     "resource",
     "device_ids",
     "released",
+    "manager",
+    "namespace",
+    "name",
 ]
 
 
@@ -39,7 +45,13 @@ def _structured(ids: dict[int, list[str] | None] | list[str] | None) -> Any:
     return ids
 
 
-def _row(ev: AllocationEvent, flat: bool) -> dict[str, Any]:
+def _row(ev: AllocationEvent, flat: bool, names: Mapping[str, PodName]) -> dict[str, Any]:
+    if ev.manager == "devices":
+        ids = _flat(ev.device_ids) if flat else _structured(ev.device_ids)
+    else:
+        # The other managers' events: the item's value as the history holds it.
+        ids = _COMPACT.encode(ev.payload) if flat else ev.payload
+    name = names.get(ev.pod_uid) if ev.pod_uid is not None else None
     return {
         "seq": ev.seq,
         "timestamp": ev.timestamp.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z",
@@ -47,9 +59,15 @@ def _row(ev: AllocationEvent, flat: bool) -> dict[str, Any]:
         "pod_uid": ev.pod_uid,
         "container": ev.container_name,
         "resource": ev.resource_name,
-        "device_ids": _flat(ev.device_ids) if flat else _structured(ev.device_ids),
+        "device_ids": ids,
         "released": ",".join(ev.released) if flat else ev.released,
+        "manager": ev.manager,
+        "namespace": name.namespace if name else None,
+        "name": name.name if name else None,
     }
+
+
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @click.command("history")
@@ -81,9 +99,16 @@ def history_(
     event took from an entry that held them before it (a replace, an import or a sync over
     an existing entry); --device D also lists the events that released D.
 
+    MANAGER says whose state changed: devices (the device manager), cpu, memory, dra (their
+    *-set and *-delete events; DEVICE_IDS is then the new value: CPU ids, memory blocks, a
+    claim — --device driver/pool/device finds a DRA device's), or node (topology, pod
+    names). NAMESPACE and NAME are the pod's, also for pods since deleted.
+
     Times are ISO 8601 (2026-12-02T10:32:00Z; UTC unless an offset is given).
     """
     flat = output in ("table", "csv")
-    with ctx.store(readonly=True).reader() as reader:
+    store = ctx.store(readonly=True)
+    names = store.pod_names(past=True)
+    with store.reader() as reader:
         events = reader.history(pod_uid=pod, device_id=device, since=since, until=until)
-        emit((_row(ev, flat) for ev in events), COLUMNS, output)
+        emit((_row(ev, flat, names) for ev in events), COLUMNS, output)

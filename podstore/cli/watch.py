@@ -21,9 +21,11 @@ from typing import Any
 
 import click
 
+from podstore.checkpoint import FILE_NAMES
 from podstore.cli.context import Context
 from podstore.cli.durations import duration
 from podstore.cli.extras import require
+from podstore.cli.node import node_dirs
 from podstore.errors import InvalidInputError
 from podstore.watch.follower import DEFAULT_CHECKPOINT
 from podstore.watch.run import WatchConfig, run
@@ -48,7 +50,7 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
 @click.argument(
     "checkpoint",
     required=False,
-    default=DEFAULT_CHECKPOINT,
+    default=None,
     # No check here: a checkpoint that is missing, unreadable or a directory is a sync
     # result (missing, invalid) the follower counts and waits out, not a usage error.
     type=click.Path(readable=False, path_type=Path),
@@ -121,10 +123,19 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     show_default="the host name",
     help="The node name the fleet database records.",
 )
+@click.option(
+    "--kubelet-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Follow every checkpoint kubelet keeps in this directory (device, CPU, memory, DRA "
+    "managers; those absent now, once they appear) instead of CHECKPOINT, with the NUMA "
+    "topology (--sysfs) and pod names (--pod-logs).",
+)
+@node_dirs
 @click.pass_obj
 def watch(
     ctx: Context,
-    checkpoint: Path,
+    checkpoint: Path | None,
     once: bool,
     interval: float,
     metrics_addr: tuple[str, int] | None,
@@ -135,6 +146,9 @@ def watch(
     keep_history: float | None,
     stuck_after: float,
     node: str,
+    kubelet_dir: Path | None,
+    sysfs: Path,
+    pod_logs: Path,
 ) -> None:
     """Keep the store equal to kubelet's CHECKPOINT file, writing only what changed.
 
@@ -143,6 +157,11 @@ def watch(
 
     \b
     /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+
+    With --kubelet-dir DIR every checkpoint there is followed the same way, each by its own
+    rename: the device manager's, and the CPU, memory and DRA managers' state; a file absent
+    since the start is no error (it is followed until it appears). The topology and pod names
+    are read again after every sync and at every polling tick.
     """
     given = [n for n, v in (("--ship-to", ship_to), ("--ship-to-file", ship_to_file),
                             ("--ship-to-env", ship_to_env)) if v]  # fmt: skip
@@ -152,6 +171,12 @@ def watch(
         ship_to = os.environ.get(FLEET_URL_ENV) or None
         if ship_to is None:
             raise click.BadParameter(f"${FLEET_URL_ENV} is not set", param_hint="'--ship-to-env'")
+    if kubelet_dir is not None and checkpoint is not None:
+        raise click.UsageError("give CHECKPOINT or --kubelet-dir, not both")
+    if kubelet_dir is not None:
+        checkpoint = kubelet_dir / FILE_NAMES["devices"]
+    elif checkpoint is None:
+        checkpoint = Path(DEFAULT_CHECKPOINT)
     if not once:
         require("watchdog", "podstore watch")
     if textfile is not None:
@@ -169,5 +194,8 @@ def watch(
         ship_to_file=ship_to_file,
         keep_history=keep_history,
         stuck_after=stuck_after,
+        kubelet_dir=None if kubelet_dir is None else os.path.abspath(kubelet_dir),
+        sysfs=str(sysfs),
+        pod_logs=str(pod_logs),
     )
     sys.exit(run(ctx.store(), config))

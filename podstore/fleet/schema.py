@@ -48,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from podstore.fleet.sql import VERSION_TABLE
-from podstore.storage.schema import EVENT_OPS, NAMING_CONVENTION
+from podstore.storage.schema import EVENT_OPS, NAMING_CONVENTION, NODE_EVENT_OPS
 
 __all__ = ["NOT_PER_STORE", "VERSION_TABLE", "metadata"]
 
@@ -120,7 +120,9 @@ fleet_events = Table(
     Column("released", Text, nullable=True),
     Column("hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "seq"),
-    CheckConstraint("op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS) + ")", name="op"),
+    CheckConstraint(
+        "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
+    ),
     # An entry's latest event up to an instant (owners at a time).
     Index("ix_fleet_events_key", "store_id", "pod_uid", "container", "resource", "seq"),
     # Every event naming a device, fleet-wide (devices @> ARRAY[...]).

@@ -183,9 +183,13 @@ VERIFY = """
         JOIN s ON s.store_id = e.store_id
         CROSS JOIN LATERAL (
             SELECT CAST(e.device_ids_text AS jsonb) AS named,
-                   coalesce(jsonb_path_query_array(CAST(e.device_ids_text AS jsonb),
-                                                   fleet_device_path(e.pod_uid)),
-                            CAST('[]' AS jsonb)) AS listed
+                   CASE WHEN e.op IN ('insert', 'replace', 'delete', 'import', 'backfill',
+                                      'registered', 'unregistered')
+                   THEN coalesce(jsonb_path_query_array(CAST(e.device_ids_text AS jsonb),
+                                                        fleet_device_path(e.pod_uid)),
+                                 CAST('[]' AS jsonb))
+                   -- The node's other events (CPU, memory, DRA, topology, names) list none.
+                   ELSE CAST('[]' AS jsonb) END AS listed
         ) d
         WINDOW w AS (PARTITION BY e.store_id ORDER BY e.seq)
     ),

@@ -1,14 +1,15 @@
 """The collector: every metric of the contract (docs/watch.md), read when scraped.
 
-Store gauges come from one read-only statement (``storage/sql/metrics.GAUGES``) on the guarded
-connection, so a scrape sees one committed snapshot and never holds a lock a writer needs.
+Store gauges come from read-only statements (``storage/sql/metrics.GAUGES``, and
+``node_read.NODE_GAUGES`` for the CPU, memory and DRA managers) on the guarded connection, so a
+scrape never holds a lock a writer needs.
 The follower's counters (``podstore watch`` only) come from its :class:`SyncStats`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from podstore.metrics.stats import BUCKETS, RESULTS, SyncStats
 from podstore.storage.sql import metrics as sql
+from podstore.storage.sql import node_read as node_sql
 from podstore.store import PodStore
 
 # name → help text of the per-resource gauges, in exposition order.
@@ -42,11 +44,18 @@ def _le(bound: float) -> str:
 
 
 class StoreCollector(Collector):
-    """Reads ``store`` (and ``stats``, when following) at every collect."""
+    """Reads ``store`` (and ``stats``, when following: per checkpoint kind, or one follower's
+    counters, which are the device manager file's) at every collect."""
 
-    def __init__(self, store: PodStore, stats: SyncStats | None = None) -> None:
+    def __init__(
+        self, store: PodStore, stats: SyncStats | Mapping[str, SyncStats] | None = None
+    ) -> None:
         self.store = store
-        self.stats = stats
+        self.stats: dict[str, SyncStats] | None
+        if stats is None or isinstance(stats, Mapping):
+            self.stats = None if stats is None else dict(stats)
+        else:
+            self.stats = {"devices": stats}
 
     def collect(self) -> Iterator[Metric]:
         rows = self.store.query(sql.GAUGES).rows
@@ -69,6 +78,7 @@ class StoreCollector(Collector):
             yield family
         for name in ("run_option_conflicts", "history_events"):
             yield _gauge(name, _STORE_WIDE[name], store_wide[name])
+        yield from self._node()
         sizes = GaugeMetricFamily(
             "podstore_store_size_bytes", "size of the store's files", labels=["file"]
         )
@@ -82,46 +92,103 @@ class StoreCollector(Collector):
         if self.stats is not None:
             yield from self._follower()
 
+    def _node(self) -> Iterator[Metric]:
+        """The CPU, memory and DRA managers' gauges (one more statement, same snapshot rule)."""
+        per_numa = {
+            "exclusive_cpus": GaugeMetricFamily(
+                "podstore_exclusive_cpus",
+                "CPUs held exclusively by containers (v_cpu_assignments)",
+                labels=["numa_node"],
+            ),
+            "shared_cpus": GaugeMetricFamily(
+                "podstore_shared_cpus",
+                "CPUs in the CPU manager's shared pool (v_shared_cpus)",
+                labels=["numa_node"],
+            ),
+        }
+        memory = GaugeMetricFamily(
+            "podstore_memory_assigned_bytes",
+            "memory the memory manager reserved for containers (v_memory_numa.reserved)",
+            labels=["numa_node", "memory_type"],
+        )
+        dra = GaugeMetricFamily(
+            "podstore_dra_allocated_devices",
+            "distinct devices DRA drivers prepared for claims",
+            labels=["driver"],
+        )
+        misaligned = 0
+        for metric, numa, label, value in self.store.query(node_sql.NODE_GAUGES).rows:
+            node = "unknown" if numa is None else str(numa)
+            if metric in per_numa:
+                per_numa[metric].add_metric([node], int(value))
+            elif metric == "memory_assigned_bytes":
+                memory.add_metric([node, str(label)], int(value))
+            elif metric == "dra_allocated_devices":
+                dra.add_metric([str(label)], int(value))
+            else:
+                misaligned = int(value)
+        yield from per_numa.values()
+        yield memory
+        yield dra
+        yield _gauge(
+            "numa_misaligned_containers",
+            "containers whose devices, CPUs and memory are not on the same NUMA nodes "
+            "(v_numa_misaligned)",
+            misaligned,
+        )
+
     def _follower(self) -> Iterator[Metric]:
         assert self.stats is not None
-        snap = self.stats.snapshot()
+        snaps = {kind: stats.snapshot() for kind, stats in sorted(self.stats.items())}
         syncs = CounterMetricFamily(
             "podstore_checkpoint_syncs",
-            "checkpoint syncs by result",
-            labels=["result"],
+            "checkpoint syncs by result and checkpoint kind",
+            labels=["result", "checkpoint"],
         )
-        for result in RESULTS:
-            syncs.add_metric([result], snap.syncs[result])
+        for kind, snap in snaps.items():
+            for result in RESULTS:
+                syncs.add_metric([result, kind], snap.syncs[result])
         yield syncs
-        yield _gauge(
-            "checkpoint_last_sync_timestamp_seconds",
+        last = GaugeMetricFamily(
+            "podstore_checkpoint_last_sync_timestamp_seconds",
             "Unix time of the last applied or unchanged sync (0: none yet)",
-            snap.last_good_sync or 0.0,
+            labels=["checkpoint"],
         )
-        yield _gauge(
-            "checkpoint_last_failed_sync_timestamp_seconds",
+        for kind, snap in snaps.items():
+            last.add_metric([kind], snap.last_good_sync or 0.0)
+        yield last
+        failed = GaugeMetricFamily(
+            "podstore_checkpoint_last_failed_sync_timestamp_seconds",
             "Unix time of the last sync that failed: invalid or missing file, store error "
             "(0: none yet)",
-            snap.last_failed_sync or 0.0,
+            labels=["checkpoint"],
         )
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, count in zip((*map(_le, BUCKETS), "+Inf"), snap.bucket_counts, strict=True):
-            cumulative += count
-            buckets.append((bound, cumulative))
-        yield HistogramMetricFamily(
+        for kind, snap in snaps.items():
+            failed.add_metric([kind], snap.last_failed_sync or 0.0)
+        yield failed
+        durations = HistogramMetricFamily(
             "podstore_sync_duration_seconds",
             "time from reading the checkpoint to the committed sync",
-            buckets=buckets,
-            sum_value=snap.duration_sum,
+            labels=["checkpoint"],
         )
+        for kind, snap in snaps.items():
+            cumulative = 0
+            buckets: list[tuple[str, float]] = []
+            bounds = (*map(_le, BUCKETS), "+Inf")
+            for bound, count in zip(bounds, snap.bucket_counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            durations.add_metric([kind], buckets, snap.duration_sum)
+        yield durations
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"podstore_{name}", doc, value=value)
 
 
-def registry_for(store: PodStore, stats: SyncStats | None = None) -> CollectorRegistry:
+def registry_for(
+    store: PodStore, stats: SyncStats | Mapping[str, SyncStats] | None = None
+) -> CollectorRegistry:
     """A registry holding only podstore's collector (no process or platform metrics)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store, stats))

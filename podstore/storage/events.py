@@ -74,6 +74,7 @@ from typing import Any
 from podstore.errors import InvalidInputError, StoreCorruptError
 from podstore.rules import chain
 from podstore.rules.times import format_ts, parse_ts
+from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import events as sql
 from podstore.types import AllocationEvent, DevicesPerNUMA
 
@@ -118,6 +119,19 @@ class Pending:
     def registered(self, op: str, resource: str, ids: Sequence[str] | None) -> None:
         text = None if ids is None else _JSON.encode(list(ids))
         self.events.append((op, None, None, resource, text, ids or (), None, ()))
+
+    def node(
+        self,
+        op: str,
+        key: tuple[str | None, str | None, str],
+        payload: str | None,
+        devices: Sequence[str] = (),
+        released: Sequence[str] = (),
+    ) -> None:
+        """Queue an event of the node's other managers (``storage/node/``): ``payload`` is its
+        ``device_ids`` text; ``devices`` and ``released`` (sorted) get event device rows."""
+        text = _JSON.encode(list(released)) if released else None
+        self.events.append((op, key[0], key[1], key[2], payload, devices, text, released))
 
     def write(self, conn: sqlite3.Connection, stamp: Stamp | None = None) -> Stamp:
         """Append the queued events, from ``stamp`` (as :func:`next_stamp` gives it) or from a
@@ -307,6 +321,8 @@ def registered_changes(
 
 def to_event(row: Sequence[Any]) -> AllocationEvent:
     """An ``allocation_events`` row (in ``sql.history_sql`` column order) as an event."""
+    if node_codec.is_node_op(row[2]):
+        return node_codec.to_event(row)
     seq, ts, op, pod, container, resource, text, released = row
     ids: DevicesPerNUMA | list[str] | None
     if pod is None:
@@ -336,6 +352,8 @@ def replay(events: Iterable[AllocationEvent], state: ReplayState | None = None) 
     """
     out = state if state is not None else ReplayState()
     for ev in events:
+        if node_codec.is_node_op(ev.op):
+            continue  # the node's other managers: storage/node/codec.py replays those
         if ev.pod_uid is None:
             if ev.op == "unregistered":
                 out.registered.pop(ev.resource_name, None)

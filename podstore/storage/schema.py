@@ -214,6 +214,20 @@ response_cdi_devices = _response_table(
 
 EVENT_OPS = ("insert", "replace", "delete", "import", "backfill", "registered", "unregistered")
 
+#: History ops of the node's other managers and facts (revision 0007): ``<kind>-set`` writes
+#: the item the event's key names (its new value in ``device_ids``), ``<kind>-delete`` removes
+#: it (``device_ids``: its last value). storage/node/events.py says which key means what.
+NODE_EVENT_OPS = (
+    "cpu-set",
+    "cpu-delete",
+    "memory-set",
+    "memory-delete",
+    "dra-set",
+    "dra-delete",
+    "node-set",
+    "node-delete",
+)
+
 # Revision 0005: ``hash`` chains every event to its predecessor (rules/chain.py): the 32 bytes
 # SHA-256(hash of the previous event ‖ the event's canonical bytes), from the genesis of the
 # store's store_id. ``released`` lists the devices an entry event took away from an entry that
@@ -231,7 +245,9 @@ allocation_events = Table(
     Column("device_ids", Text, nullable=True),
     Column("released", Text, nullable=True),
     Column("hash", LargeBinary, nullable=False),
-    CheckConstraint("op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS) + ")", name="op"),
+    CheckConstraint(
+        "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
+    ),
     CheckConstraint("length(hash) = 32", name="hash"),
     Index("ix_allocation_events_ts", "ts"),
     Index("ix_allocation_events_key", "pod_uid", "container", "resource", "seq"),
@@ -267,4 +283,241 @@ history_chain_links = Table(
     Column("seq", Integer, primary_key=True, autoincrement=False),
     Column("prev_hash", LargeBinary, nullable=False),
     CheckConstraint("length(prev_hash) = 32", name="prev_hash"),
+)
+
+
+# ---- the node's other managers, its topology and pod names (revision 0007) --------------------
+#
+# The CPU, memory and DRA managers' checkpoints (docs/node-files.md), normalized: one row per
+# exclusive CPU, per memory block and its NUMA nodes, per NUMA node and memory type of the
+# machine state, per DRA claim, pod and device. What only a file's form needs to be written back
+# byte for byte (its format version, null-vs-empty of whole maps, the DRA list's name, …) is
+# ``node_files.form``. Every change of these tables (but ``node_files``) is a history event in
+# the same transaction (storage/node/, NODE_EVENT_OPS).
+#
+# An assignment row is keyed by pod and container as kubelet keys its maps: both set for a
+# container's assignment, ``container`` NULL for the pod's own (``podEntries``), ``pod_uid``
+# NULL for a CPU v1 entry keyed by container id only. Each form is unique on its own (partial
+# unique indexes: SQLite lets NULLs repeat in a UNIQUE constraint).
+
+
+def _assignment_table(name: str, *columns: Column[object], legacy: bool) -> Table:
+    """An assignment table keyed by pod and container (``legacy``: also by container id
+    alone, as CPU v1 files key their entries)."""
+    keys: list[Any] = [
+        Index(
+            f"ix_{name}_container_key",
+            "pod_uid",
+            "container",
+            unique=True,
+            sqlite_where=text("pod_uid IS NOT NULL AND container IS NOT NULL"),
+        ),
+        Index(f"ix_{name}_pod_key", "pod_uid", unique=True, sqlite_where=text("container IS NULL")),
+    ]
+    if legacy:
+        keys.append(
+            Index(
+                f"ix_{name}_legacy_key",
+                "container",
+                unique=True,
+                sqlite_where=text("pod_uid IS NULL"),
+            )
+        )
+        keys.append(CheckConstraint("pod_uid IS NOT NULL OR container IS NOT NULL", name="key"))
+    return Table(
+        name,
+        metadata,
+        Column("id", Integer, primary_key=True),
+        Column("pod_uid", Text, nullable=legacy),
+        Column("container", Text, nullable=True),
+        *columns,
+        *keys,
+    )
+
+
+def _owner(table: str, column: str = "assignment_id") -> Column[int]:
+    return Column(column, Integer, ForeignKey(f"{table}.id", ondelete="CASCADE"), nullable=False)
+
+
+# One row per checkpoint kind the store holds (cpu, memory, dra): the format its file was
+# written in, the manager's policy, and ``form`` (JSON) for writing it back.
+node_files = Table(
+    "node_files",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("policy_name", Text, nullable=True),
+    Column("form", Text, nullable=False),
+    PrimaryKeyConstraint("kind"),
+    CheckConstraint("kind IN ('cpu', 'memory', 'dra')", name="kind"),
+    **_CLUSTERED,
+)
+
+# CPU manager: each assignment, its CPUs, and the shared (default) cpuset.
+cpu_assignments = _assignment_table("cpu_assignments", legacy=True)
+cpu_assignment_cpus = Table(
+    "cpu_assignment_cpus",
+    metadata,
+    _owner("cpu_assignments"),
+    Column("cpu", Integer, nullable=False),
+    PrimaryKeyConstraint("assignment_id", "cpu"),
+    Index("ix_cpu_assignment_cpus_cpu", "cpu"),
+    **_CLUSTERED,
+)
+cpu_shared = Table(
+    "cpu_shared",
+    metadata,
+    Column("cpu", Integer, nullable=False),
+    PrimaryKeyConstraint("cpu"),
+    **_CLUSTERED,
+)
+
+# Memory manager: each assignment's blocks (null list kept apart from empty), each block's NUMA
+# nodes in list order, and the machine state per NUMA node and memory type.
+memory_assignments = _assignment_table(
+    "memory_assignments",
+    Column("blocks_null", Boolean, nullable=False, server_default=text("0")),
+    legacy=False,
+)
+memory_blocks = Table(
+    "memory_blocks",
+    metadata,
+    _owner("memory_assignments"),
+    Column("position", Integer, nullable=False),
+    Column("memory_type", Text, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("affinity_null", Boolean, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("assignment_id", "position"),
+    **_CLUSTERED,
+)
+memory_block_numa = Table(
+    "memory_block_numa",
+    metadata,
+    _owner("memory_assignments"),
+    Column("position", Integer, nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("numa_node", BigInteger, nullable=False),
+    PrimaryKeyConstraint("assignment_id", "position", "idx"),
+    **_CLUSTERED,
+)
+memory_numa_nodes = Table(
+    "memory_numa_nodes",
+    metadata,
+    Column("numa_node", BigInteger, nullable=False),
+    # The map's value was a nil pointer (JSON null): the other columns are unused.
+    Column("state_null", Boolean, nullable=False, server_default=text("0")),
+    Column("number_of_assignments", BigInteger, nullable=False, server_default=text("0")),
+    Column("memory_map_null", Boolean, nullable=False, server_default=text("0")),
+    # JSON array of the NUMA nodes it is grouped with, as listed; NULL: a nil list.
+    Column("cells", Text, nullable=True),
+    PrimaryKeyConstraint("numa_node"),
+    **_CLUSTERED,
+)
+memory_numa_tables = Table(
+    "memory_numa_tables",
+    metadata,
+    Column(
+        "numa_node",
+        BigInteger,
+        ForeignKey("memory_numa_nodes.numa_node", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("memory_type", Text, nullable=False),
+    Column("table_null", Boolean, nullable=False, server_default=text("0")),
+    Column("total", BigInteger, nullable=False, server_default=text("0")),
+    Column("system_reserved", BigInteger, nullable=False, server_default=text("0")),
+    Column("allocatable", BigInteger, nullable=False, server_default=text("0")),
+    Column("reserved", BigInteger, nullable=False, server_default=text("0")),
+    Column("free", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("numa_node", "memory_type"),
+    **_CLUSTERED,
+)
+
+# DRA manager: claims in list order, the pods using each, and per driver the devices prepared.
+dra_claims = Table(
+    "dra_claims",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("claim_uid", Text, nullable=False),
+    Column("claim_name", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("pod_uids_null", Boolean, nullable=False, server_default=text("0")),
+    Column("driver_state_null", Boolean, nullable=False, server_default=text("0")),
+    # DRA v1 (alpha) only: driver, class, resource handles and CDI devices, as JSON.
+    Column("classic", Text, nullable=True),
+    UniqueConstraint("claim_uid"),
+)
+dra_claim_pods = Table(
+    "dra_claim_pods",
+    metadata,
+    _owner("dra_claims", "claim_id"),
+    Column("pod_uid", Text, nullable=False),
+    PrimaryKeyConstraint("claim_id", "pod_uid"),
+    Index("ix_dra_claim_pods_pod_uid", "pod_uid"),
+    **_CLUSTERED,
+)
+dra_claim_drivers = Table(
+    "dra_claim_drivers",
+    metadata,
+    _owner("dra_claims", "claim_id"),
+    Column("driver", Text, nullable=False),
+    Column("devices_null", Boolean, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("claim_id", "driver"),
+    **_CLUSTERED,
+)
+dra_devices = Table(
+    "dra_devices",
+    metadata,
+    _owner("dra_claims", "claim_id"),
+    Column("driver", Text, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("pool", Text, nullable=False),
+    Column("device", Text, nullable=False),
+    Column("share_id", Text, nullable=True),
+    # JSON arrays as listed; NULL: a nil list.
+    Column("request_names", Text, nullable=True),
+    Column("cdi_device_ids", Text, nullable=True),
+    PrimaryKeyConstraint("claim_id", "driver", "position"),
+    Index("ix_dra_devices_device", "driver", "pool", "device"),
+    **_CLUSTERED,
+)
+
+# The node: which NUMA node each CPU belongs to (sysfs), and pod names (/var/log/pods).
+numa_cpus = Table(
+    "numa_cpus",
+    metadata,
+    Column("cpu", Integer, nullable=False),
+    Column("numa_node", Integer, nullable=False),
+    PrimaryKeyConstraint("cpu"),
+    Index("ix_numa_cpus_numa_node", "numa_node", "cpu"),
+    **_CLUSTERED,
+)
+pod_names = Table(
+    "pod_names",
+    metadata,
+    Column("pod_uid", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    PrimaryKeyConstraint("pod_uid"),
+    **_CLUSTERED,
+)
+
+#: The tables revision 0007 added.
+NODE_TABLES = (
+    "node_files",
+    "cpu_assignments",
+    "cpu_assignment_cpus",
+    "cpu_shared",
+    "memory_assignments",
+    "memory_blocks",
+    "memory_block_numa",
+    "memory_numa_nodes",
+    "memory_numa_tables",
+    "dra_claims",
+    "dra_claim_pods",
+    "dra_claim_drivers",
+    "dra_devices",
+    "numa_cpus",
+    "pod_names",
 )

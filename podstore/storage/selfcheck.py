@@ -30,7 +30,9 @@ from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
 from podstore.storage import chain
+from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import checks as sql
+from podstore.storage.sql import node_checks as node_sql
 
 Severity = Literal["error", "warning"]
 
@@ -393,10 +395,15 @@ def _store_id(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return []
 
 
-def _named(device_ids: str | None, released: str | None) -> set[tuple[str, int]]:
+def _named(
+    device_ids: str | None, released: str | None, op: str = "", resource: str = ""
+) -> set[tuple[str, int]]:
     """(device, released flag) of every device an event's JSON names."""
     out: set[tuple[str, int]] = set()
-    if device_ids is not None:
+    if node_codec.is_node_op(op):
+        payload = None if device_ids is None else json.loads(device_ids)
+        out.update((d, 0) for d in node_codec.named_devices(resource, payload) or ())
+    elif device_ids is not None:
         value = json.loads(device_ids)
         lists = value.values() if isinstance(value, dict) else [value]
         out.update((d, 0) for ids in lists for d in ids or ())
@@ -425,9 +432,9 @@ def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
             row = rows.fetchone()
         return found
 
-    for seq, device_ids, released in conn.cursor().execute(sql.EVENT_DEVICE_NAMES):
+    for seq, device_ids, released, op, resource in conn.cursor().execute(sql.EVENT_DEVICE_NAMES):
         try:
-            named = _named(device_ids, released)
+            named = _named(device_ids, released, op, resource)
         except (ValueError, TypeError, AttributeError) as exc:
             bad.append((int(seq), "", 0, f"its device JSON does not parse ({exc})"))
             named = set()
@@ -463,6 +470,59 @@ def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
         out.append(Finding("error", "history-chain", f"and {more} more breaks"))
     return out
 
+
+# The node's other managers (revision 0007): states kubelet never writes, kept as the files
+# said (the store mirrors them), and rows no podstore write leaves.
+_INVARIANTS += [
+    _rows_check(
+        "cpu-two-pods",
+        "error",
+        ("cpu_assignments", "cpu_assignment_cpus"),
+        node_sql.CPU_TWO_PODS,
+        "exclusive CPUs held by containers of more than one pod",
+        lambda r: f"CPU {r[0]} ({r[2]})",
+    ),
+    _rows_check(
+        "cpu-also-shared",
+        "error",
+        ("cpu_assignments", "cpu_assignment_cpus", "cpu_shared"),
+        node_sql.CPU_ALSO_SHARED,
+        "exclusive CPUs that are also in the shared pool",
+        lambda r: f"CPU {r[0]} ({r[1]}/{r[2]})" if r[2] else f"CPU {r[0]} (pod {r[1]})",
+    ),
+    _rows_check(
+        "memory-over-allocatable",
+        "error",
+        ("memory_numa_tables",),
+        node_sql.MEMORY_OVER_ALLOCATABLE,
+        "NUMA nodes whose memory reserved is beyond allocatable",
+        lambda r: f"NUMA {r[0]} {r[1]} ({r[2]} > {r[3]} bytes)",
+    ),
+    _rows_check(
+        "dra-device-two-claims",
+        "error",
+        ("dra_devices",),
+        node_sql.DRA_TWO_CLAIMS,
+        "DRA devices in more than one claim without a share id",
+        lambda r: f"{r[0]}/{r[1]}/{r[2]} ({r[3]} claims)",
+    ),
+    _rows_check(
+        "orphan-block-numa",
+        "error",
+        ("memory_block_numa", "memory_blocks"),
+        node_sql.ORPHAN_BLOCK_NUMA,
+        "memory block NUMA rows whose block does not exist",
+        lambda r: f"assignment {r[0]} block {r[1]} index {r[2]}",
+    ),
+    _rows_check(
+        "orphan-dra-devices",
+        "error",
+        ("dra_devices", "dra_claim_drivers"),
+        node_sql.ORPHAN_DRA_DEVICES,
+        "DRA device rows whose claim has no such driver",
+        lambda r: f"claim id {r[0]} {r[1]!r} position {r[2]}",
+    ),
+]
 
 _INVARIANTS.append(("responses", _responses))
 _INVARIANTS.append(("store-id", _store_id))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from podstore.errors import CheckpointError, CheckpointNotFoundError, PodStoreError
 from podstore.metrics.stats import SyncStats
 from podstore.store import PodStore
-from podstore.types import SyncReport
+from podstore.types import NodeSyncReport, SyncReport
 from podstore.watch.failures import Backoff, ProblemLog
 from podstore.watch.health import Pulse
 from podstore.watch.trigger import FileTrigger, Signature, signature
@@ -42,7 +42,7 @@ class SyncOutcome:
 
     result: str
     seconds: float
-    report: SyncReport | None = None
+    report: SyncReport | NodeSyncReport | None = None
     problem: str | None = None
 
     @property
@@ -99,7 +99,7 @@ class Follower:
         seen = signature(self.path)
         started = time.perf_counter()
         try:
-            report = self.store.sync_checkpoint(self.path)
+            report = self._apply()
         except PodStoreError as exc:
             outcome = SyncOutcome(classify(exc), time.perf_counter() - started, problem=str(exc))
         except Exception as exc:  # a bug must not stop a node's follower; it is logged whole
@@ -117,11 +117,15 @@ class Follower:
             hook(outcome)
         return outcome
 
+    def _apply(self) -> SyncReport | NodeSyncReport:
+        """One sync of the file (``watch/node.py`` follows the other managers' files)."""
+        return self.store.sync_checkpoint(self.path)
+
     def _log(self, outcome: SyncOutcome) -> None:
         if outcome.ok:
             self._problems.clear(self.path)
             report = outcome.report
-            if report is not None and report.changed:
+            if isinstance(report, SyncReport) and report.changed:
                 log.info(
                     "applied %s in %.3f s: %d inserted, %d replaced, %d deleted, "
                     "%d registered, %d unregistered%s",

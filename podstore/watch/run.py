@@ -21,6 +21,13 @@ from podstore.rules.secrets import mask_url, scrub, url_password
 from podstore.store import PodStore
 from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
 from podstore.watch.health import STUCK_AFTER, Health
+from podstore.watch.node import (
+    FollowerGroup,
+    NodeDirs,
+    NodeFacts,
+    NodeFollower,
+    node_followers,
+)
 from podstore.watch.retention import PRUNE_EVERY, Pruner
 from podstore.watch.shipping import RetryingHook, url_file_holds_url
 from podstore.watch.textfile import TextfileWriter
@@ -58,6 +65,12 @@ class WatchConfig:
     prune_every: float = PRUNE_EVERY
     #: /healthz turns 503 when a follower is stuck this long (``--stuck-after``).
     stuck_after: float = STUCK_AFTER
+    #: ``--kubelet-dir``: follow every checkpoint kubelet keeps there (``checkpoint`` is then
+    #: its device manager file), with the topology under ``sysfs`` and names under
+    #: ``pod_logs`` (watch/node.py).
+    kubelet_dir: str | None = None
+    sysfs: str = "/sys"
+    pod_logs: str = "/var/log/pods"
 
 
 def setup_logging() -> None:
@@ -84,11 +97,20 @@ class Watch:
         self.store = store
         self.config = config
         self.stats = SyncStats()
-        self.follower = Follower(
-            store, config.checkpoint, interval=config.interval, stats=self.stats
-        )
+        #: Per checkpoint kind, its follower's counters (the ``checkpoint`` label).
+        self.stats_by_kind: dict[str, SyncStats] = {"devices": self.stats}
+        self.follower: Follower
+        self.node_followers: list[NodeFollower] = []
+        self.facts: NodeFacts | None = None
+        if config.kubelet_dir is not None:
+            self._follow_node(config.kubelet_dir)
+        else:
+            self.follower = Follower(
+                store, config.checkpoint, interval=config.interval, stats=self.stats
+            )
         self.health = Health(stuck_after=config.stuck_after)
-        self.health.watch(config.checkpoint, self.follower.pulse, config.interval)
+        for f in (self.follower, *self.node_followers):
+            self.health.watch(str(f.path), f.pulse, config.interval)
         #: The fleet's ShippingStatus when shipping is configured (``ship`` fills it).
         self.shipping: Any = None
         self._url: str | None = None  # the fleet URL last read
@@ -109,13 +131,28 @@ class Watch:
 
     # ---- the parts ---------------------------------------------------------------------
 
+    def _follow_node(self, kubelet_dir: str) -> None:
+        """A follower per checkpoint of the kubelet directory (the device manager's is
+        ``self.follower``); the others share its sync hooks, so every part that hooks it
+        hears of theirs too. The topology and names are read again after each sync and at
+        the device follower's ticks."""
+        dirs = NodeDirs(kubelet_dir, self.config.sysfs, self.config.pod_logs)
+        followers = node_followers(self.store, dirs, self.config.interval, self.stats_by_kind)
+        self.follower, *self.node_followers = followers
+        self.stats = self.stats_by_kind["devices"]
+        for f in self.node_followers:
+            f.on_sync = self.follower.on_sync
+        facts = self.facts = NodeFacts(self.store, dirs)
+        self.follower.on_sync.append(lambda _outcome: facts.refresh())
+        self.follower.on_tick.append(facts.refresh)
+
     def _registry(self) -> Any:
         """The metrics registry (read at scrape time), when anything exposes it."""
         if self.config.metrics_addr is None and self.config.textfile is None:
             return None
         from podstore.metrics.collector import registry_for
 
-        registry = registry_for(self.store, self.stats)
+        registry = registry_for(self.store, self.stats_by_kind)
         if self.shipping is not None:
             from podstore.metrics.shipping import ShippingCollector
 
@@ -224,7 +261,13 @@ class Watch:
         ship and the prune, if asked for, succeeded; a failed ship leaves the sync applied
         and is logged on one line (the prune then keeps what the fleet lacks)."""
         outcome = self.follower.sync()
-        if not outcome.ok:
+        failed = not outcome.ok and not _absent(self.follower)
+        for f in self.node_followers:
+            if not f.sync().ok and not f.absent:
+                failed = True
+        if self.facts is not None:
+            self.facts.refresh()
+        if failed:
             return EXIT_FAILED
         code = EXIT_OK
         if self.shipper is not None:
@@ -258,7 +301,8 @@ class Watch:
             # After syncs, and at polling ticks so that an idle node prunes too.
             self.follower.on_sync.append(lambda _outcome: pruner.maybe())
             self.follower.on_tick.append(pruner.maybe)
-        _stop_on_signals(self.follower)
+        group = FollowerGroup([self.follower, *self.node_followers])
+        _stop_on_signals(group)
         shipping = f", shipping ({shipper.name})" if shipper is not None else ""
         log.info(
             "following %s into %s (node %s%s)",
@@ -269,7 +313,7 @@ class Watch:
             extra={"event": "start", "checkpoint": self.config.checkpoint},
         )
         try:
-            self.follower.run(on_start=shipper.notify if shipper is not None else None)
+            group.run(on_start=shipper.notify if shipper is not None else None)
         finally:
             self.health.stopping = True
             if shipper is not None:
@@ -292,7 +336,12 @@ def _ship_after(shipper: RetryingHook, outcome: SyncOutcome) -> None:
         shipper.notify()
 
 
-def _stop_on_signals(follower: Follower) -> None:
+def _absent(follower: Follower) -> bool:
+    """A ``--kubelet-dir`` follower whose file has not been there since the start."""
+    return isinstance(follower, NodeFollower) and follower.absent
+
+
+def _stop_on_signals(follower: Follower | FollowerGroup) -> None:
     """SIGTERM and SIGINT end the loop after the sync in progress (the handler only rings the
     follower's signal-safe wake-up)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 from podstore.errors import PodStoreError
@@ -43,6 +44,9 @@ class TextfileWriter:
         self.db = db
         self._seen: FilesSignature | None = None
         self._problems = ProblemLog(log)
+        # ``watch --kubelet-dir`` syncs from a thread per file: one write at a time, so the
+        # file last written holds the counters last read.
+        self._lock = threading.Lock()
 
     def after_sync(self) -> None:
         """A sync ran: its counters changed even when the store did not."""
@@ -55,13 +59,14 @@ class TextfileWriter:
     def write(self, *, always: bool) -> None:
         from podstore.metrics.exposition import write_textfile
 
-        now = store_files(self.db)
-        if not always and self._seen == now:
-            return
-        try:
-            write_textfile(self.path, self.registry)
-        except PodStoreError as exc:
-            self._problems.report(str(exc), "%s", exc)
-        else:
-            self._problems.clear()
-            self._seen = now
+        with self._lock:
+            now = store_files(self.db)
+            if not always and self._seen == now:
+                return
+            try:
+                write_textfile(self.path, self.registry)
+            except PodStoreError as exc:
+                self._problems.report(str(exc), "%s", exc)
+            else:
+                self._problems.clear()
+                self._seen = now

@@ -46,7 +46,9 @@ from harness.scale_store import GPU, VF, entries, gpu, vf
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
 
 _SERVING = re.compile(rb"serving metrics on http://([0-9.]+):(\d+)/metrics")
-_SYNCS = re.compile(r'^podstore_checkpoint_syncs_total\{result="(\w+)"\} ([0-9.e+]+)$', re.M)
+_SYNCS = re.compile(
+    r'^podstore_checkpoint_syncs_total\{checkpoint="devices",result="(\w+)"\} ([0-9.e+]+)$', re.M
+)
 
 
 def podstore_argv() -> list[str]:

@@ -126,7 +126,7 @@ STORE_ID = """
 # and history(device_id=) read them. Compared in Python (selfcheck._event_devices), whose JSON
 # keeps every character of an ID; both in seq order, merged.
 EVENT_DEVICE_NAMES = """
-    SELECT seq, device_ids, released FROM allocation_events
+    SELECT seq, device_ids, released, op, resource FROM allocation_events
     WHERE device_ids IS NOT NULL OR released IS NOT NULL
     ORDER BY seq
 """

@@ -141,7 +141,8 @@ OWNERS_AT = f"""
     ORDER BY e.pod_uid, e.container, e.resource
 """
 
-# Retention: events before the cut go, except per key (entry, or registered resource) the
+# Retention: events before the cut go, except per key (entry, registered resource, or an item
+# of the node's other managers, whose removals are the ``…-delete`` ops) the
 # latest one before the cut when it leaves the key live — it carries the state at the cut, so
 # a replay of what remains still ends in the current state. The doomed seqs are marked first
 # (PRUNE), so that the links are written from their hashes before they go.
@@ -160,7 +161,8 @@ PRUNE = f"""
     SELECT seq FROM allocation_events
     WHERE seq <= (SELECT seq FROM cut)
       AND seq NOT IN (SELECT k.seq FROM keep k JOIN allocation_events e ON e.seq = k.seq
-                      WHERE e.op NOT IN ('delete', 'unregistered'))
+                      WHERE e.op NOT IN ('delete', 'unregistered')
+                        AND e.op NOT LIKE '%-delete')
 """
 # A link for each kept event whose predecessor goes, and for the seq after the newest ever
 # handed out when that one goes (the next event chains from it): the hash of the event that

@@ -19,6 +19,11 @@ Create Date: 2026-12-05
   state those events produce. ``podstore fleet grant-node`` gives a role EXECUTE on them and
   nothing else.
 - The current-state views leave retired stores out.
+- The node's CPU, memory and DRA managers' events and its topology and pod-name events
+  (node revision 0007: ``cpu-set`` … ``node-delete``) travel in the same chain: the fleet
+  keeps and re-checks them as history; only device events move the device state
+  (``fleet_entries``, ``fleet_allocations``, ``fleet_registered``), and only they list devices
+  in ``fleet_events.devices``.
 
 Spelled out here (functions and views as frozen text) so that later changes to the package
 never rewrite what this revision means.
@@ -35,6 +40,15 @@ revision: str = "f0002"
 down_revision: str | None = "f0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+# The ops of events that move the device state; the node's other events (its CPU, memory and
+# DRA managers, topology, pod names) are history in the same chain.
+_ENTRY_OPS = "'insert', 'replace', 'delete', 'import', 'backfill'"
+_DEVICE_OPS = f"{_ENTRY_OPS}, 'registered', 'unregistered'"
+_NODE_OPS = (
+    "'cpu-set', 'cpu-delete', 'memory-set', 'memory-delete', 'dra-set', 'dra-delete', "
+    "'node-set', 'node-delete'"
+)
 
 # ---- pure functions: the chain's byte rule (podstore/rules/chain.py), callable by anyone ------
 #
@@ -340,8 +354,10 @@ BEGIN
         SELECT p_store_id, u.seq, u.ts, u.op, u.pod_uid, u.container, u.resource, u.dj,
                -- fleet_event_devices, written out: a SQL function with a subquery is not
                -- inlined, and called per event it cost more than the rest of the insert.
-               ARRAY(SELECT jsonb_array_elements_text(
-                                jsonb_path_query_array(u.dj, fleet_device_path(u.pod_uid)))),
+               CASE WHEN u.op IN (@DEVICE_OPS@) THEN
+                   ARRAY(SELECT jsonb_array_elements_text(
+                             jsonb_path_query_array(u.dj, fleet_device_path(u.pod_uid))))
+               ELSE CAST(ARRAY[] AS text[]) END,
                u.device_ids, u.released, u.hash
         FROM u
     ),
@@ -353,7 +369,7 @@ BEGIN
                      u.pod_uid, u.container, u.resource,
                      CASE WHEN u.op = 'delete' THEN NULL ELSE u.seq END AS seq,
                      CASE WHEN u.op = 'delete' THEN NULL ELSE u.dj END AS device_ids
-              FROM u WHERE u.pod_uid IS NOT NULL
+              FROM u WHERE u.pod_uid IS NOT NULL AND u.op IN (@ENTRY_OPS@)
               ORDER BY u.pod_uid, u.container, u.resource, u.seq DESC) t
         LEFT JOIN fleet_entries e
           ON e.store_id = p_store_id AND e.pod_uid = t.pod_uid
@@ -436,7 +452,7 @@ BEGIN
     ),
     regs AS (
         SELECT DISTINCT ON (u.resource) u.resource, u.op, u.dj
-        FROM u WHERE u.pod_uid IS NULL
+        FROM u WHERE u.pod_uid IS NULL AND u.op IN ('registered', 'unregistered')
         ORDER BY u.resource, u.seq DESC
     ),
     unregistered AS (
@@ -563,7 +579,9 @@ BEGIN
                               device_ids, devices, device_ids_text, released, hash)
     SELECT p_store_id, k.seq, k.ts, k.op, k.pod_uid, k.container, k.resource,
            CAST(k.device_ids AS jsonb),
-           fleet_event_devices(k.pod_uid, CAST(k.device_ids AS jsonb)),
+           CASE WHEN k.op IN (@DEVICE_OPS@)
+                THEN fleet_event_devices(k.pod_uid, CAST(k.device_ids AS jsonb))
+                ELSE CAST(ARRAY[] AS text[]) END,
            k.device_ids, k.released, k.hash
     FROM unnest(l_kept) k;
 
@@ -721,6 +739,10 @@ def upgrade() -> None:
     op.add_column("fleet_events", sa.Column("released", sa.Text(), nullable=True))
     op.add_column("fleet_events", sa.Column("hash", sa.LargeBinary(), nullable=True))
     op.add_column("fleet_snapshots", sa.Column("anchor_hash", sa.LargeBinary(), nullable=True))
+    op.drop_constraint("ck_fleet_events_op", "fleet_events", type_="check")
+    op.create_check_constraint(
+        "ck_fleet_events_op", "fleet_events", f"op IN ({_DEVICE_OPS}, {_NODE_OPS})"
+    )
     # The counters of the stores shipped so far, counted once here.
     op.execute(
         """
@@ -779,7 +801,11 @@ def upgrade() -> None:
     _execute(_EVENT_IN)
     _execute(_EVENTS_IN)
     for create in _PATH:
-        _execute(create.replace("@SCHEMA@", schema))
+        _execute(
+            create.replace("@SCHEMA@", schema)
+            .replace("@DEVICE_OPS@", _DEVICE_OPS)
+            .replace("@ENTRY_OPS@", _ENTRY_OPS)
+        )
     for name in _PATH_NAMES:
         _execute(f"REVOKE EXECUTE ON FUNCTION {name} FROM PUBLIC")
     for _name, create in _VIEWS:
@@ -798,6 +824,10 @@ def downgrade() -> None:
     for table in ("fleet_node_grants", "fleet_store_log", "fleet_chain_links"):
         op.drop_table(table)
     op.drop_column("fleet_snapshots", "anchor_hash")
+    # f0001 knew device events only: the node's other events go (they were history only).
+    op.execute(f"DELETE FROM fleet_events WHERE op IN ({_NODE_OPS})")
+    op.drop_constraint("ck_fleet_events_op", "fleet_events", type_="check")
+    op.create_check_constraint("ck_fleet_events_op", "fleet_events", f"op IN ({_DEVICE_OPS})")
     for column in ("hash", "released", "device_ids_text"):
         op.drop_column("fleet_events", column)
     for column in ("retired_at", "last_refusal_at", "last_refusal", *_COUNTERS, "head_hash"):

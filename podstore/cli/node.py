@@ -1,0 +1,162 @@
+"""``podstore import-node`` and ``podstore topology``: the whole node — its four checkpoints,
+NUMA topology and pod names — loaded at once, and pictured per NUMA node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from podstore.checkpoint.podnames import DEFAULT_POD_LOGS
+from podstore.checkpoint.topology import DEFAULT_SYSFS
+from podstore.cli.checkpoint import KIND_NAMES, node_report_line
+from podstore.cli.context import Context
+from podstore.cli.output import emit, escape_controls, output_option
+from podstore.types import ContainerNuma, NodeSyncReport, NumaUsage, SyncReport
+
+#: Where kubelet keeps its state.
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
+
+TOPOLOGY_COLUMNS = ["numa_node", "kind", "name", "held", "free", "total", "holders"]
+MISALIGNED_COLUMNS = [
+    "pod_uid",
+    "namespace",
+    "pod_name",
+    "container",
+    "device_numa",
+    "cpu_numa",
+    "memory_numa",
+]
+#: How many skipped topology or name entries the report names before it says "and N more".
+SKIPPED_SHOWN = 10
+
+
+def node_dirs(fn: Any) -> Any:
+    """``--sysfs`` and ``--pod-logs``, shared by ``import-node`` and ``watch``."""
+    fn = click.option(
+        "--pod-logs",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=DEFAULT_POD_LOGS,
+        show_default=True,
+        help="kubelet's pod log directory, whose NAMESPACE_NAME_UID entries name the pods.",
+    )(fn)
+    return click.option(
+        "--sysfs",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=DEFAULT_SYSFS,
+        show_default=True,
+        help="The sysfs root whose devices/system/node/node*/cpulist give CPU -> NUMA node.",
+    )(fn)
+
+
+def _device_line(report: SyncReport) -> str:
+    return (
+        f"{KIND_NAMES['devices']} from {escape_controls(report.path)} [v{report.version}]: "
+        f"{report.entries} entries, {report.inserted} inserted, {report.replaced} replaced, "
+        f"{report.deleted} deleted" + ("" if report.changed else " (unchanged)")
+    )
+
+
+def _facts_line(report: NodeSyncReport, what: str) -> str:
+    return (
+        f"{what} from {escape_controls(str(report.path))}: {report.items} items, "
+        f"{report.written} written, {report.deleted} deleted"
+        + ("" if report.changed else " (unchanged)")
+    )
+
+
+@click.command("import-node")
+@click.argument(
+    "kubelet_dir",
+    required=False,
+    default=DEFAULT_KUBELET_DIR,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@node_dirs
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Refuse larger checkpoint files (default 256 MiB).",
+)
+@click.pass_obj
+def import_node(
+    ctx: Context, kubelet_dir: Path, sysfs: Path, pod_logs: Path, max_bytes: int | None
+) -> None:
+    """Load the whole node in one transaction: every checkpoint present in KUBELET_DIR
+    (default /var/lib/kubelet) — the device manager's, the CPU, memory and DRA managers' —,
+    the NUMA topology (--sysfs) and the pod names (--pod-logs).
+
+    Each writes only what differs, each change a history event. Every present file is
+    verified first: one that fails refuses the whole command (exit 1, nothing changed). A
+    kind whose file is absent is left as it was and reported. Exit status 0 when loaded.
+    """
+    report = ctx.store().import_node(
+        kubelet_dir, sysfs=sysfs, pod_logs=pod_logs, max_bytes=max_bytes
+    )
+    for part in report.checkpoints.values():
+        if isinstance(part, SyncReport):
+            click.echo("imported " + _device_line(part))
+        else:
+            click.echo("imported " + node_report_line(part))
+    for kind in report.absent:
+        click.echo(f"absent: {KIND_NAMES[kind]} (left as it was)")
+    for part, what in ((report.topology, "NUMA topology"), (report.names, "pod names")):
+        click.echo("imported " + _facts_line(part, what))
+        for reason in part.skipped[:SKIPPED_SHOWN]:
+            click.echo(f"  skipped {escape_controls(reason)}")
+        if len(part.skipped) > SKIPPED_SHOWN:
+            click.echo(f"  ... and {len(part.skipped) - SKIPPED_SHOWN} more")
+
+
+def _usage_row(u: NumaUsage) -> dict[str, Any]:
+    return {
+        "numa_node": u.numa_node,
+        "kind": u.kind,
+        "name": u.name,
+        "held": u.held,
+        "free": u.free,
+        "total": u.total,
+        "holders": list(u.holders),
+    }
+
+
+def _nodes(nodes: tuple[int, ...] | None) -> list[int] | None:
+    return None if nodes is None else list(nodes)
+
+
+def _misaligned_row(c: ContainerNuma) -> dict[str, Any]:
+    return {
+        "pod_uid": c.pod_uid,
+        "namespace": c.namespace,
+        "pod_name": c.pod_name,
+        "container": c.container,
+        "device_numa": _nodes(c.device_numa),
+        "cpu_numa": _nodes(c.cpu_numa),
+        "memory_numa": _nodes(c.memory_numa),
+    }
+
+
+@click.command("topology")
+@click.option(
+    "--misaligned",
+    is_flag=True,
+    help="List the containers whose devices, CPUs and memory are not on the same NUMA nodes "
+    "(v_numa_misaligned) instead.",
+)
+@output_option
+@click.pass_obj
+def topology(ctx: Context, misaligned: bool, output: str) -> None:
+    """The node per NUMA node: exclusive CPUs by container and the shared pool, memory by type
+    (held = reserved, free, total = allocatable, in bytes), devices by resource (held; free:
+    registered devices nobody holds, on the line without a NUMA node) and DRA devices by
+    driver, with their holders. A blank NUMA_NODE is what no known NUMA node holds.
+    """
+    store = ctx.store(readonly=True)
+    if misaligned:
+        emit(
+            map(_misaligned_row, store.container_numa(misaligned=True)), MISALIGNED_COLUMNS, output
+        )
+        return
+    emit(map(_usage_row, store.topology()), TOPOLOGY_COLUMNS, output)

@@ -1,0 +1,156 @@
+"""Bringing one kind of the node's state to a wanted state, writing only what differs.
+
+The wanted items are computed before the write lock (:func:`prepare` reads and verifies a
+file; :func:`prepared_state` takes a state given in Python). Inside the caller's transaction
+:func:`apply` reads the stored items, and for each key writes the rows and one history event
+where the item is new or its ``canon`` differs (``<family>-set``, the new payload) and removes
+the rows with one event where it went (``<family>-delete``, the last payload); an item whose
+canon is the same is left as stored, rows and order alike. Events go out deletes and changes
+first (in key order), then new items in the source's order (where a new DRA claim goes in the
+list). ``node_files`` takes the file's format and form without an event.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from podstore.checkpoint import (
+    CPUManagerState,
+    DRAState,
+    MemoryManagerState,
+    read_node_checkpoint,
+)
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES
+from podstore.errors import InvalidInputError
+from podstore.storage import events
+from podstore.storage.node import cpu, dra, files, memory
+from podstore.storage.node.items import Items, Part, key_order
+from podstore.types import NodeSyncReport
+
+#: The kinds this package keeps (the device manager's is storage/sync.py's).
+KINDS = ("cpu", "memory", "dra")
+_PARTS: dict[str, Part] = {"cpu": cpu.PART, "memory": memory.PART, "dra": dra.PART}
+
+NodeState = CPUManagerState | MemoryManagerState | DRAState
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedNode:
+    """A kind's wanted state, verified and turned into items before the write lock."""
+
+    kind: str
+    path: str | None
+    version: str
+    checksum: int
+    verified: bool
+    items: Items
+    form: dict[str, Any]
+
+
+def prepared_state(kind: str, state: NodeState, path: str | None = None) -> PreparedNode:
+    """The items of a state (read from a file, or given). Raises InvalidInputError for a
+    state of another kind, or values the store cannot hold."""
+    if kind == "cpu" and isinstance(state, CPUManagerState):
+        items, version, form = cpu.wanted(state)
+        verified = state.verified
+    elif kind == "memory" and isinstance(state, MemoryManagerState):
+        items, version, form = memory.wanted(state)
+        verified = state.verified
+    elif kind == "dra" and isinstance(state, DRAState):
+        items, version, form = dra.wanted(state)
+        verified = True
+    else:
+        raise InvalidInputError(f"state: expected the {kind} manager's state, got {state!r:.80}")
+    return PreparedNode(kind, path, version, int(state.checksum), verified, items, form)
+
+
+def prepare(
+    path: str | os.PathLike[str], kind: str = "auto", *, max_bytes: int | None = None
+) -> PreparedNode:
+    """Read and verify a CPU, memory or DRA checkpoint (``auto``: by its content).
+
+    Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device manager
+    checkpoint (``import_checkpoint`` loads those) or values the store cannot hold.
+    """
+    if kind not in ("auto", *KINDS):
+        raise InvalidInputError(f"kind must be auto, cpu, memory or dra, not {kind!r}")
+    found = read_node_checkpoint(
+        path, kind, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    )
+    if found.kind not in KINDS:
+        raise InvalidInputError(
+            f"{os.fspath(path)!s} is a device manager checkpoint; import it as kind devices"
+        )
+    state: Any = found.state
+    return prepared_state(found.kind, state, os.path.abspath(os.fspath(path)))
+
+
+def apply_items(conn: sqlite3.Connection, part: Part, wanted: Items) -> tuple[int, int]:
+    """Make ``part``'s items equal ``wanted``; (items written, items deleted), one history
+    event each."""
+    have = part.stored(conn)
+    gone = sorted((k for k in have if k not in wanted), key=key_order)
+    changed = sorted(
+        (k for k, item in wanted.items() if k in have and have[k].canon != item.canon),
+        key=key_order,
+    )
+    added = [k for k in wanted if k not in have]
+    if not (gone or changed or added):
+        return 0, 0
+    pending = events.Pending()
+    for key in gone:
+        old = have[key]
+        part.remove(conn, key, old)
+        pending.node(f"{part.family}-delete", key, old.payload, old.devices)
+    for key in changed:
+        old, new = have[key], wanted[key]
+        part.write(conn, key, new, old)
+        released = sorted(set(old.devices) - set(new.devices))
+        pending.node(f"{part.family}-set", key, new.payload, new.devices, released)
+    for key in added:
+        new = wanted[key]
+        part.write(conn, key, new, None)
+        pending.node(f"{part.family}-set", key, new.payload, new.devices)
+    pending.write(conn)
+    return len(changed) + len(added), len(gone)
+
+
+def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeSyncReport:
+    """Bring the store's ``prepared.kind`` to ``prepared`` inside the caller's transaction."""
+    kind = prepared.kind
+    # The file row first: the policy item writes into it.
+    form_changed = files.put(conn, kind, prepared.version, prepared.form)
+    written, deleted = apply_items(conn, _PARTS[kind], prepared.items)
+    return NodeSyncReport(
+        kind=kind,
+        path=prepared.path,
+        version=prepared.version,
+        checksum=prepared.checksum,
+        verified=prepared.verified,
+        items=len(prepared.items),
+        written=written,
+        deleted=deleted,
+        form_changed=form_changed,
+    )
+
+
+def read_state(conn: sqlite3.Connection, kind: str) -> NodeState | None:
+    """The state of ``kind`` the store holds (None: no checkpoint of it was loaded)."""
+    if kind == "cpu":
+        return cpu.read_state(conn)
+    if kind == "memory":
+        return memory.read_state(conn)
+    if kind == "dra":
+        return dra.read_state(conn)
+    raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
+
+
+def apply_facts(
+    conn: sqlite3.Connection, kind: str, part: Part, wanted: Items, path: str | None
+) -> NodeSyncReport:
+    """Bring the topology or the names to ``wanted`` (``kind`` says which, for the report)."""
+    written, deleted = apply_items(conn, part, wanted)
+    return NodeSyncReport(kind, path, None, None, True, len(wanted), written, deleted)

@@ -1,0 +1,107 @@
+"""``import_node``: every checkpoint file a kubelet directory holds, the NUMA topology and the
+pod names, verified first and then loaded in one transaction.
+
+:func:`prepare` reads and verifies every file that is there (before the write lock): one that
+fails verification raises, and nothing is written. A kind whose file is absent is left as it
+was. :func:`apply` then writes every kind, the topology and the names, each writing only what
+differs with its history events (the device manager's file as ``sync_checkpoint`` does), in the
+caller's transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from podstore.checkpoint import (
+    FILE_NAMES,
+    KINDS,
+    NumaTopology,
+    PodNames,
+    read_numa_topology,
+    read_pod_names,
+)
+from podstore.errors import CheckpointNotFoundError
+from podstore.storage import sync as device_sync
+from podstore.storage.node import facts
+from podstore.storage.node import sync as node_sync
+from podstore.types import NodeImportReport, NodeSyncReport, SyncReport
+
+#: Kubelet's root directory, where it keeps every checkpoint.
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
+
+
+@dataclass(slots=True)
+class PreparedWholeNode:
+    kubelet_dir: str
+    devices: device_sync.PreparedSync | None
+    kinds: dict[str, node_sync.PreparedNode] = field(default_factory=dict)
+    absent: list[str] = field(default_factory=list)
+    sysfs: str = ""
+    topology: NumaTopology | None = None
+    pod_logs: str = ""
+    names: PodNames = field(default_factory=lambda: PodNames({}))
+
+
+def prepare(
+    kubelet_dir: str | os.PathLike[str],
+    sysfs: str | os.PathLike[str],
+    pod_logs: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    device_state: Callable[[str], device_sync.SyncState] | None = None,
+) -> PreparedWholeNode:
+    """Read and verify every present checkpoint of ``kubelet_dir``, the topology under
+    ``sysfs`` and the names under ``pod_logs``. Raises the first file's error (unreadable,
+    corrupt, not of its kind, values the store cannot hold)."""
+    root = os.path.abspath(os.fspath(kubelet_dir))
+    out = PreparedWholeNode(root, None)
+    for kind in KINDS:
+        path = os.path.join(root, FILE_NAMES[kind])
+        try:
+            if kind == "devices":
+                state = device_state(path) if device_state is not None else None
+                out.devices = device_sync.prepare(path, max_bytes=max_bytes, state=state)
+            else:
+                out.kinds[kind] = node_sync.prepare(path, kind, max_bytes=max_bytes)
+        except CheckpointNotFoundError:
+            out.absent.append(kind)
+    out.sysfs = os.path.abspath(os.fspath(sysfs))
+    out.topology = read_numa_topology(sysfs)
+    out.pod_logs = os.path.abspath(os.fspath(pod_logs))
+    out.names = read_pod_names(pod_logs)
+    return out
+
+
+def apply(
+    conn: sqlite3.Connection,
+    prepared: PreparedWholeNode,
+    device_state: device_sync.SyncState | None = None,
+) -> NodeImportReport:
+    """Load ``prepared`` in the caller's transaction."""
+    reports: dict[str, SyncReport | NodeSyncReport] = {}
+    if prepared.devices is not None:
+        reports["devices"] = device_sync.apply(conn, prepared.devices, device_state)
+    for kind, kind_prepared in prepared.kinds.items():
+        reports[kind] = node_sync.apply(conn, kind_prepared)
+    topology = node_sync.apply_facts(
+        conn,
+        "topology",
+        facts.TOPOLOGY,
+        facts.topology_items(prepared.topology),
+        prepared.sysfs,
+    )
+    if prepared.topology is not None and prepared.topology.skipped:
+        topology = _with_skipped(topology, prepared.topology.skipped)
+    names = node_sync.apply_facts(
+        conn, "names", facts.NAMES, facts.name_items(prepared.names), prepared.pod_logs
+    )
+    if prepared.names.skipped:
+        names = _with_skipped(names, prepared.names.skipped)
+    return NodeImportReport(prepared.kubelet_dir, reports, tuple(prepared.absent), topology, names)
+
+
+def _with_skipped(report: NodeSyncReport, skipped: tuple[str, ...]) -> NodeSyncReport:
+    return replace(report, skipped=skipped)

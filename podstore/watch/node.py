@@ -1,0 +1,164 @@
+"""``podstore watch --kubelet-dir``: every checkpoint of the node followed, each by its own
+rename, and the node's facts (NUMA topology, pod names) kept with them.
+
+One :class:`NodeFollower` per kind (the device manager's file and the CPU, memory and DRA
+managers'), each the follower of ``follower.py`` with its own trigger, wake-up and counters,
+syncing its file with the store's sync of that kind (diffs only, one transaction, history
+events). A file absent since the start is not a problem — a node without the memory manager
+never writes its file —: it is logged once at INFO, not counted as a sync, and followed (its
+directory is watched) until it appears. One that was there and went is ``missing`` as usual.
+:class:`NodeFacts` reads the topology and the pod names again after every sync and at every
+polling tick, and writes them when they differ. :class:`FollowerGroup` runs the followers
+together: the first in the caller's thread, the others in threads of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from podstore.checkpoint import FILE_NAMES, KINDS, read_numa_topology, read_pod_names
+from podstore.errors import PodStoreError
+from podstore.metrics.stats import SyncStats
+from podstore.store import PodStore
+from podstore.types import NodeSyncReport, SyncReport
+from podstore.watch.follower import Follower, SyncOutcome
+from podstore.watch.trigger import signature
+
+log = logging.getLogger("podstore")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDirs:
+    """Where the node keeps what ``--kubelet-dir`` follows."""
+
+    kubelet_dir: str
+    sysfs: str
+    pod_logs: str
+
+    def path(self, kind: str) -> str:
+        return os.path.join(self.kubelet_dir, FILE_NAMES[kind])
+
+
+class NodeFollower(Follower):
+    """Keeps the store's ``kind`` equal to its checkpoint file in the kubelet directory."""
+
+    def __init__(
+        self,
+        store: PodStore,
+        path: str,
+        kind: str,
+        *,
+        interval: float = 10.0,
+        stats: SyncStats | None = None,
+    ) -> None:
+        super().__init__(store, path, interval=interval, stats=stats)
+        self.kind = kind
+        self._been_there = False
+        self._said_absent = False
+
+    @property
+    def absent(self) -> bool:
+        """The file has not been there since the follower started."""
+        return not self._been_there
+
+    def sync(self) -> SyncOutcome:
+        if not self._been_there and not os.path.exists(self.path):
+            if not self._said_absent:
+                log.info("%s: absent; following its directory until it appears", self.path)
+                self._said_absent = True
+            self._seen = signature(self.path)
+            return SyncOutcome("missing", 0.0, problem="absent since the start")
+        self._been_there = True
+        return super().sync()
+
+    def _apply(self) -> SyncReport | NodeSyncReport:
+        if self.kind == "devices":
+            return self.store.sync_checkpoint(self.path)
+        return self.store.import_node_checkpoint(self.path, kind=self.kind)
+
+    def _log(self, outcome: SyncOutcome) -> None:
+        report = outcome.report
+        if isinstance(report, NodeSyncReport) and report.changed:
+            self._problems.clear(self.path)
+            log.info(
+                "applied %s in %.3f s: %d written, %d deleted",
+                self.path,
+                outcome.seconds,
+                report.written,
+                report.deleted,
+            )
+            return
+        super()._log(outcome)
+
+
+class NodeFacts:
+    """The topology and pod names, read again when asked and written when they differ."""
+
+    def __init__(self, store: PodStore, dirs: NodeDirs) -> None:
+        self.store = store
+        self.dirs = dirs
+        self._lock = threading.Lock()
+        self._seen: tuple[object, object] | None = None
+
+    def refresh(self) -> None:
+        """Read both and write what differs (never raises: a store error is logged)."""
+        with self._lock:
+            topology = read_numa_topology(self.dirs.sysfs)
+            names = read_pod_names(self.dirs.pod_logs)
+            seen = (None if topology is None else topology.nodes, names.pods)
+            if seen == self._seen:
+                return
+            try:
+                with self.store.transaction():
+                    changed = self.store.set_numa_topology(topology).events
+                    changed += self.store.set_pod_names(names).events
+            except PodStoreError as exc:
+                log.error("recording the topology and pod names failed: %s", exc)
+                return
+            self._seen = seen
+            if changed:
+                log.info("recorded %d changes of the NUMA topology and pod names", changed)
+
+
+def node_followers(
+    store: PodStore, dirs: NodeDirs, interval: float, stats: dict[str, SyncStats]
+) -> list[NodeFollower]:
+    """A follower per kind, the device manager's first; ``stats`` gets each one's counters."""
+    out = []
+    for kind in KINDS:
+        counters = stats.setdefault(kind, SyncStats())
+        out.append(NodeFollower(store, dirs.path(kind), kind, interval=interval, stats=counters))
+    return out
+
+
+class FollowerGroup:
+    """Followers run together until :meth:`stop` (safe in a signal handler)."""
+
+    def __init__(self, followers: Sequence[Follower]) -> None:
+        self.followers = list(followers)
+
+    def stop(self) -> None:
+        for f in self.followers:
+            f.stop()
+
+    def run(self, *, on_start: Callable[[], None] | None = None) -> None:
+        """Run every follower; returns when the first one (run in this thread) stops, after
+        the others have stopped too."""
+        first, *others = self.followers
+        threads = [
+            threading.Thread(target=f.run, name=f"podstore-follow-{i}", daemon=True)
+            for i, f in enumerate(others, start=1)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            first.run(on_start=on_start)
+        finally:
+            for f in others:
+                f.stop()
+            for t in threads:
+                t.join()
