@@ -183,14 +183,15 @@ def shape_run_options(
 
 def bulk_rows(entries: Iterable[PodDevicesEntry]) -> dict[str, list[tuple[object, ...]]]:
     """The core rows an import of ``entries`` writes into a fresh store, ids assigned: pods,
-    containers, allocations, device rows (podstore may write more tables besides)."""
+    containers, allocations, device spans (podstore may write more tables besides: the events,
+    and the decoded response JSON in the allocation row)."""
     pods: dict[str, int] = {}
     containers: dict[tuple[int, str], int] = {}
     out: dict[str, list[tuple[object, ...]]] = {
         q.INSERT_POD_WITH_ID: [],
         q.INSERT_CONTAINER_WITH_ID: [],
         q.INSERT_ALLOCATION_WITH_ID: [],
-        q.INSERT_DEVICE: [],
+        q.INSERT_SPAN: [],
     }
     for aid, e in enumerate(entries, start=1):
         pid = pods.get(e.pod_uid)
@@ -202,11 +203,12 @@ def bulk_rows(entries: Iterable[PodDevicesEntry]) -> dict[str, list[tuple[object
             cid = containers[(pid, e.container_name)] = len(containers) + 1
             out[q.INSERT_CONTAINER_WITH_ID].append((cid, pid, e.container_name))
         out[q.INSERT_ALLOCATION_WITH_ID].append(
-            (aid, cid, e.resource_name, e.device_ids is None, e.alloc_resp, False)
+            (aid, cid, e.resource_name, e.device_ids is None, e.alloc_resp, False, None)
         )
         for node, ids in (e.device_ids or {}).items():
             for pos, dev in enumerate(ids or ()):
-                out[q.INSERT_DEVICE].append((aid, node, pos, dev))
+                # since_seq: the entry's event, the aid-th of a fresh store's import
+                out[q.INSERT_SPAN].append((aid, aid, node, pos, dev))
     return out
 
 

@@ -143,9 +143,12 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
-            {"revision": "0007", "down_revision": "0005",
+            {"revision": "0007", "down_revision": "0006",
              "message": "The whole node: the CPU, memory and DRA managers' state, the NUMA "
              "topology, pod names."},
+            {"revision": "0006", "down_revision": "0005",
+             "message": "Lean entries: the decoded response as JSON, device spans shared with "
+             "the history, no ts index."},
             {"revision": "0005", "down_revision": "0004",
              "message": "History chain: every event hashed to its predecessor, and the devices "
              "each event released."},

@@ -155,7 +155,12 @@ def _loops(details: list[str]) -> list[str]:
 def _is_full_scan(detail: str) -> bool:
     # A scan of a co-routine's or materialized sub-query's rows is a scan of what that
     # sub-query produced (its own loops are checked where they are); a scan of a table is not.
-    return detail.startswith("SCAN ") and not detail.startswith("SCAN (subquery-")
+    # Neither is a table-valued function's (json_each of one row's JSON value).
+    return (
+        detail.startswith("SCAN ")
+        and not detail.startswith("SCAN (subquery-")
+        and "VIRTUAL TABLE" not in detail
+    )
 
 
 def quadratic_spots(plan: list[tuple[int, int, int, str]]) -> list[str]:

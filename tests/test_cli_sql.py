@@ -25,7 +25,7 @@ WRITES = [
     "DROP TABLE pods",
     "DROP VIEW v_allocations",
     "DROP TRIGGER tr_allocation_events_append_only",
-    "DROP INDEX ix_allocation_devices_device_id",
+    "DROP INDEX ix_allocation_device_spans_device_id",
     "CREATE TABLE t (x)",
     "CREATE TEMP TABLE t (x)",
     "CREATE VIEW v AS SELECT 1",

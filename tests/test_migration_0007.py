@@ -3,7 +3,7 @@ filled stores.
 
 The downgrade drops the node's tables and views and its events, linking the chain over them
 the way ``prune_history`` does, so the device history stays checkable; the device tables are
-left row for row. The upgrade of a filled 0005 store adds empty node tables beside an intact
+left row for row. The upgrade of a filled 0006 store adds empty node tables beside an intact
 device state and history.
 """
 
@@ -43,7 +43,13 @@ NODE_TABLES = {
     "numa_cpus",
     "pod_names",
 }
-HISTORY = {"allocation_events", "allocation_event_devices", "history_chain_links", "store_meta"}
+HISTORY = {
+    "allocation_events",
+    "allocation_event_devices",
+    "event_device_rows",
+    "history_chain_links",
+    "store_meta",
+}
 VIEWS_SQL = [
     "SELECT * FROM v_container_numa ORDER BY pod_uid, container",
     "SELECT * FROM v_cpu_assignments ORDER BY pod_uid, container, cpu",
@@ -90,7 +96,7 @@ def test_downgrade_drops_the_node_and_keeps_the_device_history_checkable(
     shutil.copy(filled, db)
     head = table_dump(db)
     views = _views(db)
-    run_downgrade(ConnectOptions(path=str(db)), "0005")
+    run_downgrade(ConnectOptions(path=str(db)), "0006")
     down = table_dump(db)
     assert _names(head) >= NODE_TABLES and not NODE_TABLES & _names(down)
     for name in _names(down) - HISTORY - {"alembic_version"}:
@@ -101,6 +107,8 @@ def test_downgrade_drops_the_node_and_keeps_the_device_history_checkable(
                down["allocation_events"])  # fmt: skip
     kept = {r[0] for r in down["allocation_events"]}
     assert [r for r in head["allocation_events"] if r[0] in kept] == down["allocation_events"]
+    # The device rows of the events kept stay; those of the node's events go with them.
+    assert [r for r in head["event_device_rows"] if r[0] in kept] == down["event_device_rows"]
     assert check_store(db) != []  # below head
 
     run_upgrade(ConnectOptions(path=str(db)), "head")
@@ -121,7 +129,7 @@ def test_the_cli_downgrade_names_what_it_drops(filled: Path, tmp_path: Path) -> 
     shutil.copy(filled, db)
     before = table_dump(db)
     res = subprocess.run(
-        [*podstore_command(), "--db", str(db), "migrate", "downgrade", "0005"],
+        [*podstore_command(), "--db", str(db), "migrate", "downgrade", "0006"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -131,12 +139,12 @@ def test_the_cli_downgrade_names_what_it_drops(filled: Path, tmp_path: Path) -> 
     assert table_dump(db) == before
 
 
-def test_upgrade_of_a_filled_0005_store(filled: Path, tmp_path: Path) -> None:
+def test_upgrade_of_a_filled_0006_store(filled: Path, tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with PodStore.open(db) as store:
         for i in range(120):
             workload.apply(store, workload.make_op(11, i))
-    run_downgrade(ConnectOptions(path=str(db)), "0005")
+    run_downgrade(ConnectOptions(path=str(db)), "0006")
     old = table_dump(db)
     run_upgrade(ConnectOptions(path=str(db)), "head")
     new = table_dump(db)

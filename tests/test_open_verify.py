@@ -109,7 +109,7 @@ def test_auto_after_a_clean_close_answers_at_once_and_refuses_writes_on_damage(
     db = tmp_path / "s.db"
     _store(db)
     assert not Path(f"{db}-wal").exists()
-    _damage_page(db, _leaf_page(db, "allocation_devices"))
+    _damage_page(db, _leaf_page(db, "allocation_device_spans"))
     before = db.read_bytes()
     store = PodStore.open(db)  # the default is verify="auto"
     with store:
@@ -139,7 +139,7 @@ def test_auto_after_an_unclean_close_checks_everything_before_returning(tmp_path
     so a damaged page is refused there."""
     db = tmp_path / "s.db"
     _store(db)
-    page = _leaf_page(db, "allocation_devices")
+    page = _leaf_page(db, "allocation_device_spans")
     crashed = tmp_path / "crashed.db"
     with PodStore.open(db) as store:
         store.insert("late", "main", "nvidia.com/gpu", {0: ["GPU-late"]}, None)
@@ -189,7 +189,7 @@ def test_auto_checks_everything_before_migrating(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     _store(db)
     migrate.run_downgrade(ConnectOptions(path=str(db)), "0003")
-    _damage_page(db, _leaf_page(db, "allocation_devices"))
+    _damage_page(db, _leaf_page(db, "allocation_devices"))  # a table below revision 0006
     with pytest.raises(StoreCorruptError):
         PodStore.open(db)
     conn = sqlite3.connect(db)

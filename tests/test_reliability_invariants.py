@@ -52,7 +52,10 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     ),
     "orphan-device-rows": (
         "error",
-        ["INSERT INTO allocation_devices VALUES (999999, 0, 0, 'ghost-dev')"],
+        [
+            "INSERT INTO allocation_device_spans (allocation_id, since_seq, numa_node, position, "
+            "device_id) VALUES (999999, 0, 0, 0, 'ghost-dev')"
+        ],
         "'ghost-dev'",
     ),
     "orphan-empty-lists": (
@@ -74,8 +77,9 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     "positions": (
         "error",
         [
-            f"UPDATE allocation_devices SET position = position + 10 WHERE (allocation_id, "
-            f"numa_node, position) = (SELECT allocation_id, numa_node, last FROM ({_LIST}))"
+            f"UPDATE allocation_device_spans SET position = position + 10 WHERE until_seq IS "
+            f"NULL AND (allocation_id, numa_node, position) = (SELECT allocation_id, numa_node, "
+            f"last FROM ({_LIST}))"
         ],
         "positions 0..",
     ),
@@ -107,10 +111,12 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     "duplicate-devices": (
         "warning",
         [
-            f"UPDATE allocation_devices SET device_id = (SELECT device_id FROM "
-            f"allocation_devices d WHERE (d.allocation_id, d.numa_node, d.position) = "
-            f"(SELECT allocation_id, numa_node, 0 FROM ({_LIST}))) WHERE (allocation_id, "
-            f"numa_node, position) = (SELECT allocation_id, numa_node, last FROM ({_LIST}))"
+            # the list's first device once more at its end, as of the same event
+            f"INSERT INTO allocation_device_spans (allocation_id, since_seq, numa_node, "
+            f"position, device_id) SELECT d.allocation_id, d.since_seq, d.numa_node, l.last + 1, "
+            f"d.device_id FROM allocation_device_spans d JOIN ({_LIST}) l ON l.allocation_id = "
+            f"d.allocation_id AND l.numa_node = d.numa_node WHERE d.position = 0 AND "
+            f"d.until_seq IS NULL"
         ],
         "x2 in",
     ),
@@ -127,16 +133,22 @@ CASES: dict[str, tuple[str, list[str], str]] = {
     "store-id": ("error", ["DELETE FROM store_meta WHERE key = 'store_id'"], "no store_id"),
     "foreign-keys": (
         "error",
-        ["INSERT INTO response_envs VALUES (999999, 0, 'GHOST', 'x')"],
-        "response_envs",
+        ["INSERT INTO event_device_rows (seq, device_id) VALUES (999999, 'ghost')"],
+        "event_device_rows",
     ),
     "event-devices": (
         "error",
-        [
-            "DELETE FROM allocation_event_devices WHERE seq = (SELECT min(seq) FROM "
-            "allocation_event_devices)"
-        ],
+        ["DELETE FROM event_device_rows WHERE seq = (SELECT min(seq) FROM event_device_rows)"],
         "missing",
+    ),
+    "spans": (
+        "error",
+        [
+            "UPDATE allocation_device_spans SET until_released = 0 WHERE allocation_id = "
+            "(SELECT min(allocation_id) FROM allocation_device_spans WHERE until_seq IS NULL) "
+            "AND until_seq IS NULL"
+        ],
+        "open yet says how it ended",
     ),
     "history-chain": (
         "error",
@@ -235,19 +247,33 @@ MORE_CASES: list[tuple[str, str, list[str], str]] = [
     ("schema", "error", ["DROP TABLE registered_devices"], "missing tables: registered_devices"),
     ("schema", "error", ["DROP TABLE alembic_version"], "no alembic_version table"),
     (
-        "foreign-keys",
+        "event-devices",
         "error",
-        ["INSERT INTO allocation_event_devices (seq, device_id) VALUES (999999, 'ghost')"],
-        "allocation_event_devices",
+        [
+            "INSERT INTO event_device_rows (seq, device_id, released) "
+            "SELECT min(seq), 'ghost-dev', 1 FROM allocation_events"
+        ],
+        "'ghost-dev' (released): not named by the event",
     ),
     (
         "event-devices",
         "error",
         [
-            "INSERT INTO allocation_event_devices (seq, device_id, released) "
-            "SELECT min(seq), 'ghost-dev', 1 FROM allocation_events"
+            "UPDATE allocation_device_spans SET until_released = 1 - until_released "
+            "WHERE (allocation_id, since_seq, numa_node, position) = (SELECT allocation_id, "
+            "since_seq, numa_node, position FROM allocation_device_spans "
+            "WHERE until_released IS NOT NULL ORDER BY 1, 2, 3, 4 LIMIT 1)"
         ],
-        "'ghost-dev' (released): not named by the event",
+        "not named by the event",
+    ),
+    (
+        "responses",
+        "error",
+        [
+            'UPDATE allocations SET response = \'{"envs":[["GHOST","x"]]}\' '
+            f"WHERE id = ({_WITH_RESPONSE})"
+        ],
+        "decoded JSON (allocations.response) differs",
     ),
     (
         "history-chain",

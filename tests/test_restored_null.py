@@ -89,7 +89,8 @@ def _every_output(store: PodStore, db: Path) -> dict[str, Any]:
         r[0]
         for r in _rows(
             store,
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'response_%'",
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name LIKE 'response_%'",
         )
     ]
     assert views and response_tables

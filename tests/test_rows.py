@@ -21,7 +21,7 @@ def test_device_rows_lists_devices_and_marks_empty_and_null_lists() -> None:
 
 
 #: The tables of an entry's state (the history and store metadata differ in time and op).
-ENTRY_TABLES = ("pods", "containers", "allocations", "allocation_devices", "empty_numa_lists")
+ENTRY_TABLES = ("pods", "containers", "allocations", "allocation_device_spans", "empty_numa_lists")
 
 
 def _state(store: PodStore) -> tuple[object, ...]:

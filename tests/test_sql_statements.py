@@ -22,7 +22,6 @@ from podstore.storage.sql import (
     node_checks,
     node_read,
     node_views,
-    responses,
     ship,
     sync,
     views,
@@ -34,7 +33,6 @@ from podstore.storage.sql import (
 MODULES = (
     entries,
     events,
-    responses,
     views,
     audit,
     checks,
@@ -92,7 +90,7 @@ def test_there_are_statements_to_check() -> None:
     names = {n.split(".", 1)[1] for n in STATEMENTS}
     assert {"PODS", "CONTAINER_DEVICES", "RESOURCE_DEVICES_JSON", "ENTRIES_WITH_RESPONSE"} <= names
     assert {"OWNERS_AT", "PRUNE", "INSERT_EVENT", "RUN_OPTIONS_FOR_CONTAINER"} <= names
-    assert {"ORPHAN_CONTAINERS", "INSERT_ENV", "OWNERS_NOW"} <= names
+    assert {"ORPHAN_CONTAINERS", "INSERT_SPAN", "CLOSE_SPANS", "OWNERS_NOW"} <= names
     assert {"PAIR", "CHANGED_DEVICES", "CHANGED_RESPONSES", "CHANGED_REGISTERED"} <= names
     assert {"HIGH_WATER", "EVENTS_AFTER", "EVENT_DEVICES_BETWEEN"} <= names
 
@@ -121,8 +119,10 @@ def test_setup_creates_temp_tables_only_and_can_run_again(migrated: Path) -> Non
 def test_statement_prepares_against_the_schema(migrated: Path, name: str) -> None:
     sql = STATEMENTS[name]
     named = sorted(set(re.findall(r"(?<!:):([A-Za-z_]\w*)", sql)))
+    numbered = [int(n) for n in re.findall(r"\?(\d+)", sql)]
+    positional = max(numbered) if numbered else sql.count("?")
     params: dict[str, None] | tuple[None, ...] = (
-        dict.fromkeys(named) if named else (None,) * sql.count("?")
+        dict.fromkeys(named) if named else (None,) * positional
     )
     conn = sqlite3.connect(migrated)
     try:
@@ -145,9 +145,9 @@ def test_statement_prepares_against_the_schema(migrated: Path, name: str) -> Non
 
 _STORE_TABLES = re.compile(
     r"\b(FROM|JOIN|INTO|UPDATE)\s+(pods|containers|allocations|allocation_devices|"
-    r"empty_numa_lists|registered_resources|registered_devices|store_meta|response_\w+|"
-    r"allocation_events|allocation_event_devices|node_files|cpu_\w+|memory_\w+|dra_\w+|"
-    r"numa_cpus|pod_names|v_\w+)\b",
+    r"allocation_device_spans|empty_numa_lists|registered_resources|registered_devices|"
+    r"store_meta|response_\w+|allocation_events|allocation_event_devices|event_device_rows|"
+    r"node_files|cpu_\w+|memory_\w+|dra_\w+|numa_cpus|pod_names|v_\w+)\b",
     re.IGNORECASE,
 )
 

@@ -35,7 +35,7 @@ def _add_trigger(path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         conn.execute(
-            "CREATE TRIGGER test_boom BEFORE INSERT ON allocation_devices "
+            "CREATE TRIGGER test_boom BEFORE INSERT ON allocation_device_spans "
             "WHEN NEW.device_id = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END"
         )
         conn.commit()

@@ -1,7 +1,7 @@
 """The whole node: the CPU, memory and DRA managers' state, the NUMA topology, pod names.
 
 Revision ID: 0007
-Revises: 0005 (the lead re-points this to 0006 when both are merged)
+Revises: 0006
 Create Date: 2026-12-05
 
 New tables only (schema.py, "the node's other managers"): ``node_files`` (per checkpoint
@@ -39,7 +39,7 @@ from alembic import op
 
 revision: str = "0007"
 # The lead re-points this to "0006" when the device tables' revision is merged before it.
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -2,9 +2,10 @@
 bulk for restore and import) and reading them back (the one entry reader).
 
 Every write runs inside a transaction the caller opened and appends its history events
-(``storage/events.py``) and decoded response rows (``storage/responses.py``) in it. The one-
-at-a-time and bulk paths give the same result for the same entries, which the state-machine
-test checks.
+(``storage/events.py``) in it; an entry's devices are device spans (``storage/spans.py``)
+that the events share, and its decoded response is the JSON of ``storage/responses.py``. The
+one-at-a-time and bulk paths give the same result for the same entries, which the
+state-machine test checks.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.deviceplugin import Device, NUMANode, TopologyInfo
-from podstore.storage import events, responses
-from podstore.storage.rows import BULK_ROWS, Row, device_rows
+from podstore.storage import events, responses, spans
+from podstore.storage.rows import BULK_ROWS, Row
 from podstore.storage.sql import entries as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, ResourceDeviceInstances
 
@@ -28,8 +29,8 @@ Key = events.Key
 
 
 def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None:
-    """Create or replace one (pod, container, resource) entry, with its decoded response rows
-    and its history event (``op``, by default 'insert' or 'replace')."""
+    """Create or replace one (pod, container, resource) entry, with its device spans, its
+    response JSON and its history event (``op``, by default 'insert' or 'replace')."""
     key = (row.pod_uid, row.container_name, row.resource_name)
     found = conn.execute(sql.ENTRY_IDS, key).fetchone()
     if found is None:
@@ -39,36 +40,41 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
         pod_id, container_id, allocation_id = found
     if container_id is None:
         container_id = conn.execute(sql.INSERT_CONTAINER, (pod_id, row.container_name)).lastrowid
+    stamp = events.next_stamp(conn)
+    seq = stamp[0]
     response = row.response
     raw = None if response is None else response.raw
+    doc = responses.to_json(response)
+    released: list[str] = []
     if allocation_id is None:
         allocation_id = conn.execute(
             sql.INSERT_ALLOCATION,
-            (container_id, row.resource_name, row.devices is None, raw, row.alloc_resp_json_null),
+            (
+                container_id,
+                row.resource_name,
+                row.devices is None,
+                raw,
+                row.alloc_resp_json_null,
+                doc,
+            ),
         ).lastrowid
         assert allocation_id is not None
         replacing = False
     else:
         conn.execute(
             sql.UPDATE_ALLOCATION,
-            (row.devices is None, raw, row.alloc_resp_json_null, allocation_id),
+            (row.devices is None, raw, row.alloc_resp_json_null, doc, allocation_id),
         )
         held = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
-        conn.execute(sql.CLEAR_ALLOCATION_DEVICES, (allocation_id,))
+        released = events.released_devices((d for (d,) in held), row.devices)
+        if held:
+            spans.close(conn, seq, released, allocation_id)
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
-        responses.clear(conn, [(allocation_id,)])
         replacing = True
     if row.devices:
-        devices, empty = device_rows(allocation_id, row.devices)
-        if devices:
-            conn.executemany(sql.INSERT_DEVICE, devices)
-        if empty:
-            conn.executemany(sql.INSERT_EMPTY_LIST, empty)
-    if response is not None:
-        responses.write(conn, allocation_id, response)
-    released = events.released_devices((d for (d,) in held), row.devices) if replacing else ()
+        spans.write(conn, *spans.opened(allocation_id, seq, row.devices))
     events.append_entry(
-        conn, op or ("replace" if replacing else "insert"), key, row.devices, released
+        conn, stamp, op or ("replace" if replacing else "insert"), key, row.devices, released
     )
 
 
@@ -131,18 +137,20 @@ def _write_chunk(
     stamp: events.Stamp,
 ) -> events.Stamp:
     """One chunk of write_many; ``ids`` holds the highest pod, container and allocation ids
-    so far and is advanced in place. Returns the stamp for the next chunk's events."""
+    so far and is advanced in place. Returns the stamp for the next chunk's events (the
+    chunk's i-th entry gets event ``stamp[0] + i``)."""
     new_pods: list[tuple[int, str]] = []
     new_containers: list[tuple[int, int, str]] = []
-    new_allocations: list[tuple[int, int, str, bool, bytes | None, bool]] = []
-    updates: list[tuple[bool, bytes | None, bool, int]] = []
-    cleared: list[tuple[int]] = []
-    held_rows: list[tuple[int, int, int, str]] = []
-    empty_rows: list[tuple[int, int, bool]] = []
-    response_rows = responses.ResponseRows()
+    new_allocations: list[tuple[int, int, str, bool, bytes | None, bool, str | None]] = []
+    updates: list[tuple[bool, bytes | None, bool, str | None, int]] = []
+    replaced: dict[int, int] = {}  # allocation id → the seq of the event that rewrites it
+    opened: list[spans.SpanRow] = []
+    empty_rows: list[spans.EmptyRow] = []
     # (key, devices, the allocation it replaces or None): the events, queued once the
     # replaced entries' old devices are known.
     written: list[tuple[Key, DevicesPerNUMA | None, int | None]] = []
+    to_json = responses.to_json
+    seq = stamp[0]
     for (uid, name, resource), row in items:
         pod_id = pods.get(uid)
         if pod_id is None:
@@ -156,6 +164,7 @@ def _write_chunk(
             new_containers.append((container_id, pod_id, name))
         response = row.response
         raw = None if response is None else response.raw
+        doc = to_json(response)
         allocation_id = existing.get((container_id, resource))
         if allocation_id is None:
             ids[2] += 1
@@ -168,19 +177,19 @@ def _write_chunk(
                     row.devices is None,
                     raw,
                     row.alloc_resp_json_null,
+                    doc,
                 )
             )
             written.append(((uid, name, resource), row.devices, None))
         else:
-            updates.append((row.devices is None, raw, row.alloc_resp_json_null, allocation_id))
-            cleared.append((allocation_id,))
+            updates.append((row.devices is None, raw, row.alloc_resp_json_null, doc, allocation_id))
+            replaced[allocation_id] = seq
             written.append(((uid, name, resource), row.devices, allocation_id))
         if row.devices:
-            devices, empty = device_rows(allocation_id, row.devices)
-            held_rows += devices
+            more, empty = spans.opened(allocation_id, seq, row.devices)
+            opened += more
             empty_rows += empty
-        if response is not None:
-            response_rows.add(allocation_id, response)
+        seq += 1
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
@@ -188,30 +197,41 @@ def _write_chunk(
     if updates:
         conn.executemany(sql.UPDATE_ALLOCATION, updates)
         # A key written twice in one chunk is folded before (write_many), so each id once.
-        replaced = json.dumps([c[0] for c in cleared])
-        for aid, device_id in conn.execute(sql.CLEAR_ALLOCATIONS_DEVICES, (replaced,)).fetchall():
+        chosen = json.dumps(list(replaced))
+        for aid, device_id in conn.execute(sql.HELD_BY_ALLOCATIONS, (chosen,)).fetchall():
             held.setdefault(int(aid), []).append(device_id)
-        conn.executemany(sql.CLEAR_EMPTY_LISTS, cleared)
-        responses.clear(conn, cleared)
+        conn.executemany(sql.CLEAR_EMPTY_LISTS, [(aid,) for aid in replaced])
     pending = events.Pending()
+    closing: list[tuple[int, str | None, int]] = []
     for key, numa_map, old in written:
-        gone = () if old is None else events.released_devices(held.get(old, ()), numa_map)
-        pending.entry(op, key, numa_map, gone)
-    conn.executemany(sql.INSERT_DEVICE, held_rows)
-    if empty_rows:
-        conn.executemany(sql.INSERT_EMPTY_LIST, empty_rows)
-    response_rows.write(conn)
+        gone: list[str] = []
+        if old is not None and old in held:
+            gone = events.released_devices(held[old], numa_map)
+            closing.append(spans.ending(replaced[old], gone, old))
+        pending.entry(op, key, numa_map, gone, spans=True)
+    if closing:
+        conn.executemany(sql.CLOSE_SPANS, closing)
+    spans.write(conn, opened, empty_rows)
     return pending.write(conn, stamp)
 
 
 def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
-    """Drop whole pods (cascading to their entries), with a 'delete' event per entry."""
+    """Drop whole pods (cascading to their entries), with a 'delete' event per entry, which
+    ends the entry's device spans."""
     uids = list(dict.fromkeys(pod_uids))
     pending = events.Pending()
+    stamp = events.next_stamp(conn)
+    closing: list[tuple[int, str | None, int]] = []
+    seq = stamp[0]
     for uid in uids:
-        for key, devices in _pod_maps(conn, uid):
-            pending.entry("delete", key, devices)
-    pending.write(conn)
+        for allocation_id, key, devices in _pod_maps(conn, uid):
+            pending.entry("delete", key, devices, spans=True)
+            closing.append(spans.ending(seq, (), allocation_id))
+            seq += 1
+    if not closing:
+        return
+    pending.write(conn, stamp)
+    conn.executemany(sql.CLOSE_SPANS, closing)
     if len(uids) == 1:
         conn.execute(sql.DELETE_POD, (uids[0],))
     else:
@@ -220,9 +240,9 @@ def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
 
 def _pod_maps(
     conn: sqlite3.Connection, pod_uid: str
-) -> Iterator[tuple[Key, DevicesPerNUMA | None]]:
-    """One pod's entries, in position order, with their NUMA maps (one statement, whose row
-    order puts NUMA ids in ascending order)."""
+) -> Iterator[tuple[int, Key, DevicesPerNUMA | None]]:
+    """One pod's entries, in position order, with their allocation ids and NUMA maps (one
+    statement, whose row order puts NUMA ids in ascending order)."""
     current: int | None = None
     key: Key = ("", "", "")
     per_numa: DevicesPerNUMA | None = None
@@ -231,7 +251,7 @@ def _pod_maps(
     ):
         if aid != current:
             if current is not None:
-                yield key, per_numa
+                yield current, key, per_numa
             current, key = aid, (pod_uid, name, resource)
             per_numa = None if ids_null else {}
         if per_numa is None or node is None:
@@ -243,18 +263,29 @@ def _pod_maps(
             assert lst is not None
             lst.append(device_id)
     if current is not None:
-        yield key, per_numa
+        yield current, key, per_numa
 
 
 def delete_all(conn: sqlite3.Connection, keep: Iterable[Key] = ()) -> None:
     """Drop every pod (a non-merge import), with a 'delete' event for each entry whose key is
-    not in ``keep`` (the import rewrites those, and records them itself)."""
+    not in ``keep`` (the import writes those anew as new entries, and records them itself:
+    their spans end naming nothing, at the seq the import's first event takes)."""
     kept = set(keep)
     pending = events.Pending()
+    stamp = events.next_stamp(conn)
+    closing: list[tuple[int, str | None, int]] = []
+    silent: list[int] = []
+    seq = stamp[0]
     for entry in read_entries(conn):
-        if entry.key not in kept:
-            pending.entry("delete", entry.key, entry.device_ids)
-    pending.write(conn)
+        if entry.key in kept:
+            silent.append(entry.allocation_id)
+        else:
+            pending.entry("delete", entry.key, entry.device_ids, spans=True)
+            closing.append(spans.ending(seq, (), entry.allocation_id))
+            seq += 1
+    pending.write(conn, stamp)
+    closing += [spans.ending(seq, None, aid) for aid in silent]
+    conn.executemany(sql.CLOSE_SPANS, closing)
     conn.execute(sql.DELETE_ALL_PODS)
 
 

@@ -1,8 +1,9 @@
 """The allocation history: an append-only event log written with every change, and its replay.
 
 Every change to an entry or to the registered devices appends rows to ``allocation_events``
-(and, per device it names, to ``allocation_event_devices``) inside the change's own
-transaction, so a rolled-back change leaves no event and a committed one always has its event.
+inside the change's own transaction, so a rolled-back change leaves no event and a committed
+one always has its event; the devices each event names are what ``allocation_event_devices``
+shows (revision 0006: a view, below).
 
 Operations (``allocation_events.op``):
 
@@ -28,9 +29,15 @@ store's entries and registered devices; ``prune_history`` keeps that true.
 An entry event that changes an entry which existed before it (``replace``, or ``import`` over an
 existing entry, also from a sync) records in ``released`` the devices the entry held before and
 no longer holds: a JSON array sorted by code point, NULL when none (a ``delete`` names what it
-gave up in ``device_ids``, as before). Each released device also gets an
-``allocation_event_devices`` row with ``released = 1``, so ``history(device_id=X)`` shows the
-event that released X; ``owners_at`` counts only the rows with ``released = 0``.
+gave up in ``device_ids``, as before). ``history(device_id=X)`` shows the event that released
+X; ``owners_at`` counts only the devices an event lists, never those it released.
+
+Which event names which device: an entry event's devices are its device spans
+(``storage/spans.py``), written by the entry writers with the entry — the event that lists a
+device opens a span, the event that ends the entry's list closes it, saying whether it listed
+the device again or released it; an event :class:`Pending` queues without spans (a registered
+event, or one of another kind) gets ``event_device_rows`` rows. ``_device_pairs`` in
+``sql/events.py`` reads both, for one device.
 
 Timestamps are stored as ``rules/times.py`` describes. An event's time is never before its
 predecessor's, even if the wall clock steps back: ``seq`` order and time order agree, which
@@ -92,7 +99,7 @@ def utcnow() -> datetime:
 Stamp = tuple[int, str, bytes]
 
 # One queued event: op, pod, container, resource, device_ids text, the devices it lists, the
-# released text and the devices it released.
+# released text and the devices it released (both empty when device spans record them).
 _Queued = tuple[
     str, str | None, str | None, str, str | None, Iterable[str], str | None, Sequence[str]
 ]
@@ -100,7 +107,10 @@ _Queued = tuple[
 
 @dataclass(slots=True)
 class Pending:
-    """Events to append in one go (one read of the log's tail, a few executemany calls)."""
+    """Events to append in one go (one read of the log's tail, a few executemany calls).
+
+    Events get consecutive seqs in the order they are queued, from the stamp :meth:`write`
+    starts at (the i-th queued event gets ``stamp[0] + i``)."""
 
     events: list[_Queued] = field(default_factory=list)
 
@@ -110,10 +120,17 @@ class Pending:
         key: Key,
         devices: DevicesPerNUMA | None,
         released: Sequence[str] = (),
+        *,
+        spans: bool = False,
     ) -> None:
-        """Queue an entry event; ``released``: the devices it released, sorted."""
-        ids: list[str] = [d for lst in devices.values() if lst for d in lst] if devices else []
+        """Queue an entry event; ``released``: the devices it released, sorted. ``spans``: the
+        caller records which devices the event names as device spans (storage/spans.py), so
+        the event gets no event_device_rows."""
         text = _JSON.encode(list(released)) if released else None
+        if spans:
+            self.events.append((op, key[0], key[1], key[2], numa_json(devices), (), text, ()))
+            return
+        ids: list[str] = [d for lst in devices.values() if lst for d in lst] if devices else []
         self.events.append((op, key[0], key[1], key[2], numa_json(devices), ids, text, released))
 
     def registered(self, op: str, resource: str, ids: Sequence[str] | None) -> None:
@@ -174,23 +191,20 @@ def next_stamp(conn: sqlite3.Connection) -> Stamp:
 
 def append_entry(
     conn: sqlite3.Connection,
+    stamp: Stamp,
     op: str,
     key: Key,
     devices: DevicesPerNUMA | None,
     released: Sequence[str] = (),
 ) -> None:
-    """Append one entry event: what ``Pending`` does for one event, with less Python (the
-    path of every ``insert``). ``released``: the devices it released, sorted."""
-    seq, ts, prev = next_stamp(conn)
+    """Append one entry event at ``stamp`` (as :func:`next_stamp` gave it) whose devices the
+    caller records as device spans: what ``Pending`` does for one such event, with less
+    Python (the path of every ``insert``). ``released``: the devices it released, sorted."""
+    seq, ts, prev = stamp
     text = numa_json(devices)
     gone = _JSON.encode(list(released)) if released else None
     digest = chain.link(prev, seq, ts, op, key[0], key[1], key[2], text, gone)
     conn.execute(sql.INSERT_EVENT, (seq, ts, op, key[0], key[1], key[2], text, gone, digest))
-    rows = [(seq, d, 0) for lst in devices.values() if lst for d in lst] if devices else []
-    if released:
-        rows += [(seq, d, 1) for d in released]
-    if rows:
-        conn.executemany(sql.INSERT_EVENT_DEVICE, rows)
 
 
 def released_devices(old: Iterable[str], new: DevicesPerNUMA | None) -> list[str]:
@@ -215,6 +229,8 @@ def prune(conn: sqlite3.Connection, before: str) -> int:
         conn.execute(sql.PRUNE_LINKS, {"high_water": top})
         conn.execute(sql.PRUNE_UNLINK)
         removed = conn.execute(sql.PRUNE_DELETE).rowcount
+        if removed:
+            conn.execute(sql.PRUNE_SPANS)
         if removed and conn.execute(sql.EVENT_HASH, (top,)).fetchone() is None:
             conn.execute(sql.SET_SEQ_FLOOR, (top,))
     finally:

@@ -1,97 +1,63 @@
-"""Decoded plugin responses: the rows written with each allocation, and the SQL run-option merge.
+"""Decoded plugin responses: the JSON each allocation keeps beside its bytes, and the SQL
+run-option merge.
 
-Every allocation's ``ContainerAllocateResponse`` is also kept as rows (``response_envs``,
-``response_mounts``, ``response_devices``, ``response_annotations``, ``response_cdi_devices``),
-written by ``storage/entries.py`` in the allocation's own transaction, from what the write
-already decoded (``rules/alloc_resp.Response``). ``position`` is api.md's order inside one
-response: env and annotation keys ascending, list fields in list order.
+Every allocation's ``ContainerAllocateResponse`` is also kept decoded, as one JSON text in
+``allocations.response`` (revision 0006; before it, as rows of five tables), written by
+``storage/entries.py`` with the allocation, from what the write already decoded
+(``rules/alloc_resp.Response``). The views ``response_envs``, ``response_mounts``,
+``response_devices``, ``response_annotations`` and ``response_cdi_devices`` read it back as
+the rows docs/sql.md describes.
 
-The run-option merge in SQL over these rows is ``sql/views.RUN_OPTIONS_FOR_CONTAINER`` (the
-one-container form of the ``v_run_options`` views); :func:`shape` turns its rows into the
-runtime types and logs the conflicts it reports, as ``rules/run_options.merge`` does.
-``device_run_container_options`` itself uses the blob merge (faster for one container); the
-hypothesis test in tests/test_audit_run_options.py holds all of them equal.
+The JSON
+--------
+An object with up to five members, in this order, each present only when the response sets
+something of that kind: ``"envs"`` ``[[name, value], …]`` and ``"annotations"`` ``[[key,
+value], …]`` (keys ascending by code point), ``"mounts"`` ``[[container_path, host_path,
+read_only], …]`` (``read_only`` a JSON boolean), ``"devices"`` ``[[container_path, host_path,
+permissions], …]`` and ``"cdi_devices"`` ``[name, …]`` (list order). Compact (no spaces),
+non-ASCII characters as themselves. NULL when the response sets nothing, or there is none.
+The encoding is canonical: two responses that decode to the same settings have the same text,
+so a sync compares texts (``sql/sync.CHANGED_RESPONSES``). Revision 0006 writes the same text
+for the rows it converts (its own frozen copy of :func:`to_json`; a test holds them equal).
+
+The run-option merge in SQL over the ``response_*`` views is ``sql/views.RUN_OPTIONS_FOR_
+CONTAINER`` (the one-container form of the ``v_run_options`` views); :func:`shape` turns its
+rows into the runtime types and logs the conflicts it reports, as ``rules/run_options.merge``
+does. ``device_run_container_options`` itself merges the stored bytes (faster for one
+container); the hypothesis test in tests/test_audit_run_options.py holds them all equal.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.rules import run_options
 from podstore.rules.alloc_resp import Response
-from podstore.storage.sql import responses as sql
 from podstore.types import DeviceRunContainerOptions
 
-
-@dataclass(slots=True)
-class ResponseRows:
-    """Rows for the five response tables, gathered for one or many allocations."""
-
-    envs: list[tuple[int, int, str, str]] = field(default_factory=list)
-    mounts: list[tuple[int, int, str, str, bool]] = field(default_factory=list)
-    devices: list[tuple[int, int, str, str, str]] = field(default_factory=list)
-    annotations: list[tuple[int, int, str, str]] = field(default_factory=list)
-    cdi: list[tuple[int, int, str]] = field(default_factory=list)
-
-    def add(self, allocation_id: int, response: Response | None) -> None:
-        """The rows of one allocation's response (nothing for no response)."""
-        if response is None:
-            return
-        aid = allocation_id
-        r = response
-        # List comprehensions rather than extend(generator): this runs once per imported entry.
-        if r.envs:
-            self.envs += [(aid, pos, name, value) for pos, (name, value) in enumerate(r.envs)]
-        if r.mounts:
-            self.mounts += [(aid, pos, c, h, ro) for pos, (c, h, ro) in enumerate(r.mounts)]
-        if r.devices:
-            self.devices += [(aid, pos, c, h, p) for pos, (c, h, p) in enumerate(r.devices)]
-        if r.annotations:
-            self.annotations += [(aid, pos, k, v) for pos, (k, v) in enumerate(r.annotations)]
-        if r.cdi_devices:
-            self.cdi += [(aid, pos, name) for pos, name in enumerate(r.cdi_devices)]
-
-    def write(self, conn: sqlite3.Connection) -> None:
-        for statement, rows in (
-            (sql.INSERT_ENV, self.envs),
-            (sql.INSERT_MOUNT, self.mounts),
-            (sql.INSERT_DEVICE, self.devices),
-            (sql.INSERT_ANNOTATION, self.annotations),
-            (sql.INSERT_CDI, self.cdi),
-        ):
-            if rows:
-                conn.executemany(statement, rows)
+# One encoder, reused (json.dumps with options builds a new one per call).
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def write(conn: sqlite3.Connection, allocation_id: int, response: Response | None) -> None:
-    """Write the rows of one allocation's response (its old rows must be gone): one
-    executemany per table that gets rows (the path of every insert)."""
+def to_json(response: Response | None) -> str | None:
+    """The ``allocations.response`` text of a decoded response (see "The JSON")."""
     if response is None:
-        return
-    aid, r = allocation_id, response
+        return None
+    r = response
+    doc: dict[str, Any] = {}
     if r.envs:
-        conn.executemany(sql.INSERT_ENV, [(aid, i, n, v) for i, (n, v) in enumerate(r.envs)])
+        doc["envs"] = r.envs
     if r.mounts:
-        conn.executemany(sql.INSERT_MOUNT, [(aid, i, *m) for i, m in enumerate(r.mounts)])
+        doc["mounts"] = r.mounts
     if r.devices:
-        conn.executemany(sql.INSERT_DEVICE, [(aid, i, *d) for i, d in enumerate(r.devices)])
+        doc["devices"] = r.devices
     if r.annotations:
-        conn.executemany(
-            sql.INSERT_ANNOTATION, [(aid, i, k, v) for i, (k, v) in enumerate(r.annotations)]
-        )
+        doc["annotations"] = r.annotations
     if r.cdi_devices:
-        conn.executemany(sql.INSERT_CDI, [(aid, i, n) for i, n in enumerate(r.cdi_devices)])
-
-
-def clear(conn: sqlite3.Connection, allocation_ids: Sequence[tuple[int]]) -> None:
-    """Remove the response rows of allocations that are about to be rewritten in place."""
-    if not allocation_ids:
-        return
-    for statement in sql.CLEAR:
-        conn.executemany(statement, allocation_ids)
+        doc["cdi_devices"] = r.cdi_devices
+    return _JSON.encode(doc) if doc else None
 
 
 def shape(

@@ -9,6 +9,12 @@ Physical layout (revision 0004): every table keyed by a composite or text primar
 write touches one B-tree fewer than a rowid table with a separate key index. ``pods``,
 ``containers``, ``allocations`` and ``allocation_events`` keep their integer rowid key (other
 tables point at it, and ``allocations.id`` is the entry order).
+
+Revision 0006 writes an entry's contract in fewer B-trees (docs/performance.md): the decoded
+response is one JSON column of ``allocations`` (the ``response_*`` names are views over it),
+the device lists are device spans that the history shares (``allocation_devices`` and
+``allocation_event_devices`` are views over them), and the history has no time index. The views
+are in ``storage/sql/views.py``.
 """
 
 from __future__ import annotations
@@ -64,7 +70,8 @@ containers = Table(
 )
 
 # ``id`` is the entry's global position: a replacing insert updates the row in place and keeps
-# it; a new entry gets max(id)+1, so ORDER BY id is first-insertion order (api.md).
+# it; a new entry gets one more than any id ever given to an entry (the device spans of a
+# deleted entry keep its id, revision 0006), so ORDER BY id is first-insertion order (api.md).
 allocations = Table(
     "allocations",
     metadata,
@@ -81,6 +88,9 @@ allocations = Table(
     # The entry came from a checkpoint whose AllocResp was null: kubelet restores an empty
     # response (alloc_resp = b""), and export writes null again.
     Column("alloc_resp_json_null", Boolean, nullable=False, server_default=text("0")),
+    # Revision 0006: the response decoded, as JSON (storage/responses.py); NULL when it sets
+    # nothing. The response_* views read it.
+    Column("response", Text, nullable=True),
     UniqueConstraint("container_id", "resource"),
 )
 
@@ -92,16 +102,28 @@ def _allocation_id() -> Column[int]:
     )
 
 
-# One row per (NUMA node, list position): DevicesPerNUMA flattened, list order kept.
-allocation_devices = Table(
-    "allocation_devices",
+# Revision 0006: one row per (NUMA node, list position) of every device list an entry event
+# wrote — the entry's devices now (``until_seq`` NULL: the ``allocation_devices`` view) and
+# those it held before, closed by the seq of the event that ended them. Current holders and
+# the history of a device are one B-tree apart through the device index, so an insert writes
+# its devices once (storage/spans.py).
+allocation_device_spans = Table(
+    "allocation_device_spans",
     metadata,
-    _allocation_id(),
+    # No foreign key: a closed span outlives its allocation (whose id is never reused).
+    Column("allocation_id", Integer, nullable=False),
+    # The event that listed the device (0: listed before revision 0006).
+    Column("since_seq", Integer, nullable=False),
     Column("numa_node", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
     Column("device_id", Text, nullable=False),
-    PrimaryKeyConstraint("allocation_id", "numa_node", "position"),
-    Index("ix_allocation_devices_device_id", "device_id"),
+    # The event that ended the span; NULL while the entry lists the device.
+    Column("until_seq", Integer, nullable=True),
+    # How that event names the device: 0 listed (a delete, or listed again), 1 released,
+    # NULL not at all (the entry a replacing import dropped and wrote anew).
+    Column("until_released", Boolean, nullable=True),
+    PrimaryKeyConstraint("allocation_id", "since_seq", "numa_node", "position"),
+    Index("ix_allocation_device_spans_device_id", "device_id", "until_seq"),
     **_CLUSTERED,
 )
 
@@ -155,53 +177,6 @@ store_meta = Table(
 )
 
 
-# ---- decoded plugin responses (revision 0002) -------------------------------------------------
-#
-# Each allocation's ContainerAllocateResponse, written as rows in the same transaction as the
-# allocation (writes.py) so that device_run_container_options and the v_run_options views are
-# SQL. ``position`` is api.md's order inside one response: env and annotation keys ascending
-# (by code point, which is UTF-8 byte order), list fields in list order.
-
-
-def _response_table(name: str, *columns: Column[object]) -> Table:
-    return Table(
-        name,
-        metadata,
-        _allocation_id(),
-        Column("position", Integer, nullable=False),
-        *columns,
-        PrimaryKeyConstraint("allocation_id", "position"),
-        **_CLUSTERED,
-    )
-
-
-response_envs = _response_table(
-    "response_envs",
-    Column("name", Text, nullable=False),
-    Column("value", Text, nullable=False),
-)
-response_mounts = _response_table(
-    "response_mounts",
-    Column("container_path", Text, nullable=False),
-    Column("host_path", Text, nullable=False),
-    Column("read_only", Boolean, nullable=False),
-)
-response_devices = _response_table(
-    "response_devices",
-    Column("container_path", Text, nullable=False),
-    Column("host_path", Text, nullable=False),
-    Column("permissions", Text, nullable=False),
-)
-response_annotations = _response_table(
-    "response_annotations",
-    Column("name", Text, nullable=False),
-    Column("value", Text, nullable=False),
-)
-response_cdi_devices = _response_table(
-    "response_cdi_devices",
-    Column("name", Text, nullable=False),
-)
-
 # ---- allocation history (revision 0002) ------------------------------------------------------
 #
 # Append-only: one row per change, written in the change's own transaction (events.py). ``seq``
@@ -249,16 +224,19 @@ allocation_events = Table(
         "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
     ),
     CheckConstraint("length(hash) = 32", name="hash"),
-    Index("ix_allocation_events_ts", "ts"),
+    # No index on ts (revision 0006): seq order is time order, so a time is found by a binary
+    # search over seq (sql/events.py), and no insert writes a ts index page.
     Index("ix_allocation_events_key", "pod_uid", "container", "resource", "seq"),
 )
 
-# Every device an event names, for history(device_id=...) and owners_at without a JSON scan:
-# the devices it lists (``released`` 0: the entry holds them after the event, or for a delete
-# held them until it) and the devices it released (``released`` 1, revision 0005). Whatever
-# means "held" reads the rows with ``released = 0`` only.
-allocation_event_devices = Table(
-    "allocation_event_devices",
+# The devices an event names that no device span records (revision 0006; before it, every
+# event's rows, as ``allocation_event_devices``): those of registered-device events, of events
+# written before revision 0006, and of any event appended through ``events.Pending`` without
+# spans. ``released`` 0: the event lists the device (held after it, or for a delete until
+# it); 1: it released the device. The ``allocation_event_devices`` view joins these rows with
+# what the spans say (storage/spans.py).
+event_device_rows = Table(
+    "event_device_rows",
     metadata,
     Column(
         "seq",
@@ -269,7 +247,7 @@ allocation_event_devices = Table(
     Column("device_id", Text, nullable=False),
     Column("released", Boolean, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("seq", "device_id"),
-    Index("ix_allocation_event_devices_device_id", "device_id", "seq"),
+    Index("ix_event_device_rows_device_id", "device_id", "seq"),
     **_CLUSTERED,
 )
 

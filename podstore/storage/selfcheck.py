@@ -29,7 +29,7 @@ from podstore.sqlite.connection import ConnectOptions, connect, database_path, j
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
-from podstore.storage import chain
+from podstore.storage import chain, responses
 from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import checks as sql
 from podstore.storage.sql import node_checks as node_sql
@@ -145,7 +145,7 @@ _STORE_TABLES = (
     "pods",
     "containers",
     "allocations",
-    "allocation_devices",
+    "allocation_device_spans",
     "empty_numa_lists",
     "registered_resources",
     "registered_devices",
@@ -235,7 +235,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
     _rows_check(
         "orphan-device-rows",
         "error",
-        ("allocation_devices", "allocations"),
+        ("allocation_device_spans", "allocations"),
         sql.ORPHAN_DEVICE_ROWS,
         "device rows whose allocation does not exist",
         lambda r: f"{r[3]!r} (allocation {r[0]}, NUMA {r[1]})",
@@ -275,7 +275,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
     _rows_check(
         "positions",
         "error",
-        ("allocation_devices", "allocations", "containers", "pods"),
+        ("allocation_device_spans", "allocations", "containers", "pods"),
         sql.POSITIONS,
         "NUMA device lists whose positions are not 0..n-1",
         lambda r: f"{_entry(r)} NUMA {r[3]} ({r[4]} rows, positions {r[5]}..{r[6]})",
@@ -291,7 +291,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
     _rows_check(
         "empty-list-with-devices",
         "error",
-        ("empty_numa_lists", "allocation_devices", "allocations", "containers", "pods"),
+        ("empty_numa_lists", "allocation_device_spans", "allocations", "containers", "pods"),
         sql.EMPTY_LIST_WITH_DEVICES,
         "NUMA lists marked empty that also hold devices",
         lambda r: f"{_entry(r)} NUMA {r[3]}",
@@ -299,7 +299,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
     _rows_check(
         "null-map-with-devices",
         "error",
-        ("allocations", "allocation_devices", "empty_numa_lists", "containers", "pods"),
+        ("allocations", "allocation_device_spans", "empty_numa_lists", "containers", "pods"),
         sql.NULL_MAP_WITH_DEVICES,
         "entries whose device map is null yet lists NUMA nodes",
         _entry,
@@ -315,7 +315,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
     _rows_check(
         "duplicate-devices",
         "warning",
-        ("allocation_devices", "allocations", "containers", "pods"),
+        ("allocation_device_spans", "allocations", "containers", "pods"),
         sql.DUPLICATE_DEVICES,
         # Kubelet builds each list from a set, so a duplicate can only have come in with a
         # checkpoint file or a caller's list; podstore keeps lists as given (exports must
@@ -336,27 +336,41 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
 
 
 def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
-    """Every stored AllocResp decodes (insert and restore refuse or skip ones that do not)."""
+    """Every stored AllocResp decodes (insert and restore refuse or skip ones that do not), and
+    the decoded JSON beside it (what the response_* views read) is what it decodes to."""
     if not {"allocations", "containers", "pods"} <= tables:
         return []
     bad: list[tuple[str, str, str, str]] = []
-    for uid, name, resource, resp in conn.execute(sql.STORED_RESPONSES):
+    differs: list[tuple[str, str, str]] = []
+    for uid, name, resource, resp, doc in conn.execute(sql.STORED_RESPONSES):
         if not isinstance(resp, bytes):
             bad.append((uid, name, resource, f"stored as {type(resp).__name__}, not a BLOB"))
             continue
-        reason = alloc_resp.decode_error(resp)
-        if reason is not None:
-            bad.append((uid, name, resource, reason))
-    if not bad:
-        return []
-    return [
-        Finding(
-            "error",
-            "responses",
-            f"{len(bad)} AllocResp values do not decode as ContainerAllocateResponse: "
-            + _listed(bad, lambda r: f"{_entry(r)} ({r[3]})"),
+        parsed = alloc_resp.parse(resp)
+        if isinstance(parsed, str):
+            bad.append((uid, name, resource, parsed))
+        elif doc != responses.to_json(parsed):
+            differs.append((uid, name, resource))
+    out = []
+    if bad:
+        out.append(
+            Finding(
+                "error",
+                "responses",
+                f"{len(bad)} AllocResp values do not decode as ContainerAllocateResponse: "
+                + _listed(bad, lambda r: f"{_entry(r)} ({r[3]})"),
+            )
         )
-    ]
+    if differs:
+        out.append(
+            Finding(
+                "error",
+                "responses",
+                f"{len(differs)} entries whose decoded JSON (allocations.response) differs from "
+                "what their AllocResp decodes to: " + _listed(differs, _entry),
+            )
+        )
+    return out
 
 
 def _foreign_keys(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
@@ -364,7 +378,6 @@ def _foreign_keys(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     covered = {
         "containers",
         "allocations",
-        "allocation_devices",
         "empty_numa_lists",
         "registered_devices",
     }
@@ -413,9 +426,11 @@ def _named(
 
 
 def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
-    """allocation_event_devices holds exactly the devices each kept event names: the rows
-    owners_at and history(device_id=) read are what the hash chain covers."""
-    if not {"allocation_events", "allocation_event_devices", "history_chain_links"} <= tables:
+    """allocation_event_devices (the device spans and event_device_rows) names exactly the
+    devices each kept event names: what owners_at and history(device_id=) read is what the
+    hash chain covers."""
+    needed = {"allocation_events", "allocation_device_spans", "event_device_rows"}
+    if not needed | {"history_chain_links"} <= tables:
         return []
     rows = conn.cursor().execute(sql.EVENT_DEVICE_ROWS)
     row = rows.fetchone()
@@ -470,6 +485,17 @@ def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
         out.append(Finding("error", "history-chain", f"and {more} more breaks"))
     return out
 
+
+_INVARIANTS.append(
+    _rows_check(
+        "spans",
+        "error",
+        ("allocation_device_spans",),
+        sql.SPANS,
+        "device spans no podstore write leaves",
+        lambda r: f"allocation {r[0]}: {r[1]}",
+    )
+)
 
 # The node's other managers (revision 0007): states kubelet never writes, kept as the files
 # said (the store mirrors them), and rows no podstore write leaves.

@@ -7,8 +7,9 @@ transaction its rows go into temporary tables (kept between syncs of one file: o
 that came or went are loaded, see :class:`SyncState`) and SQL set differences against the
 store (``sql/sync.py``) name the entries to insert, replace and delete and the registered
 resources that changed; only those are written, through the
-same entry writers as every other change (``storage/entries.py``), so decoded response rows,
-history events and entry positions are exactly what an insert, a delete or an import makes.
+same entry writers as every other change (``storage/entries.py``), so decoded responses,
+device spans, history events and entry positions are exactly what an insert, a delete or an
+import makes.
 
 What counts as a change: an entry the file adds (``insert``) or drops (``delete``), an entry
 whose device map — as a multiset per NUMA node, null kept apart from empty — or whose decoded
@@ -34,9 +35,10 @@ from typing import Any
 from podstore.checkpoint import Checkpoint
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.incremental import EntryCache
-from podstore.storage import entries, events, responses, rows
+from podstore.storage import entries, events, responses, rows, spans
 from podstore.storage.entries import Key
 from podstore.storage.rows import Row
+from podstore.storage.sql import entries as entries_sql
 from podstore.storage.sql import sync as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry, SyncReport
 
@@ -250,20 +252,12 @@ def _decode_needed(
 
 
 def _load_candidate_responses(conn: sqlite3.Connection, file: _File, ords: list[int]) -> None:
-    """Decoded rows of the paired entries whose response bytes differ from the stored ones."""
-    decoded = responses.ResponseRows()
-    for ord_ in ords:
-        row = file.rows[ord_]
-        decoded.add(ord_, row.response)
-    for statement, values in (
-        (sql.LOAD_ENV, decoded.envs),
-        (sql.LOAD_MOUNT, decoded.mounts),
-        (sql.LOAD_RESPONSE_DEVICE, decoded.devices),
-        (sql.LOAD_ANNOTATION, decoded.annotations),
-        (sql.LOAD_CDI, decoded.cdi),
-    ):
-        if values:
-            conn.executemany(statement, values)
+    """The decoded JSON of the paired entries whose response bytes differ from the stored
+    ones (compared with the stored JSON by CHANGED_RESPONSES)."""
+    to_json = responses.to_json
+    conn.executemany(
+        sql.LOAD_CANDIDATE_RESPONSE, [(to_json(file.rows[o].response), o) for o in ords]
+    )
 
 
 def _device_maps(
@@ -292,9 +286,13 @@ def _delete(conn: sqlite3.Connection) -> int:
         return 0
     maps = _device_maps(conn, doomed)
     pending = events.Pending()
-    for aid, uid, name, resource in doomed:
-        pending.entry("delete", (uid, name, resource), maps[aid])
-    pending.write(conn)
+    stamp = events.next_stamp(conn)
+    closing = []
+    for seq, (aid, uid, name, resource) in enumerate(doomed, start=stamp[0]):
+        pending.entry("delete", (uid, name, resource), maps[aid], spans=True)
+        closing.append(spans.ending(seq, (), aid))
+    pending.write(conn, stamp)
+    conn.executemany(entries_sql.CLOSE_SPANS, closing)
     conn.execute(sql.DELETE_DOOMED)
     return len(doomed)
 

@@ -24,7 +24,7 @@ PODS = """
     FROM pods p
     LEFT JOIN containers c ON c.pod_id = p.id
     LEFT JOIN allocations a ON a.container_id = c.id
-    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    LEFT JOIN allocation_device_spans d ON d.allocation_id = a.id AND d.until_seq IS NULL
     GROUP BY p.uid
     ORDER BY p.uid
 """
@@ -49,31 +49,32 @@ DEVICE_RESOURCES = """
 HELD_DEVICES = """
     SELECT d.device_id, d.numa_node, p.uid, c.name,
            d.device_id IN (SELECT device_id FROM registered_devices WHERE resource = :resource)
-    FROM allocation_devices d
+    FROM allocation_device_spans d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
-    WHERE a.resource = :resource
+    WHERE a.resource = :resource AND d.until_seq IS NULL
     ORDER BY d.device_id
 """
 FREE_REGISTERED = """
     SELECT DISTINCT r.device_id
     FROM registered_devices r
     WHERE r.resource = :resource
-      AND NOT EXISTS (SELECT 1 FROM allocation_devices d
+      AND NOT EXISTS (SELECT 1 FROM allocation_device_spans d
                       JOIN allocations a ON a.id = d.allocation_id
-                      WHERE d.device_id = r.device_id AND a.resource = r.resource)
+                      WHERE d.device_id = r.device_id AND d.until_seq IS NULL
+                        AND a.resource = r.resource)
     ORDER BY 1
 """
 
 # The holders of one device (any resource): a probe of the device_id index.
 OWNERS_NOW = """
     SELECT DISTINCT p.uid, c.name, a.resource
-    FROM allocation_devices d
+    FROM allocation_device_spans d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
-    WHERE d.device_id = :device
+    WHERE d.device_id = :device AND d.until_seq IS NULL
     ORDER BY 1, 2, 3
 """
 CONTAINERS_OF_POD = """

@@ -108,7 +108,7 @@ STORE_META = """
     ORDER BY key
 """
 STORED_RESPONSES = f"""
-    SELECT p.uid, c.name, a.resource, a.alloc_resp
+    SELECT p.uid, c.name, a.resource, a.alloc_resp, a.response
     FROM allocations a
     {_NAMES}
     WHERE a.alloc_resp IS NOT NULL
@@ -120,18 +120,31 @@ STORE_ID = """
     FROM store_meta
     WHERE key = 'store_id'
 """
-# Every device an event's device_ids or released names has its allocation_event_devices row
-# (released 0 or 1), and no row of a kept event names another (rows of no event at all are the
-# foreign-key check's): the rows are derived from what the hash chain covers, and owners_at
-# and history(device_id=) read them. Compared in Python (selfcheck._event_devices), whose JSON
-# keeps every character of an ID; both in seq order, merged.
+# The devices each kept event names (allocation_event_devices: what the device spans and
+# event_device_rows say) are exactly what its device_ids and released name: owners_at and
+# history(device_id=) read them, the hash chain covers the JSON. Compared in Python
+# (selfcheck._event_devices), whose JSON keeps every character of an ID; both in seq order,
+# merged.
 EVENT_DEVICE_NAMES = """
     SELECT seq, device_ids, released, op, resource FROM allocation_events
     WHERE device_ids IS NOT NULL OR released IS NOT NULL
     ORDER BY seq
 """
 EVENT_DEVICE_ROWS = """
-    SELECT d.seq, d.device_id, d.released
-    FROM allocation_event_devices d JOIN allocation_events e ON e.seq = d.seq
-    ORDER BY d.seq, d.device_id
+    SELECT seq, device_id, released FROM allocation_event_devices ORDER BY seq, device_id
+"""
+# Device spans no podstore write leaves: an entry's open spans written by different events
+# (one event writes an entry's whole list), a span that ends before it starts, or how it ended
+# given without when.
+SPANS = """
+    SELECT allocation_id, 'open spans from events ' || group_concat(DISTINCT since_seq)
+    FROM allocation_device_spans WHERE until_seq IS NULL
+    GROUP BY allocation_id HAVING count(DISTINCT since_seq) > 1
+    UNION ALL
+    SELECT allocation_id, 'a span of seq ' || since_seq || ' ended at seq ' || until_seq
+    FROM allocation_device_spans WHERE until_seq <= since_seq
+    UNION ALL
+    SELECT allocation_id, 'a span of seq ' || since_seq || ' that is open yet says how it ended'
+    FROM allocation_device_spans WHERE until_seq IS NULL AND until_released IS NOT NULL
+    ORDER BY 1
 """

@@ -26,35 +26,52 @@ ENTRY_IDS = """
 """
 INSERT_POD = "INSERT INTO pods (uid) VALUES (?)"
 INSERT_CONTAINER = "INSERT INTO containers (pod_id, name) VALUES (?, ?)"
-INSERT_ALLOCATION = """
-    INSERT INTO allocations (container_id, resource, device_ids_null, alloc_resp,
-                             alloc_resp_json_null)
-    VALUES (?, ?, ?, ?, ?)
+# A new entry's id: one more than any id an entry ever had, kept by allocations or by the
+# device spans of deleted entries, so that no id is reused (a span names its entry by id).
+_NEXT_ALLOCATION_ID = """
+    max(coalesce((SELECT max(id) FROM allocations), 0),
+        coalesce((SELECT max(allocation_id) FROM allocation_device_spans), 0)) + 1
+"""
+INSERT_ALLOCATION = f"""
+    INSERT INTO allocations (id, container_id, resource, device_ids_null, alloc_resp,
+                             alloc_resp_json_null, response)
+    VALUES ({_NEXT_ALLOCATION_ID}, ?, ?, ?, ?, ?, ?)
 """
 # A replacing insert keeps the row, and with it the entry's position (its id).
 UPDATE_ALLOCATION = """
-    UPDATE allocations SET device_ids_null = ?, alloc_resp = ?, alloc_resp_json_null = ?
+    UPDATE allocations
+    SET device_ids_null = ?, alloc_resp = ?, alloc_resp_json_null = ?, response = ?
     WHERE id = ?
 """
-# A replacing write reads the devices the entry holds (what it may release), then clears them.
-# (A separate SELECT: DELETE … RETURNING costs twice as much for one entry.)
-HELD_DEVICES = "SELECT device_id FROM allocation_devices WHERE allocation_id = ?"
-CLEAR_ALLOCATION_DEVICES = "DELETE FROM allocation_devices WHERE allocation_id = ?"
-# Both at once for a chunk of entries of the bulk writer (a JSON array of allocation ids).
-CLEAR_ALLOCATIONS_DEVICES = """
-    DELETE FROM allocation_devices
-    WHERE allocation_id IN (SELECT value FROM json_each(?))
-    RETURNING allocation_id, device_id
+# The devices an entry holds now (what a replacing write may release).
+HELD_DEVICES = """
+    SELECT device_id FROM allocation_device_spans WHERE allocation_id = ? AND until_seq IS NULL
+"""
+# The same for a chunk of entries of the bulk writer (a JSON array of allocation ids).
+HELD_BY_ALLOCATIONS = """
+    SELECT allocation_id, device_id FROM allocation_device_spans
+    WHERE allocation_id IN (SELECT value FROM json_each(?)) AND until_seq IS NULL
+"""
+# An event ends the entry's current spans (storage/spans.py): (seq, the devices it released
+# as a JSON array of their hex(), or NULL when it names none of them, allocation id). The
+# hex keeps IDs with U+0000 whole, which SQLite's JSON functions would cut.
+CLOSE_SPANS = """
+    UPDATE allocation_device_spans
+    SET until_seq = ?1,
+        until_released = CASE WHEN ?2 IS NULL THEN NULL
+                              WHEN hex(device_id) IN (SELECT value FROM json_each(?2)) THEN 1
+                              ELSE 0 END
+    WHERE allocation_id = ?3 AND until_seq IS NULL
 """
 CLEAR_EMPTY_LISTS = "DELETE FROM empty_numa_lists WHERE allocation_id = ?"
-INSERT_DEVICE = """
-    INSERT INTO allocation_devices (allocation_id, numa_node, position, device_id)
-    VALUES (?, ?, ?, ?)
+INSERT_SPAN = """
+    INSERT INTO allocation_device_spans (allocation_id, since_seq, numa_node, position, device_id)
+    VALUES (?, ?, ?, ?, ?)
 """
 INSERT_EMPTY_LIST = """
     INSERT INTO empty_numa_lists (allocation_id, numa_node, is_null) VALUES (?, ?, ?)
 """
-# Cascades to containers, allocations and device rows.
+# Cascades to containers, allocations and empty-list markers (the spans are closed first).
 DELETE_POD = "DELETE FROM pods WHERE uid = ?"
 DELETE_ALL_PODS = "DELETE FROM pods"
 
@@ -62,17 +79,17 @@ DELETE_ALL_PODS = "DELETE FROM pods"
 ALL_POD_IDS = "SELECT uid, id FROM pods"
 ALL_CONTAINER_IDS = "SELECT pod_id, name, id FROM containers"
 ALL_ALLOCATION_IDS = "SELECT container_id, resource, id FROM allocations"
-MAX_IDS = """
+MAX_IDS = f"""
     SELECT (SELECT coalesce(max(id), 0) FROM pods),
            (SELECT coalesce(max(id), 0) FROM containers),
-           (SELECT coalesce(max(id), 0) FROM allocations)
+           {_NEXT_ALLOCATION_ID} - 1
 """
 INSERT_POD_WITH_ID = "INSERT INTO pods (id, uid) VALUES (?, ?)"
 INSERT_CONTAINER_WITH_ID = "INSERT INTO containers (id, pod_id, name) VALUES (?, ?, ?)"
 INSERT_ALLOCATION_WITH_ID = """
     INSERT INTO allocations (id, container_id, resource, device_ids_null, alloc_resp,
-                             alloc_resp_json_null)
-    VALUES (?, ?, ?, ?, ?, ?)
+                             alloc_resp_json_null, response)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 
 CLEAR_REGISTERED = "DELETE FROM registered_resources"
@@ -98,7 +115,7 @@ HAS_POD = "SELECT 1 FROM pods WHERE uid = ?"
 CONTAINER_DEVICES = f"""
     SELECT d.device_id
     {_CONTAINER_ALLOCATIONS}
-    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    LEFT JOIN allocation_device_spans d ON d.allocation_id = a.id AND d.until_seq IS NULL
     WHERE p.uid = ? AND c.name = ? AND a.resource = ?
 """
 
@@ -106,7 +123,7 @@ CONTAINER_DEVICES = f"""
 POD_DEVICES = f"""
     SELECT DISTINCT d.device_id
     {_CONTAINER_ALLOCATIONS}
-    JOIN allocation_devices d ON d.allocation_id = a.id
+    JOIN allocation_device_spans d ON d.allocation_id = a.id AND d.until_seq IS NULL
     WHERE p.uid = ? AND a.resource = ?
 """
 
@@ -118,7 +135,7 @@ _MINE = f"""
     mine (resource, device_id) AS (
         SELECT hex(a.resource), CASE WHEN d.device_id IS NOT NULL THEN hex(d.device_id) END
         {_CONTAINER_ALLOCATIONS}
-        LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+        LEFT JOIN allocation_device_spans d ON d.allocation_id = a.id AND d.until_seq IS NULL
         WHERE p.uid = :pod AND c.name = :container
     ),
     acc (resource, device_id) AS (
@@ -155,7 +172,8 @@ RESOURCES = "SELECT DISTINCT resource FROM allocations"
 RESOURCE_DEVICES_JSON = """
     SELECT json_group_array(d.device_id)
     FROM allocations a
-    LEFT JOIN allocation_devices d ON d.allocation_id = a.id AND a.alloc_resp IS NOT NULL
+    LEFT JOIN allocation_device_spans d
+      ON d.allocation_id = a.id AND d.until_seq IS NULL AND a.alloc_resp IS NOT NULL
     WHERE a.resource = ?
 """
 
@@ -182,7 +200,7 @@ CONTAINER_TOPOLOGY = """
     FROM pods p
     JOIN containers c ON c.pod_id = p.id
     LEFT JOIN allocations a ON a.container_id = c.id
-    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    LEFT JOIN allocation_device_spans d ON d.allocation_id = a.id AND d.until_seq IS NULL
     WHERE p.uid = ? AND c.name = ?
     GROUP BY a.id, d.device_id
 """
@@ -190,11 +208,11 @@ CONTAINER_TOPOLOGY = """
 # The earliest inserted entry listing a device (of any resource, or of one).
 _OWNER_OF = """
     SELECT p.uid, c.name
-    FROM allocation_devices d
+    FROM allocation_device_spans d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
-    WHERE d.device_id = ? {}
+    WHERE d.device_id = ? AND d.until_seq IS NULL {}
     ORDER BY a.id
     LIMIT 1
 """
@@ -205,7 +223,8 @@ OWNER_OF_RESOURCE_DEVICE = _OWNER_OF.format("AND a.resource = ?")
 #
 # Three scans in allocation order, merged by the reader: the entries, their device rows and
 # their empty-list markers. Each variant keeps to the primary-key order of its table, so
-# nothing is sorted in a temporary b-tree, however large the store.
+# nothing is sorted in a temporary b-tree, however large the store. (An entry's current spans
+# all start at the event that wrote them, so primary-key order is NUMA and list order.)
 
 _ENTRY_COLUMNS = """
     SELECT a.id, p.uid, c.name, a.resource, a.device_ids_null, a.alloc_resp,
@@ -226,13 +245,14 @@ _ALLOCATIONS_OF_POD = """
     WHERE p.uid = :pod
 """
 DEVICE_ROWS = """
-    SELECT allocation_id, numa_node, device_id FROM allocation_devices
-    ORDER BY allocation_id, numa_node, position
+    SELECT allocation_id, numa_node, device_id FROM allocation_device_spans
+    WHERE until_seq IS NULL
+    ORDER BY allocation_id, since_seq, numa_node, position
 """
 DEVICE_ROWS_OF_POD = f"""
-    SELECT allocation_id, numa_node, device_id FROM allocation_devices
-    WHERE allocation_id IN ({_ALLOCATIONS_OF_POD})
-    ORDER BY allocation_id, numa_node, position
+    SELECT allocation_id, numa_node, device_id FROM allocation_device_spans
+    WHERE allocation_id IN ({_ALLOCATIONS_OF_POD}) AND until_seq IS NULL
+    ORDER BY allocation_id, since_seq, numa_node, position
 """
 EMPTY_LISTS = """
     SELECT allocation_id, numa_node, is_null FROM empty_numa_lists
@@ -246,7 +266,7 @@ ENTRY_LISTS_OF_POD = """
     FROM pods p
     JOIN containers c ON c.pod_id = p.id
     JOIN allocations a ON a.container_id = c.id
-    LEFT JOIN allocation_devices d ON d.allocation_id = a.id
+    LEFT JOIN allocation_device_spans d ON d.allocation_id = a.id AND d.until_seq IS NULL
     WHERE p.uid = :pod
     UNION ALL
     SELECT a.id, c.name, a.resource, a.device_ids_null, e.numa_node, 0, NULL, e.is_null
@@ -276,7 +296,8 @@ COUNTS = """
     SELECT (SELECT count(*) FROM pods),
            (SELECT count(*) FROM containers),
            (SELECT count(*) FROM allocations),
-           (SELECT count(*) FROM allocation_devices),
-           (SELECT count(DISTINCT device_id) FROM allocation_devices),
+           (SELECT count(*) FROM allocation_device_spans WHERE until_seq IS NULL),
+           (SELECT count(DISTINCT device_id) FROM allocation_device_spans
+            WHERE until_seq IS NULL),
            (SELECT count(*) FROM registered_resources)
 """

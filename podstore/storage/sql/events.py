@@ -39,10 +39,10 @@ INSERT_EVENT = """
                                    released, hash)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-# (seq, device_id, released): a device listed twice in one map is one row; a released device
-# is never one the event lists.
+# (seq, device_id, released) of an event no device span records (a registered-device event):
+# a device listed twice in one map is one row; a released device is never one the event lists.
 INSERT_EVENT_DEVICE = """
-    INSERT OR IGNORE INTO allocation_event_devices (seq, device_id, released) VALUES (?, ?, ?)
+    INSERT OR IGNORE INTO event_device_rows (seq, device_id, released) VALUES (?, ?, ?)
 """
 
 # ---- the hash chain (storage/events.py, "The hash chain") --------------------------------------
@@ -78,17 +78,62 @@ SET_STORE_ID = """
     ON CONFLICT (key) DO UPDATE SET value = excluded.value
 """
 
+# ---- times: seq order is time order ------------------------------------------------------------
+#
+# ``ts`` never decreases as seq grows, and has no index (revision 0006: one page less per
+# insert), so a time becomes a seq by a binary search over the rowid B-tree: ~2·log2(n) probes
+# of one row each. The search is over numbers n, not kept seqs (prune_history leaves gaps):
+# f(n), the ts of the first kept event at or after n (+infinity past the newest), does not
+# decrease, and the search finds the smallest n in [min(seq), max(seq) + 1] with f(n) >= the
+# time (``strict``: > the time). Every kept event below n is before the time, every one from
+# n on is not.
+
+
+def _seq_from(param: str, *, strict: bool = False) -> str:
+    """The smallest n with every kept event from n on at (``strict``: after) the time
+    ``param`` or later, and every one below it earlier (a scalar subquery)."""
+    compare = ">" if strict else ">="
+    probe = f"""coalesce((SELECT x.ts {compare} {param} FROM allocation_events x
+                  WHERE x.seq >= (b.lo + b.hi) / 2 ORDER BY x.seq LIMIT 1), 1)"""
+    return f"""(WITH RECURSIVE b (lo, hi) AS (
+        SELECT coalesce((SELECT min(seq) FROM allocation_events), 1),
+               coalesce((SELECT max(seq) FROM allocation_events), 0) + 1
+        UNION ALL
+        SELECT CASE WHEN {probe} THEN b.lo ELSE (b.lo + b.hi) / 2 + 1 END,
+               CASE WHEN {probe} THEN (b.lo + b.hi) / 2 ELSE b.hi END
+        FROM b WHERE b.lo < b.hi
+    ) SELECT max(lo) FROM b)"""
+
+
+#: The first seq at or after a time (``:at``); for tests of the search itself.
+SEQ_FROM = f"SELECT {_seq_from(':at')}"
+
 # ---- reading ---------------------------------------------------------------------------------
 
 _EVENT_COLUMNS = "e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource, e.device_ids, e.released"
 
+
+def _device_pairs(param: str) -> str:
+    """(seq, released) of every event naming the device ``param`` (storage/spans.py): the
+    spans listing it (since, 0), the events that ended them (until, how), and the rows of
+    events no span records. Events prune_history removed may still be named: callers join
+    the events."""
+    return f"""
+        SELECT since_seq AS seq, 0 AS released FROM allocation_device_spans
+        WHERE device_id = {param}
+        UNION ALL
+        SELECT until_seq, until_released FROM allocation_device_spans
+        WHERE device_id = {param} AND until_released IS NOT NULL
+        UNION ALL
+        SELECT seq, released FROM event_device_rows WHERE device_id = {param}
+    """
+
+
 _FILTERS = {
     "pod_uid": "e.pod_uid = :pod_uid",
-    "device_id": (
-        "e.seq IN (SELECT seq FROM allocation_event_devices WHERE device_id = :device_id)"
-    ),
-    "since": "e.ts >= :since",
-    "until": "e.ts < :until",
+    "device_id": f"e.seq IN (SELECT seq FROM ({_device_pairs(':device_id')}))",
+    "since": f"e.seq >= {_seq_from(':since')}",
+    "until": f"e.seq < {_seq_from(':until')}",
 }
 
 
@@ -105,26 +150,25 @@ def history_sql(filters: Iterable[str]) -> str:
 #: The filter names :func:`history_sql` accepts.
 HISTORY_FILTERS = frozenset(_FILTERS)
 
-# The last event at or before an instant: seq and time order agree, so this is one probe of the
-# ts index rather than a scan of everything before it.
-_CUT_AT = """
-    SELECT seq FROM allocation_events WHERE ts <= :when ORDER BY ts DESC, seq DESC LIMIT 1
+# The last event at or before an instant, and the last one before it.
+_CUT_AT = f"""
+    SELECT max(seq) FROM allocation_events WHERE seq < {_seq_from(":when", strict=True)}
 """
-_CUT_BEFORE = """
-    SELECT seq FROM allocation_events WHERE ts < :before ORDER BY ts DESC, seq DESC LIMIT 1
+_CUT_BEFORE = f"""
+    SELECT max(seq) FROM allocation_events WHERE seq < {_seq_from(":before")}
 """
 
 # Entries that ever named the device up to the cut; for each, its latest event up to the cut
-# decides: the entry held the device then if that event is not a delete and lists it (a row
-# with released = 0; a replace that released it has a row with released = 1).
+# decides: the entry held the device then if that event is not a delete and lists it (a pair
+# with released = 0; a replace that released it names it with released = 1).
 OWNERS_AT = f"""
     WITH cut (seq) AS ({_CUT_AT}),
+    pairs (seq, released) AS ({_device_pairs(":device_id")}),
     keys AS (
         SELECT DISTINCT e.pod_uid, e.container, e.resource
-        FROM allocation_event_devices d
+        FROM pairs d
         JOIN allocation_events e ON e.seq = d.seq
-        WHERE d.device_id = :device_id AND d.seq <= (SELECT seq FROM cut)
-          AND e.pod_uid IS NOT NULL
+        WHERE d.seq <= (SELECT seq FROM cut) AND e.pod_uid IS NOT NULL
     ),
     latest (seq) AS (
         SELECT (SELECT max(e.seq) FROM allocation_events e
@@ -136,8 +180,7 @@ OWNERS_AT = f"""
     FROM latest l
     JOIN allocation_events e ON e.seq = l.seq
     WHERE e.op <> 'delete'
-      AND EXISTS (SELECT 1 FROM allocation_event_devices d
-                  WHERE d.seq = e.seq AND d.device_id = :device_id AND d.released = 0)
+      AND EXISTS (SELECT 1 FROM pairs d WHERE d.seq = e.seq AND d.released = 0)
     ORDER BY e.pod_uid, e.container, e.resource
 """
 
@@ -181,4 +224,12 @@ PRUNE_UNLINK = """
 """
 PRUNE_DELETE = """
     DELETE FROM allocation_events WHERE seq IN (SELECT seq FROM temp.prune_doomed)
+"""
+# Closed spans that name no kept event any more (neither the one that listed the device nor
+# the one that ended it) go with the events (one pass over the spans; prune is rare).
+PRUNE_SPANS = """
+    DELETE FROM allocation_device_spans
+    WHERE until_seq IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM allocation_events e WHERE e.seq = since_seq)
+      AND NOT EXISTS (SELECT 1 FROM allocation_events e WHERE e.seq = until_seq)
 """

@@ -13,9 +13,10 @@ from __future__ import annotations
 GAUGES = """
     WITH held (resource, device_id, pods) AS (
         SELECT a.resource, d.device_id, count(DISTINCT c.pod_id)
-        FROM allocation_devices d
+        FROM allocation_device_spans d
         JOIN allocations a ON a.id = d.allocation_id
         JOIN containers c ON c.id = a.container_id
+        WHERE d.until_seq IS NULL
         GROUP BY a.resource, d.device_id
     )
     SELECT 'allocations', resource, count(*) FROM allocations GROUP BY resource

@@ -43,38 +43,12 @@ SETUP = (
         ord INTEGER PRIMARY KEY, allocation_id INTEGER NOT NULL UNIQUE
     )
     """,
-    # Paired entries whose response bytes differ from the stored ones: their decoded rows are
-    # loaded and compared (map order makes equal responses differ in bytes).
+    # Paired entries whose response bytes differ from the stored ones, with the file's
+    # response decoded as JSON (storage/responses.to_json), which the stored one is compared
+    # with (map order makes equal responses differ in bytes; the JSON is canonical).
     """
     CREATE TEMP TABLE IF NOT EXISTS sync_candidates (
-        ord INTEGER PRIMARY KEY, allocation_id INTEGER NOT NULL UNIQUE
-    )
-    """,
-    """
-    CREATE TEMP TABLE IF NOT EXISTS sync_envs (
-        ord INTEGER NOT NULL, position INTEGER NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL
-    )
-    """,
-    """
-    CREATE TEMP TABLE IF NOT EXISTS sync_mounts (
-        ord INTEGER NOT NULL, position INTEGER NOT NULL, container_path TEXT NOT NULL,
-        host_path TEXT NOT NULL, read_only INTEGER NOT NULL
-    )
-    """,
-    """
-    CREATE TEMP TABLE IF NOT EXISTS sync_response_devices (
-        ord INTEGER NOT NULL, position INTEGER NOT NULL, container_path TEXT NOT NULL,
-        host_path TEXT NOT NULL, permissions TEXT NOT NULL
-    )
-    """,
-    """
-    CREATE TEMP TABLE IF NOT EXISTS sync_annotations (
-        ord INTEGER NOT NULL, position INTEGER NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL
-    )
-    """,
-    """
-    CREATE TEMP TABLE IF NOT EXISTS sync_cdi_devices (
-        ord INTEGER NOT NULL, position INTEGER NOT NULL, name TEXT NOT NULL
+        ord INTEGER PRIMARY KEY, allocation_id INTEGER NOT NULL UNIQUE, response TEXT
     )
     """,
     """
@@ -116,11 +90,6 @@ SET_TOKEN = """
 CLEAR = (
     "DELETE FROM temp.sync_pairs",
     "DELETE FROM temp.sync_candidates",
-    "DELETE FROM temp.sync_envs",
-    "DELETE FROM temp.sync_mounts",
-    "DELETE FROM temp.sync_response_devices",
-    "DELETE FROM temp.sync_annotations",
-    "DELETE FROM temp.sync_cdi_devices",
     "DELETE FROM temp.sync_registered",
     "DELETE FROM temp.sync_registered_devices",
     "DELETE FROM temp.sync_doomed",
@@ -139,20 +108,7 @@ LOAD_DEVICE = """
 LOAD_EMPTY_LIST = """
     INSERT INTO temp.sync_empty_lists (ord, numa_node, is_null) VALUES (?, ?, ?)
 """
-LOAD_ENV = "INSERT INTO temp.sync_envs (ord, position, name, value) VALUES (?, ?, ?, ?)"
-LOAD_MOUNT = """
-    INSERT INTO temp.sync_mounts (ord, position, container_path, host_path, read_only)
-    VALUES (?, ?, ?, ?, ?)
-"""
-LOAD_RESPONSE_DEVICE = """
-    INSERT INTO temp.sync_response_devices (ord, position, container_path, host_path,
-                                            permissions)
-    VALUES (?, ?, ?, ?, ?)
-"""
-LOAD_ANNOTATION = """
-    INSERT INTO temp.sync_annotations (ord, position, name, value) VALUES (?, ?, ?, ?)
-"""
-LOAD_CDI = "INSERT INTO temp.sync_cdi_devices (ord, position, name) VALUES (?, ?, ?)"
+LOAD_CANDIDATE_RESPONSE = "UPDATE temp.sync_candidates SET response = ? WHERE ord = ?"
 LOAD_REGISTERED = "INSERT INTO temp.sync_registered (resource, is_null) VALUES (?, ?)"
 LOAD_REGISTERED_DEVICE = """
     INSERT INTO temp.sync_registered_devices (resource, device_id) VALUES (?, ?)
@@ -205,8 +161,9 @@ CHANGED_DEVICES = """
         FROM temp.sync_devices f
         JOIN temp.sync_pairs s ON s.ord = f.ord
         WHERE NOT EXISTS (
-            SELECT 1 FROM allocation_devices d
-            WHERE d.allocation_id = s.allocation_id AND d.numa_node = f.numa_node
+            SELECT 1 FROM allocation_device_spans d
+            WHERE d.allocation_id = s.allocation_id AND d.until_seq IS NULL
+              AND d.numa_node = f.numa_node
               AND d.position = f.position AND d.device_id = f.device_id
         )
     ),
@@ -217,7 +174,8 @@ CHANGED_DEVICES = """
     ),
     store_side (ord, numa_node, device_id, n) AS (
         SELECT m.ord, d.numa_node, d.device_id, count(*)
-        FROM moved m JOIN allocation_devices d ON d.allocation_id = m.allocation_id
+        FROM moved m
+        JOIN allocation_device_spans d ON d.allocation_id = m.allocation_id AND d.until_seq IS NULL
         GROUP BY m.ord, d.numa_node, d.device_id
     ),
     file_empty (ord, numa_node, is_null) AS (
@@ -235,15 +193,16 @@ CHANGED_DEVICES = """
     WHERE t.device_ids_null <> a.device_ids_null
        OR t.alloc_resp_json_null <> a.alloc_resp_json_null
        OR a.alloc_resp IS NULL
-       OR t.devices <> (SELECT count(*) FROM allocation_devices d
-                        WHERE d.allocation_id = s.allocation_id)
+       OR t.devices <> (SELECT count(*) FROM allocation_device_spans d
+                        WHERE d.allocation_id = s.allocation_id AND d.until_seq IS NULL)
     UNION SELECT ord FROM (SELECT * FROM file_side EXCEPT SELECT * FROM store_side)
     UNION SELECT ord FROM (SELECT * FROM store_side EXCEPT SELECT * FROM file_side)
     UNION SELECT ord FROM (SELECT * FROM file_empty EXCEPT SELECT * FROM store_empty)
     UNION SELECT ord FROM (SELECT * FROM store_empty EXCEPT SELECT * FROM file_empty)
 """
 
-# Paired entries with a stored response whose bytes differ: the decoded comparison decides.
+# Paired entries with a stored response whose bytes differ: the decoded comparison decides
+# (CHANGED_RESPONSES, once the file's side is loaded).
 CANDIDATES = """
     INSERT INTO temp.sync_candidates (ord, allocation_id)
     SELECT s.ord, s.allocation_id
@@ -268,34 +227,16 @@ DROP_ENTRY = (
 )
 
 
-def _response_difference(file_table: str, store_table: str, columns: str) -> str:
-    file_side = f"SELECT ord, position, {columns} FROM temp.{file_table}"
-    store_side = (
-        f"SELECT c.ord, r.position, {', '.join('r.' + c.strip() for c in columns.split(','))} "
-        f"FROM temp.sync_candidates c JOIN {store_table} r ON r.allocation_id = c.allocation_id"
-    )
-    return (
-        f"SELECT ord FROM ({file_side} EXCEPT {store_side})\n"
-        f"    UNION SELECT ord FROM ({store_side} EXCEPT {file_side})"
-    )
-
-
-# Candidates whose decoded responses differ, section by section (positions count: they are
-# the order run options merge in; env and annotation positions follow the sorted keys).
-CHANGED_RESPONSES = "\n    UNION ".join(
-    _response_difference(file_table, store_table, columns)
-    for file_table, store_table, columns in (
-        ("sync_envs", "response_envs", "name, value"),
-        ("sync_mounts", "response_mounts", "container_path, host_path, read_only"),
-        ("sync_response_devices", "response_devices", "container_path, host_path, permissions"),
-        ("sync_annotations", "response_annotations", "name, value"),
-        ("sync_cdi_devices", "response_cdi_devices", "name"),
-    )
-)
+# Candidates whose decoded responses differ (positions count: they are the order run options
+# merge in; env and annotation positions follow the sorted keys, which the JSON keeps).
+CHANGED_RESPONSES = """
+    SELECT c.ord FROM temp.sync_candidates c JOIN allocations a ON a.id = c.allocation_id
+    WHERE c.response IS NOT a.response
+"""
 
 # ---- deletes ---------------------------------------------------------------------------------
 
-# Cascades to device rows, empty-list markers and response rows.
+# Cascades to empty-list markers (the entries' spans were closed by their delete events).
 DELETE_DOOMED = """
     DELETE FROM allocations WHERE id IN (SELECT allocation_id FROM temp.sync_doomed)
 """

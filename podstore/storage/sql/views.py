@@ -4,10 +4,12 @@ Kind names ('env', 'device', 'mount', 'annotation', 'cdi') and their merge order
 ``rules/run_options.KINDS``.
 
 Alembic's MetaData holds tables only, so the views (and the trigger that keeps the event log
-append-only) are created by the migrations with ``op.execute``. The revision that introduced
-them (0002) keeps a frozen copy of this text, so that editing this module never changes what
-an old revision means; a change here needs a new revision, and a test checks that a store at
-head holds exactly the SQL below.
+append-only) are created by the migrations with ``op.execute``. Each revision that creates or
+changes one keeps a frozen copy of its text (0002 the ``v_*`` views; 0006 the views over what
+it stores once — ``allocation_devices``, ``allocation_event_devices``, ``response_*`` — and the
+run-option views over the response JSON), so that editing this module never changes what an
+old revision means; a change here needs a new revision, and a test checks that a store at head
+holds exactly the SQL below.
 
 The run-option merge is written once (``_ranked``) and used twice: by the ``v_run_options`` /
 ``v_run_option_conflicts`` views over every container, and by ``RUN_OPTIONS_FOR_CONTAINER``,
@@ -19,32 +21,38 @@ from __future__ import annotations
 
 
 def _options(where: str) -> str:
-    """Every decoded setting of the selected allocations, with a uniform shape.
+    """Every decoded setting of the selected allocations, with a uniform shape, read from the
+    allocations' response JSON (storage/responses.py, "The JSON").
 
     ``name`` is the merge key (env name, container path, annotation key, CDI name) and
     ``value`` what a conflict compares (env/annotation value, host path; NULL for CDI).
     """
     where = f" {where}" if where else ""
+
+    def each(section: str) -> str:
+        return f"FROM allocations a, json_each(a.response, '$.{section}') x{where}"
+
     return f"""
     options (container_id, resource, kind_order, kind, position, name, value, permissions,
              read_only) AS (
-        SELECT a.container_id, a.resource, 1, 'env', x.position, x.name, x.value, NULL, NULL
-        FROM response_envs x JOIN allocations a ON a.id = x.allocation_id{where}
+        SELECT a.container_id, a.resource, 1, 'env', x.key, json_extract(x.value, '$[0]'),
+               json_extract(x.value, '$[1]'), NULL, NULL
+        {each("envs")}
         UNION ALL
-        SELECT a.container_id, a.resource, 2, 'device', x.position, x.container_path,
-               x.host_path, x.permissions, NULL
-        FROM response_devices x JOIN allocations a ON a.id = x.allocation_id{where}
+        SELECT a.container_id, a.resource, 2, 'device', x.key, json_extract(x.value, '$[0]'),
+               json_extract(x.value, '$[1]'), json_extract(x.value, '$[2]'), NULL
+        {each("devices")}
         UNION ALL
-        SELECT a.container_id, a.resource, 3, 'mount', x.position, x.container_path,
-               x.host_path, NULL, x.read_only
-        FROM response_mounts x JOIN allocations a ON a.id = x.allocation_id{where}
+        SELECT a.container_id, a.resource, 3, 'mount', x.key, json_extract(x.value, '$[0]'),
+               json_extract(x.value, '$[1]'), NULL, json_extract(x.value, '$[2]')
+        {each("mounts")}
         UNION ALL
-        SELECT a.container_id, a.resource, 4, 'annotation', x.position, x.name, x.value,
-               NULL, NULL
-        FROM response_annotations x JOIN allocations a ON a.id = x.allocation_id{where}
+        SELECT a.container_id, a.resource, 4, 'annotation', x.key,
+               json_extract(x.value, '$[0]'), json_extract(x.value, '$[1]'), NULL, NULL
+        {each("annotations")}
         UNION ALL
-        SELECT a.container_id, a.resource, 5, 'cdi', x.position, x.name, NULL, NULL, NULL
-        FROM response_cdi_devices x JOIN allocations a ON a.id = x.allocation_id{where}
+        SELECT a.container_id, a.resource, 5, 'cdi', x.key, x.value, NULL, NULL, NULL
+        {each("cdi_devices")}
     )"""
 
 
@@ -66,6 +74,72 @@ _RANKED = """
 def _ranked(where: str) -> str:
     return "WITH" + _options(where) + "," + _RANKED
 
+
+# ---- the relations revision 0006 turned into views ------------------------------------------
+#
+# Their names and columns are the contract of docs/sql.md; what they read is stored once.
+
+# An entry's devices now: its device spans that no event has ended (schema.py).
+ALLOCATION_DEVICES = """
+CREATE VIEW allocation_devices AS
+SELECT allocation_id, numa_node, position, device_id
+FROM allocation_device_spans
+WHERE until_seq IS NULL
+"""
+
+# Each (event, device) pair of the history: a span names the device for the event that listed
+# it (0) and, unless its ``until_released`` is NULL, for the event that ended it (0 listed, 1
+# released); events no span records keep their rows in event_device_rows. A device named both
+# ways by one event (listed again by the event that ended its span) is listed. Pairs of events
+# prune_history removed are not shown.
+_EVENT_DEVICE_PAIRS = """
+    SELECT since_seq AS seq, device_id, 0 AS released FROM allocation_device_spans
+    UNION ALL
+    SELECT until_seq, device_id, until_released FROM allocation_device_spans
+    WHERE until_released IS NOT NULL
+    UNION ALL
+    SELECT seq, device_id, released FROM event_device_rows
+"""
+ALLOCATION_EVENT_DEVICES = f"""
+CREATE VIEW allocation_event_devices AS
+SELECT n.seq AS seq, n.device_id AS device_id, min(n.released) AS released
+FROM ({_EVENT_DEVICE_PAIRS}) n
+WHERE EXISTS (SELECT 1 FROM allocation_events e WHERE e.seq = n.seq)
+GROUP BY n.seq, n.device_id
+"""
+
+
+def _response_view(name: str, section: str, columns: str) -> str:
+    return f"""
+CREATE VIEW {name} AS
+SELECT a.id AS allocation_id, x.key AS position, {columns}
+FROM allocations a, json_each(a.response, '$.{section}') x
+"""
+
+
+RESPONSE_ENVS = _response_view(
+    "response_envs",
+    "envs",
+    "json_extract(x.value, '$[0]') AS name, json_extract(x.value, '$[1]') AS value",
+)
+RESPONSE_MOUNTS = _response_view(
+    "response_mounts",
+    "mounts",
+    "json_extract(x.value, '$[0]') AS container_path, json_extract(x.value, '$[1]') AS "
+    "host_path, json_extract(x.value, '$[2]') AS read_only",
+)
+RESPONSE_DEVICES = _response_view(
+    "response_devices",
+    "devices",
+    "json_extract(x.value, '$[0]') AS container_path, json_extract(x.value, '$[1]') AS "
+    "host_path, json_extract(x.value, '$[2]') AS permissions",
+)
+RESPONSE_ANNOTATIONS = _response_view(
+    "response_annotations",
+    "annotations",
+    "json_extract(x.value, '$[0]') AS name, json_extract(x.value, '$[1]') AS value",
+)
+RESPONSE_CDI_DEVICES = _response_view("response_cdi_devices", "cdi_devices", "x.value AS name")
 
 # Every device row with the names of its entry.
 _HELD = """FROM allocation_devices d
@@ -145,6 +219,13 @@ END
 
 #: (name, CREATE statement) in creation order; drop in reverse.
 VIEWS: tuple[tuple[str, str], ...] = (
+    ("allocation_devices", ALLOCATION_DEVICES),
+    ("allocation_event_devices", ALLOCATION_EVENT_DEVICES),
+    ("response_envs", RESPONSE_ENVS),
+    ("response_mounts", RESPONSE_MOUNTS),
+    ("response_devices", RESPONSE_DEVICES),
+    ("response_annotations", RESPONSE_ANNOTATIONS),
+    ("response_cdi_devices", RESPONSE_CDI_DEVICES),
     ("v_allocations", V_ALLOCATIONS),
     ("v_device_owners", V_DEVICE_OWNERS),
     ("v_double_allocations", V_DOUBLE_ALLOCATIONS),
