@@ -15,6 +15,7 @@ import pytest
 from harness.deploy import (
     DEPLOY,
     KUBELET_DIR,
+    POD_LOGS,
     ROOT,
     STORE_DIR,
     VENV_PODSTORE,
@@ -26,7 +27,6 @@ from harness.deploy import (
 
 from podstore import logs
 from podstore.cli import cli
-from podstore.watch.follower import DEFAULT_CHECKPOINT
 
 #: Where the DaemonSet mounts the Secret podstore-fleet, and the file --ship-to-file reads.
 FLEET_DIR = "/etc/podstore/fleet"
@@ -64,7 +64,9 @@ def test_watch_unit() -> None:
     assert argv[0] == VENV_PODSTORE
     command, params = parsed(argv)
     assert command == "watch"
-    assert str(params["checkpoint"]) == DEFAULT_CHECKPOINT
+    # The whole node: every manager's checkpoint in kubelet's directory, the pods' names.
+    assert params["checkpoint"] is None
+    assert str(params["kubelet_dir"]) == KUBELET_DIR and str(params["pod_logs"]) == POD_LOGS
     assert params["metrics_addr"] == ("127.0.0.1", 9465)  # loopback on a host
     assert not params["once"]
     assert str(params["db"]).startswith(STORE_DIR + "/")
@@ -80,7 +82,7 @@ def test_watch_unit() -> None:
     assert service["ProtectSystem"] == ["strict"]
     assert paths(service["ReadWritePaths"]) == [STORE_DIR]
     assert service["StateDirectory"] == ["podstore"]
-    assert "/var/lib/kubelet" in paths(service["ReadOnlyPaths"])
+    assert {KUBELET_DIR, POD_LOGS} <= set(paths(service["ReadOnlyPaths"]))
     assert paths(service["InaccessiblePaths"]) == ["/var/lib/kubelet/pods"]
     assert service["PrivateTmp"] == ["yes"] and service["NoNewPrivileges"] == ["yes"]
     # Root without capabilities, and no unix sockets (kubelet's are in the directory it reads).
@@ -136,9 +138,11 @@ def test_environment_file_example() -> None:
 
 
 def source(volume: dict[str, Any]) -> str:
-    """What a volume shows the container: a host path, or ``Secret NAME``."""
+    """What a volume shows the container: a host path, ``Secret NAME``, or ``empty`` (a mask)."""
     if "hostPath" in volume:
         return str(volume["hostPath"]["path"])
+    if "emptyDir" in volume:
+        return "empty"
     return f"Secret {volume['secret']['secretName']}"
 
 
@@ -166,13 +170,19 @@ def test_daemonset_mounts_only_what_the_docs_list() -> None:
             access = "read-only" if m.get("readOnly") else "read-write"
             mounted.add((name, source(volumes[m["name"]]), m["mountPath"], access))
     assert mounted == documented_mounts()
-    assert all(set(v) & {"hostPath", "secret"} for v in volumes.values())
+    assert all(set(v) & {"hostPath", "secret", "emptyDir"} for v in volumes.values())
+    # The pods' volumes (secrets, tokens) inside the kubelet directory are masked by an empty
+    # directory mounted over them.
+    masks = {m["mountPath"] for m in containers()["podstore-watch"]["volumeMounts"]
+             if "emptyDir" in volumes[m["name"]]}  # fmt: skip
+    assert masks == {KUBELET_DIR + "/pods"}
     assert not any(
         m.get("mountPropagation") for c in containers().values() for m in c["volumeMounts"]
     )
     # Only the store is writable, and the kubelet directory is read-only.
     assert {(s, a) for _, s, _, a in mounted if a == "read-write"} == {(STORE_DIR, "read-write")}
     assert (("podstore-watch", KUBELET_DIR, KUBELET_DIR, "read-only")) in mounted
+    assert (("podstore-watch", POD_LOGS, POD_LOGS, "read-only")) in mounted
 
 
 def test_daemonset_command_lines() -> None:
@@ -191,7 +201,8 @@ def test_daemonset_command_lines() -> None:
     assert params["keep_history"] == KEEP_HISTORY
     assert params["ship_to_file"] == f"{FLEET_DIR}/url"
     assert params["ship_to"] is None and not params["ship_to_env"]
-    assert str(params["checkpoint"]) == DEFAULT_CHECKPOINT
+    assert params["checkpoint"] is None
+    assert str(params["kubelet_dir"]) == KUBELET_DIR and str(params["pod_logs"]) == POD_LOGS
     assert str(params["db"]).startswith(STORE_DIR + "/")
     assert params["node"] == "$(NODE_NAME)"
     env = {e["name"]: e for e in watch["env"]}

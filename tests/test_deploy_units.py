@@ -275,13 +275,16 @@ def test_watch_unit_ships_with_the_url_from_its_credential(pg: PgServer, tmp_pat
     (credentials / name).write_text(with_password + "\n")
     (credentials / name).chmod(0o400)
     store_dir = tmp_path / "var-lib-podstore"
-    plugins = tmp_path / "device-plugins"
-    plugins.mkdir()
+    kubelet = tmp_path / "var-lib-kubelet"
+    plugins = kubelet / "device-plugins"
+    plugins.mkdir(parents=True)
+    (tmp_path / "var-log-pods").mkdir()
     shutil.copy(EXAMPLE, plugins / "kubelet_internal_checkpoint")
     (exec_start,) = service["ExecStart"]
     argv = [
         a.replace("${CREDENTIALS_DIRECTORY}", str(credentials))
-        .replace("/var/lib/kubelet/device-plugins", str(plugins))
+        .replace("/var/lib/kubelet", str(kubelet))
+        .replace("/var/log/pods", str(tmp_path / "var-log-pods"))
         .replace(STORE_DIR, str(store_dir))
         .replace("127.0.0.1:9465", "127.0.0.1:0")
         for a in shlex.split(exec_start)

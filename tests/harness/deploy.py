@@ -10,7 +10,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEPLOY = ROOT / "deploy"
-KUBELET_DIR = "/var/lib/kubelet/device-plugins"
+KUBELET_DIR = "/var/lib/kubelet"
+POD_LOGS = "/var/log/pods"
 VENV_PODSTORE = "/opt/podstore/bin/podstore"
 STORE_DIR = "/var/lib/podstore"
 
