@@ -169,6 +169,21 @@ def test_cpus_outside_the_topology_have_no_numa_node(tmp_path: Path) -> None:
     assert rows == [(pod_uid(i), "[0]" if node.node_of(i) == 0 else None, 1) for i in range(4)]
 
 
+def test_a_new_topology_may_move_cpus_between_numa_nodes(tmp_path: Path) -> None:
+    """A machine re-read with another layout (a BIOS setting, sub-NUMA clustering): CPUs
+    change node, in whichever order the nodes' items are written."""
+    before = Node(4, cpus_per_node=8).write_all(tmp_path / "before")
+    after = Node(4, cpus_per_node=10).write_all(tmp_path / "after")
+    db = tmp_path / "s.db"
+    with PodStore.open(db) as store:
+        store.import_node(before[0], sysfs=before[1], pod_logs=before[2])
+        assert _rows(db, "SELECT numa_node FROM numa_cpus WHERE cpu = 8") == [(1,)]
+        store.import_node(before[0], sysfs=after[1], pod_logs=before[2])
+    assert _rows(db, "SELECT numa_node, count(*) FROM numa_cpus GROUP BY 1") == [(0, 10), (1, 10)]
+    assert _rows(db, "SELECT numa_node FROM numa_cpus WHERE cpu = 8") == [(0,)]
+    assert check_store(db) == []
+
+
 @pytest.mark.parametrize("missing", ["cpu", "memory", "dra", "devices"])
 def test_a_missing_file_leaves_its_kind_as_it_was(missing: str, tmp_path: Path) -> None:
     node = Node(3, misaligned={0})

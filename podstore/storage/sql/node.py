@@ -126,7 +126,12 @@ DRA_DELETE_CLAIM = "DELETE FROM dra_claims WHERE claim_uid = ?"
 # ---- topology and names ----------------------------------------------------------------------
 
 NUMA_ROWS = "SELECT numa_node, cpu FROM numa_cpus ORDER BY numa_node, cpu"
-NUMA_INSERT = "INSERT INTO numa_cpus (cpu, numa_node) VALUES (?, ?)"
+# A CPU that moves to another NUMA node (a new topology) may be written under its new node
+# before its old node's item is rewritten: it takes the new node at once.
+NUMA_INSERT = (
+    "INSERT INTO numa_cpus (cpu, numa_node) VALUES (?, ?) "
+    "ON CONFLICT (cpu) DO UPDATE SET numa_node = excluded.numa_node"
+)
 NUMA_DELETE_NODE = "DELETE FROM numa_cpus WHERE numa_node = ?"
 NAME_ROWS = "SELECT pod_uid, namespace, name FROM pod_names ORDER BY pod_uid"
 NAME_INSERT = "INSERT INTO pod_names (pod_uid, namespace, name) VALUES (?, ?, ?)"
