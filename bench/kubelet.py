@@ -10,6 +10,8 @@ would only make this baseline slower). Pod removal does not write (upstream neit
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import tempfile
 
@@ -73,3 +75,17 @@ class KubeletStyle:
         return ks
 
     allocated: dict[str, set[str]] | None = None
+
+
+def load_without_checksum(path: str) -> PodDevicesMaps:
+    """The floor of reading a checkpoint: ``json.loads`` and the maps built from it (each
+    response unmarshalled, as fromCheckpointData does), with no checksum and no checks."""
+    with open(path, "rb") as f:
+        data = json.loads(f.read())["Data"]
+    maps = PodDevicesMaps()
+    for e in data.get("PodDeviceEntries") or ():
+        resp = ContainerAllocateResponse()
+        resp.ParseFromString(base64.b64decode(e.get("AllocResp") or ""))
+        ids = {int(k): v for k, v in (e.get("DeviceIDs") or {}).items()}
+        maps.insert(e["PodUID"], e["ContainerName"], e["ResourceName"], ids, resp)
+    return maps

@@ -36,6 +36,7 @@ BULK = {
     "podstore_from_checkpoint_data": "podstore from_checkpoint_data",
     "raw_executemany_core": "raw sqlite3 executemany (core rows only)",
     "kubelet_load": "kubelet-style load (read+verify+maps)",
+    "checksumless_load": "checksum-less load (json.loads + maps)",
 }
 
 

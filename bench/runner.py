@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from bench import child, machine, rawsql, workload
-from bench.kubelet import KubeletStyle, file_store_write
+from bench.kubelet import KubeletStyle, file_store_write, load_without_checksum
 from bench.lean import LeanSqlite
 from bench.measure import interleaved, stats
 from bench.sections import RunContext, Section, register, selected
@@ -274,6 +274,16 @@ class SizeRun:
             del loaded
             return dt
 
+        def checksumless_load(_: int) -> float:
+            gc.collect()
+            t0 = time.perf_counter()
+            maps = load_without_checksum(self.ckpt)
+            dt = time.perf_counter() - t0
+            if maps.devices() != self.kubelet_devices:
+                self.result["checks"].append("import: checksum-less load and podstore differ")
+            del maps
+            return dt
+
         self.kubelet_devices = self.kubelet.maps.devices() if self.kubelet else {}
         with PodStore.open(self.db, readonly=True) as imported:
             if imported.devices() != self.kubelet_devices:
@@ -281,6 +291,7 @@ class SizeRun:
         contenders: dict[str, Callable[[int], object]] = {
             "podstore_import": podstore_import,
             "kubelet_load": kubelet_load,
+            "checksumless_load": checksumless_load,
             "raw_executemany_core": raw_core,
         }
         if full:

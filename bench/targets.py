@@ -208,6 +208,20 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             )
         )
 
+    for s in sizes:
+        ps, floor = _p50(s, "import", "podstore_import"), _p50(s, "import", "checksumless_load")
+        if ps is None or floor is None or s["pods"] < 10_000:
+            continue
+        out.append(
+            Target(
+                f"import_checkpoint ≤ 3.0× checksum-less load @ {s['pods']:,} pods",
+                _ratio(ps, floor),
+                3.0,
+                False,
+                f"podstore {_ms(ps)} vs json.loads + maps {_ms(floor)}",
+            )
+        )
+
     rss_rows = [(f"{s['pods']:,} pods", s.get("peak_rss_kib") or {}) for s in sizes]
     if fx:
         rss_rows.append((f"{fx.get('entries', 0):,} entries", fx.get("peak_rss_kib") or {}))
