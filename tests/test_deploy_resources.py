@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 from harness.deploy import containers, unit
 from harness.ops_resources import measure
-from harness.pgserver import PgServer, PgServerUnavailable
-
-from podstore.fleet import db, migrate
+from harness.pgserver import fleet_database
 
 MIB = 1024 * 1024
 
@@ -45,19 +43,8 @@ def test_settings_agree() -> None:
 
 @pytest.fixture(scope="module")
 def fleet_url() -> Iterator[str]:
-    try:
-        server = PgServer()
-    except PgServerUnavailable as exc:
-        pytest.fail(str(exc))
-    try:
-        server.start()
-        url = server.create_database("resources")
-        migrate.init(url)
+    with fleet_database("resources") as url:
         yield url
-    finally:
-        db.dispose_all()
-        migrate.forget_all()
-        server.destroy()
 
 
 def test_a_1000_entry_follower_fits_the_limits(tmp_path: Path, fleet_url: str) -> None:

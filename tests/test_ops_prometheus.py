@@ -26,15 +26,13 @@ import pytest
 import yaml
 from harness.nodegen import Node
 from harness.ops_metrics import EXISTING, PENDING, metric_names
-from harness.pgserver import PgServer, PgServerUnavailable
+from harness.pgserver import fleet_database
 from harness.promserver import BinaryUnavailable, NodeExporter, Prometheus, get
 from harness.watch_support import podstore_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
-from podstore.fleet import db as fleet_db
-from podstore.fleet import migrate as fleet_migrate
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 RULES = DEPLOY / "prometheus" / "podstore-rules.yaml"
@@ -94,19 +92,8 @@ def wait(predicate: Any, timeout: float, what: str, step: float = 0.25) -> Any:
 @pytest.fixture(scope="module")
 def fleet_url() -> Iterator[str]:
     """A throwaway PostgreSQL with the fleet schema, for the follower to ship to."""
-    try:
-        server = PgServer()
-    except PgServerUnavailable as exc:
-        pytest.fail(str(exc))
-    try:
-        server.start()
-        url = server.create_database("ops")
-        fleet_migrate.init(url)
+    with fleet_database("ops") as url:
         yield url
-    finally:
-        fleet_db.dispose_all()
-        fleet_migrate.forget_all()
-        server.destroy()
 
 
 @pytest.fixture(scope="module")

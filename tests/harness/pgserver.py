@@ -19,6 +19,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 #: The server's superuser (made by initdb) and the unprivileged OS user it runs as when root.
@@ -191,3 +192,26 @@ class PgServer:
             if self.running():
                 self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fleet_database(name: str) -> Iterator[str]:
+    """A throwaway server with one fleet database of the current schema: its URL. Fails the
+    test (never skips) when the server binaries are missing."""
+    import pytest
+
+    from podstore.fleet import db, migrate
+
+    try:
+        server = PgServer()
+    except PgServerUnavailable as exc:
+        pytest.fail(str(exc))
+    try:
+        server.start()
+        url = server.create_database(name)
+        migrate.init(url)
+        yield url
+    finally:
+        db.dispose_all()
+        migrate.forget_all()
+        server.destroy()
