@@ -157,6 +157,16 @@ _ROWS: dict[str, tuple[str, str]] = {
         "final store ({present_at_end} pods present, {deleted} deleted); the self-check "
         "clean after every round, `podstore verify` at the end; {seconds} s",
     ),
+    "healthz at 100,000 entries": (
+        "health checks at 100,000 entries",
+        "GET /healthz p50 {healthz_p50_ms} ms (max {healthz_max_ms} ms; during a scrape "
+        "{healthz_during_scrape_p50_ms} ms) where GET /metrics takes {metrics_p50_s} s",
+    ),
+    "prune at 20,000 entries": (
+        "retention at 20,000 entries",
+        "`podstore prune` removed {events_removed} events: {cli_wall_s} s and "
+        "{cli_peak_rss_mib} MiB peak (API {api_wall_s} s, {api_peak_rss_mib} MiB)",
+    ),
     "fuzz": (
         "hostile input",
         "{examples_per_test} examples per fuzz test: {refused_unchanged} calls refused with a "
