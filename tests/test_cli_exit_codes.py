@@ -50,6 +50,8 @@ FAILS: dict[str, list[str] | None] = {
     "podstore verify": ["--db", "{missing}", "verify"],
     "podstore reset-identity": ["--db", "{store}", "reset-identity"],  # without --yes
     "podstore prune": ["--db", "{store}", "--readonly", "prune", "--keep", "1d"],
+    "podstore import-node": ["--db", "{store}", "--readonly", "import-node", "{missing}"],
+    "podstore topology": ["--db", "{missing}", "topology"],
     "podstore migrate upgrade": ["--db", "{store}", "--readonly", "migrate", "upgrade"],
     "podstore migrate downgrade": ["--db", "{store}", "migrate", "downgrade", "base"],
     "podstore migrate current": ["--db", "{missing}", "migrate", "current"],
