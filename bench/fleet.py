@@ -209,8 +209,12 @@ def _parallel(
     from the moment all are ready to the moment the last one is done, and the CPU seconds the
     workers and the server used meanwhile. ``meanwhile(done)`` runs in this process while they
     work (until ``done`` is set)."""
-    ctx = multiprocessing.get_context("fork")
-    start = ctx.Event()
+    # Spawned, not forked: a fresh interpreter holds no SQLite connection of this process
+    # (a forked child that inherits one may not use that file: docs/api.md, "Threads,
+    # processes and fork"). Each worker waits at the barrier once it has imported, connected
+    # and opened its stores; the clock starts when the last one (and this process) is there.
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(workers + 1)
     out = ctx.Queue()
     procs = [
         ctx.Process(target=target, args=(url, paths[i::workers], start, out))
@@ -218,12 +222,11 @@ def _parallel(
     ]
     for p in procs:
         p.start()
-    time.sleep(2.0)  # every worker has imported and connected
     done = threading.Event()
     side = threading.Thread(target=meanwhile, args=(done,)) if meanwhile else None
     server0 = _server_cpu(server)
+    start.wait(timeout=600)
     t0 = time.perf_counter()
-    start.set()
     if side is not None:
         side.start()
     results = [out.get(timeout=3600) for _ in procs]
