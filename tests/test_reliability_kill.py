@@ -10,7 +10,7 @@ invariants hold (podstore.storage.selfcheck); the contents equal the model of ev
 operation, plus the one in flight either entirely or not at all; then the next writer carries
 on from there, and a final write proves the store still works.
 
-PODSTORE_KILLS sets the number of kills (default 300).
+PODSTORE_KILLS sets the number of kills (default 200).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from harness.forkserver import ForkServer
 from podstore import PodStore
 from podstore.storage.selfcheck import check_connection
 
-KILLS = int(os.environ.get("PODSTORE_KILLS", "300"))
+KILLS = int(os.environ.get("PODSTORE_KILLS", "200"))
 SEED = int(os.environ.get("PODSTORE_KILL_SEED", "20261202"))
 
 

@@ -26,7 +26,7 @@ COMMIT, either. The first round per starting point that left the old revision, a
 that left it with uncommitted frames in the -wal, are then upgraded to the end by a fresh open
 over what the dead child left, and must verify clean with every entry.
 
-PODSTORE_MIGRATION_KILLS sets the number of kills (default 100, split over the starting
+PODSTORE_MIGRATION_KILLS sets the number of kills (default 60, split over the starting
 revisions and the two ways).
 """
 
@@ -49,7 +49,7 @@ from podstore import PodStore
 from podstore.sqlite.files import wal_size
 from podstore.storage.selfcheck import check_store
 
-KILLS = int(os.environ.get("PODSTORE_MIGRATION_KILLS", "100"))
+KILLS = int(os.environ.get("PODSTORE_MIGRATION_KILLS", "60"))
 SEED = int(os.environ.get("PODSTORE_MIGRATION_KILL_SEED", "20261203"))
 MODES = ("open", "cli")
 STEP_KINDS = ("t", "q", "k", "c")
