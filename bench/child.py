@@ -52,11 +52,17 @@ def _open_kubelet(path: str, pod: str, container: str, resource: str) -> dict[st
     t0 = time.perf_counter()
     from bench.kubelet import KubeletStyle
 
+    rss_before = _status_kib("VmRSS")
     t1 = time.perf_counter()
     ks = KubeletStyle.load(path)
     answer = ks.maps.container_devices(pod, container, resource)
     t2 = time.perf_counter()
-    return {"import_s": t1 - t0, "open_s": t2 - t1, "answer": sorted(answer or ())}
+    return {
+        "import_s": t1 - t0,
+        "open_s": t2 - t1,
+        "answer": sorted(answer or ()),
+        "rss_before_kib": rss_before,
+    }
 
 
 def _import(db: str, path: str) -> dict[str, Any]:

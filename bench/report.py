@@ -9,7 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from bench.targets import Target
+from bench.targets import RICH_RUN_OPTIONS, Target
 
 PER_CALL_OPS = (
     "insert",
@@ -19,6 +19,7 @@ PER_CALL_OPS = (
     "pod_devices",
     "devices",
     "device_run_container_options",
+    RICH_RUN_OPTIONS,
     "get_container_devices",
     "get_pod_and_container_for_device",
 )
@@ -188,11 +189,15 @@ def _restart_rows(
     ]
     for key, label in (("podstore_import", "podstore import"), ("kubelet_load", "kubelet load")):
         if rss.get(key):
-            note = (
-                f"(before import: {rss.get('podstore_before_import', 0) / 1024:.0f} MiB)"
-                if key == "podstore_import"
-                else ""
-            )
+            if key == "podstore_import":
+                before = rss.get("podstore_before_import", 0)
+                note = (
+                    f"(before import: {before / 1024:.0f} MiB; "
+                    f"growth {(rss[key] - before) / 1024:.0f} MiB)"
+                )
+            else:
+                growth = rss.get("kubelet_load_growth")
+                note = f"(growth {growth / 1024:.0f} MiB)" if growth is not None else ""
             rows.append([f"peak RSS: {label}", pods, entries, f"{rss[key] / 1024:.0f} MiB", note])
     return rows
 

@@ -101,6 +101,12 @@ def alloc_resp(
                     read_only=True,
                 )
             )
+            # A plugin that mounts host tools also names its CDI devices in an annotation
+            # (the "cdi-annotations" strategy); no extra random draw, so every other figure
+            # of the workload stays as it was.
+            msg.annotations[f"cdi.k8s.io/nvidia-device-plugin_{ids[0]}"] = ",".join(
+                f"nvidia.com/gpu={i}" for i in ids
+            )
     else:
         msg.envs["PCIDEVICE_NVIDIA_COM_SRIOV_RDMA"] = ",".join(ids)
         paths = ["/dev/infiniband/rdma_cm"] + [f"/dev/infiniband/uverbs{m}" for m in minors]
