@@ -129,8 +129,29 @@ def _device_pairs(param: str) -> str:
     """
 
 
+# A DRA manager's events are keyed by claim (resource 'dra:UID', no pod): they concern a pod
+# when the claim lists it, in the event itself or in the claim's event before it (so the
+# event that drops the pod from the claim, or deletes the claim, is the pod's too). The
+# claims' events are found by the key index (pod_uid and container NULL).
+_DRA_EVENTS_OF_POD = """
+    SELECT d.seq FROM allocation_events d
+    WHERE d.pod_uid IS NULL AND d.container IS NULL
+      AND d.resource >= 'dra:' AND d.resource < 'dra;'
+      AND (
+        EXISTS (SELECT 1 FROM json_each(d.device_ids, '$.pods') WHERE value = :pod_uid)
+        OR EXISTS (
+          SELECT 1 FROM json_each((
+            SELECT p.device_ids FROM allocation_events p
+            WHERE p.pod_uid IS NULL AND p.container IS NULL AND p.resource = d.resource
+              AND p.seq < d.seq
+            ORDER BY p.seq DESC LIMIT 1
+          ), '$.pods') WHERE value = :pod_uid
+        )
+      )
+"""
+
 _FILTERS = {
-    "pod_uid": "e.pod_uid = :pod_uid",
+    "pod_uid": f"(e.pod_uid = :pod_uid OR e.seq IN ({_DRA_EVENTS_OF_POD}))",
     "device_id": f"e.seq IN (SELECT seq FROM ({_device_pairs(':device_id')}))",
     "since": f"e.seq >= {_seq_from(':since')}",
     "until": f"e.seq < {_seq_from(':until')}",
