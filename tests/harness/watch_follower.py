@@ -3,8 +3,9 @@ real command (``podstore --db DB watch CP``) until they are killed.
 
 Run as a script. It imports podstore, its command line and watchdog once, then for every line
 ``run DB CP`` on stdin forks a child that runs ``podstore --db DB watch CP --interval 3600``
-(signal handlers, file trigger, syncs: all of the command). Output lines on stdout, each one
-``write(2)``:
+(signal handlers, file trigger, syncs: all of the command), and for every line ``node DB
+DIR`` one that runs ``podstore --db DB watch --kubelet-dir DIR --interval 3600``. Output
+lines on stdout, each one ``write(2)``:
 
 - ``p PID``       a child started
 - ``x PID CODE``  the child is gone and reaped (CODE: exit status or -signal)
@@ -30,11 +31,11 @@ def say(line: str) -> None:
         data = data[os.write(1, data) :]
 
 
-def child(db: str, cp: str) -> None:
+def child(db: str, args: list[str]) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        cli_main(["--db", db, "watch", cp, "--interval", "3600"])
+        cli_main(["--db", db, "watch", *args, "--interval", "3600"])
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)
     os._exit(0)
@@ -49,10 +50,10 @@ def main() -> None:
             continue
         if parts[0] == "quit":
             return
-        _, db, cp = parts
+        what, db, path = parts
         pid = os.fork()
         if pid == 0:
-            child(db, cp)
+            child(db, [path] if what == "run" else ["--kubelet-dir", path])
         say(f"p {pid}")
         _, status = os.waitpid(pid, 0)
         say(f"x {pid} {os.waitstatus_to_exitcode(status)}")
