@@ -137,6 +137,14 @@ _ROWS: dict[str, tuple[str, str]] = {
         "{behind_after_kill} kills left the store one or more files behind, caught up by the "
         "next sync; `podstore verify` clean after every round; {seconds} s",
     ),
+    "watch-node-kill9": (
+        "kill -9 of `podstore watch --kubelet-dir`",
+        "{kills} kills in {rounds} rounds while {files} CPU, memory and DRA manager files were "
+        "renamed into place ({before_schema} while the store was being created); every kind's "
+        "state one of its files, whole; every item's latest event equal to the store, no "
+        "change written twice; {behind_after_kill} kills left a file behind, caught up by the "
+        "next start; self-check and hash chain clean after every round; {seconds} s",
+    ),
     "watch-scale-sync": (
         "`watch --once` at scale",
         "{entries} entries, one changed: sync {sync_s} s through the API, {cli_once_s} s as "
