@@ -301,6 +301,29 @@ def test_the_reader_role_reads_the_new_views(tmp_path: Path, fleet_url: str) -> 
         assert read.query(fleet_url, f"SELECT count(*) FROM {view}").rows[0][0] > 0, view
 
 
+def test_a_retired_store_leaves_the_whole_node_views(tmp_path: Path, fleet_url: str) -> None:
+    with PodStore.open(tmp_path / "n.db") as store:
+        _load(store, _whole_node(tmp_path, 4, "first", misaligned={1}))
+        device = _a_dra_device(store)
+        ship(store, fleet_url, node=NODE)
+        last = max(e.timestamp for e in store.history()).isoformat()
+    views = (
+        "v_fleet_container_numa",
+        "v_fleet_numa_misaligned",
+        "v_fleet_dra_devices",
+        "v_fleet_pod_names",
+        "v_fleet_device_owners",
+    )
+    assert all(rows(fleet_url, f"SELECT count(*) FROM {v}")[0][0] > 0 for v in views)
+    assert read.owners(fleet_url, device).rows
+    admin.retire(fleet_url, node=NODE)
+    for view in views:
+        assert rows(fleet_url, f"SELECT count(*) FROM {view}") == [(0,)], view
+    assert read.owners(fleet_url, device).rows == []
+    # Its history stays: at an instant before the retirement the claim was there.
+    assert read.owners(fleet_url, device, at=last).rows
+
+
 def test_f0003_on_a_filled_database_rebuilds_the_node_state_and_downgrades(
     tmp_path: Path, fleet_url: str
 ) -> None:
