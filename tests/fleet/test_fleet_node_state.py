@@ -178,6 +178,12 @@ def test_the_whole_node_ships_and_the_fleet_views_equal_the_nodes(
         (checked,) = read.verify(fleet_url).dicts()
         assert (checked["chained"], checked["problem"]) == (new[-1], None)
 
+        # Two changes of the same items in one batch: each item takes its last event's state.
+        _load(store, _whole_node(tmp_path, 3, "third", misaligned={2}))
+        _load(store, _whole_node(tmp_path, 5, "fourth", misaligned={0}))
+        assert ship(store, fleet_url, node=NODE).batches == 1
+        assert_same_node(fleet_url, store)
+
 
 def test_fleet_owners_finds_a_dra_device_now_and_at_an_instant(
     tmp_path: Path, fleet_url: str
