@@ -21,6 +21,8 @@ from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
 from podstore.storage import audit, events
 from podstore.storage import entries as entry_store
+from podstore.storage.node import sync as node_sync
+from podstore.storage.node.sync import ItemRow
 from podstore.storage.sql import audit as audit_sql
 from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import ship as ship_sql
@@ -33,6 +35,9 @@ T = TypeVar("T")
 EventRow = tuple[int, str, str, str | None, str | None, str, str | None, str | None, bytes]
 #: An entry of the current state: (pod_uid, container, resource, NUMA map as stored JSON).
 StateEntry = tuple[str, str, str, str | None]
+#: An item of the node's other managers, topology or pod names: (family, pod_uid, container,
+#: resource, payload JSON as its latest event carries it).
+NodeItem = ItemRow
 
 
 def history_query(
@@ -177,6 +182,12 @@ class Reader:
             return entries, registered
 
         return self._call(read)
+
+    def node_items(self) -> list[NodeItem]:
+        """The items of the store's CPU, memory and DRA managers, topology and pod names:
+        (family, pod_uid, container, resource, payload JSON), what a fleet snapshot holds
+        besides the device state."""
+        return self._call(node_sync.current_items)
 
     def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = self._call(lambda conn: conn.execute(sql, params).fetchall())

@@ -30,11 +30,13 @@ from podstore.rules import validate
 #: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 NODE_ROLE_PREFIX = "podstore_node_"
-#: The shipping functions a node role may call (revision f0002).
+#: The shipping functions a node role may call (revision f0002; f0003 gave the snapshot the
+#: node's items).
 SHIP_FUNCTIONS = (
     "fleet_ship_open(uuid, text)",
     "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",
-    "fleet_ship_snapshot(uuid, text, bigint, timestamptz, bytea, json, json, jsonb, bytea, json)",
+    "fleet_ship_snapshot(uuid, text, bigint, timestamptz, bytea, json, json, jsonb, bytea, json, "
+    "json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
 

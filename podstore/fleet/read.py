@@ -47,7 +47,16 @@ NODES_COLUMNS = (
     "last_refusal",
     "retired_at",
 )
-OWNERS_COLUMNS = ("node", "store_id", "pod_uid", "container", "resource")
+OWNERS_COLUMNS = (
+    "node",
+    "store_id",
+    "pod_uid",
+    "container",
+    "resource",
+    "namespace",
+    "pod_name",
+    "claim",
+)
 VERIFY_COLUMNS = (
     "node",
     "store_id",
@@ -104,7 +113,12 @@ def owners(
     """Who holds ``device_id`` now — or held it at the instant ``at`` — on every node (or on
     ``node``): OWNERS_COLUMNS rows, sorted. A device ID names one device per store: the same
     ID on two nodes is two devices, listed apart. A retired store holds nothing now, and
-    answers for instants before its retirement."""
+    answers for instants before its retirement.
+
+    A DRA device is named ``driver/pool/device`` (as the node's ``owners`` takes it): its rows
+    are the pods using it through a claim (container None, resource the driver, ``claim`` the
+    claim's namespace/name). ``namespace`` and ``pod_name`` are the pod's name as its store
+    holds it now (None when it holds none)."""
     target = resolve(url)
     params: dict[str, Any] = {
         "device_id": validate.text(device_id, "device_id"),

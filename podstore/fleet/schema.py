@@ -11,8 +11,9 @@ Two kinds of tables:
   that healed gaps (``fleet_snapshots``, ``fleet_snapshot_devices``);
 - the **current state** of each store: ``fleet_entries`` (one row per entry, its NUMA map as
   JSON), ``fleet_allocations`` (one row per listed device), ``fleet_registered`` and
-  ``fleet_double_allocated``, written in the same transaction as the events that produced
-  them.
+  ``fleet_double_allocated``, and the node's other items (CPUs, memory, DRA claims, topology,
+  pod names: ``fleet_node_items``, revision f0003), written in the same transaction as the
+  events that produced them.
 
 ``fleet_stores`` holds one row per store: its node name (the node that first shipped it owns it),
 ``last_seq``, the newest node ``seq`` this database holds (shipping resumes after it), the head
@@ -180,6 +181,34 @@ fleet_registered = Table(
     Column("resource", Text, nullable=False),
     Column("device_ids", JSONB, nullable=True),
     PrimaryKeyConstraint("store_id", "resource"),
+)
+
+# The node's other items (revision f0003): what its CPU, memory and DRA managers, its NUMA
+# topology and its pod names hold now, one row per item, kept by the shipping functions from
+# the ``cpu-``, ``memory-``, ``dra-`` and ``node-`` events (podstore/storage/node/items.py: the key
+# is the one those events carry). The views of the whole node read them.
+fleet_node_items = Table(
+    "fleet_node_items",
+    metadata,
+    _store_id(),
+    # The key as one value: the JSON text of [pod_uid, container, resource] (pod_uid and
+    # container may be NULL, which a primary key column may not).
+    Column("item_key", Text, nullable=False),
+    # The event family: cpu, memory, dra, node (topology and pod names).
+    Column("kind", Text, nullable=False),
+    Column("pod_uid", Text, nullable=True),
+    Column("container", Text, nullable=True),
+    Column("resource", Text, nullable=False),
+    # The item's payload as its latest event carries it.
+    Column("value", JSONB, nullable=True),
+    # The DRA devices a claim names (driver/pool/device), as its events list them.
+    Column("devices", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    # The node seq of the event (or snapshot) that set it.
+    Column("seq", BigInteger, nullable=False),
+    PrimaryKeyConstraint("store_id", "item_key"),
+    CheckConstraint("kind IN ('cpu', 'memory', 'dra', 'node')", name="kind"),
+    # Who uses a DRA device now, fleet-wide.
+    Index("ix_fleet_node_items_devices", "devices", postgresql_using="gin"),
 )
 
 # A snapshot stands in for history the node pruned before it was shipped: the store's whole

@@ -50,7 +50,7 @@ from podstore.store import PodStore
 if TYPE_CHECKING:
     import sqlalchemy
 
-    from podstore.reading import Reader
+    from podstore.reading import NodeItem, Reader
 
 log = logging.getLogger("podstore.fleet")
 
@@ -97,6 +97,8 @@ class _Snapshot:
     registered: list[tuple[str, str | None]]
     kept: list[EventRow]
     links: list[tuple[int, bytes]] = field(default_factory=list)
+    #: The node's other items (revision f0003): replaced whole with the device state.
+    node_items: list[NodeItem] = field(default_factory=list)
 
 
 def _has_gap(batch: _Batch, after: int, limit: int) -> bool:
@@ -128,7 +130,7 @@ def _read_snapshot(reader: Reader, after: int) -> _Snapshot:
     kept = reader.events_between(after, at_seq)
     kept_seqs = {e[0] for e in kept}
     links = [(e[0], reader.chain_prev(e[0])) for e in kept if e[0] - 1 not in kept_seqs]
-    return _Snapshot(at_seq, head, ts, entries, registered, kept, links)
+    return _Snapshot(at_seq, head, ts, entries, registered, kept, links, reader.node_items())
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -183,6 +185,9 @@ def _snapshot_call(
         "kept": kept,
         "kept_hashes": kept_hashes,
         "links": _records(("seq", "prev"), [(s, h.hex()) for s, h in snap.links]),
+        "node_items": _records(
+            ("kind", "pod_uid", "container", "resource", "value"), snap.node_items
+        ),
     }
     shipped, missing, refused = pg.execute(text(q.SHIP_SNAPSHOT), params).one()
     return int(shipped), int(missing), refused

@@ -18,7 +18,7 @@ ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(:id)"
 VERSION_TABLE_EXISTS = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
 REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
-# ---- shipping: the functions of revision f0002 ---------------------------------------------
+# ---- shipping: the functions of revisions f0002 and f0003 ----------------------------------
 #
 # Shipping writes nothing itself: it calls the SECURITY DEFINER functions the migration created
 # (podstore/fleet/migrations/versions/f0002_trust.py), the only writes a node role may make.
@@ -49,7 +49,8 @@ SHIP_SNAPSHOT = """
                              CAST(:at_seq AS bigint), CAST(:ts AS timestamptz),
                              CAST(:head AS bytea), CAST(:entries AS json),
                              CAST(:registered AS json), CAST(:kept AS jsonb),
-                             CAST(:kept_hashes AS bytea), CAST(:links AS json))
+                             CAST(:kept_hashes AS bytea), CAST(:links AS json),
+                             CAST(:node_items AS json))
 """
 
 # ---- reading -------------------------------------------------------------------------------
@@ -62,13 +63,48 @@ NODES = """
     ORDER BY node, store_id
 """
 
-OWNERS_NOW = """
-    SELECT s.node, a.store_id, a.pod_uid, a.container, a.resource
-    FROM (SELECT DISTINCT store_id, pod_uid, container, resource FROM fleet_allocations
-          WHERE device_id = :device_id) a
-    JOIN fleet_stores s ON s.store_id = a.store_id
+# The pod's name, from the store's pod-name item (revision f0003), for the rows of `owners`.
+_NAME_JOIN = """
+    LEFT JOIN fleet_node_items n
+      ON n.store_id = h.store_id
+     AND n.item_key = CAST(jsonb_build_array(h.pod_uid, CAST(NULL AS text), 'pod-name') AS text)
+"""
+_OWNERS_SELECT = """
+    SELECT s.node, h.store_id, h.pod_uid, h.container, h.resource,
+           n.value ->> 'namespace' AS namespace, n.value ->> 'name' AS pod_name, h.claim
+"""
+# A DRA device (driver/pool/device, as the node's `owners` takes it): one row per pod of each
+# claim using it (pod_uid NULL: a claim no pod lists), container NULL, resource the driver, and
+# the claim as namespace/name.
+_DRA_HOLDERS = """
+        SELECT c.store_id, p.pod_uid, CAST(NULL AS text) AS container,
+               split_part(CAST(:device_id AS text), '/', 1) AS resource,
+               (c.value ->> 'namespace') || '/' || (c.value ->> 'name') AS claim
+        FROM {claims} c
+        LEFT JOIN LATERAL jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(c.value -> 'pods') = 'array' THEN c.value -> 'pods' END)
+            AS p (pod_uid) ON true
+"""
+
+OWNERS_NOW = f"""
+    WITH held AS (
+        SELECT DISTINCT a.store_id, a.pod_uid, a.container, a.resource,
+               CAST(NULL AS text) AS claim
+        FROM fleet_allocations a WHERE a.device_id = :device_id
+        UNION ALL
+        {
+    _DRA_HOLDERS.format(
+        claims="(SELECT i.store_id, i.value FROM fleet_node_items i "
+        "WHERE i.devices @> ARRAY[CAST(:device_id AS text)])"
+    )
+}
+    )
+    {_OWNERS_SELECT}
+    FROM held h
+    JOIN fleet_stores s ON s.store_id = h.store_id
+    {_NAME_JOIN}
     WHERE (CAST(:node AS text) IS NULL OR s.node = :node) AND s.retired_at IS NULL
-    ORDER BY s.node, a.store_id, a.pod_uid, a.container, a.resource
+    ORDER BY s.node, h.store_id, h.pod_uid, h.container, h.resource, h.claim
 """
 
 # Who held a device at an instant, per store, from the shipped history (the node's OWNERS_AT
@@ -76,7 +112,12 @@ OWNERS_NOW = """
 # up to then. Where a snapshot stood in for pruned history, history starts again from the
 # latest snapshot at or before the instant: its entries are the baseline, and only events
 # after it count. A retired store answers for the instants before its retirement.
-OWNERS_AT = """
+#
+# A DRA device (the node's DRA_CLAIMS_AT rule): each claim whose event named it up to the
+# instant is decided by the claim's latest event up to then, a ``dra-set`` naming the device.
+# Snapshots hold no history of claims, so every held DRA event counts (a claim released in
+# history the node pruned before shipping shows until the claim's next event).
+OWNERS_AT = f"""
     WITH stores AS (
         SELECT store_id, node FROM fleet_stores
         WHERE (CAST(:node AS text) IS NULL OR node = :node)
@@ -110,14 +151,39 @@ OWNERS_AT = """
                   AND e.seq > coalesce((SELECT b.at_seq FROM base b
                                         WHERE b.store_id = c.store_id), 0)) AS seq
         FROM candidates c
+    ),
+    claims AS (
+        SELECT DISTINCT e.store_id, e.resource
+        FROM fleet_events e
+        JOIN stores s ON s.store_id = e.store_id
+        WHERE e.devices @> ARRAY[CAST(:device_id AS text)] AND e.op IN ('dra-set', 'dra-delete')
+          AND e.ts <= CAST(:at AS timestamptz)
+    ),
+    claims_then AS (
+        SELECT e.store_id, e.device_ids AS value
+        FROM claims c
+        JOIN fleet_events e
+          ON e.store_id = c.store_id
+         AND e.seq = (SELECT max(l.seq) FROM fleet_events l
+                      WHERE l.store_id = c.store_id AND l.pod_uid IS NULL
+                        AND l.container IS NULL AND l.resource = c.resource
+                        AND l.ts <= CAST(:at AS timestamptz))
+        WHERE e.op = 'dra-set' AND e.devices @> ARRAY[CAST(:device_id AS text)]
+    ),
+    held AS (
+        SELECT d.store_id, d.pod_uid, d.container, d.resource, CAST(NULL AS text) AS claim
+        FROM decided d
+        LEFT JOIN fleet_events e ON e.store_id = d.store_id AND e.seq = d.seq
+        WHERE d.seq IS NULL
+           OR (e.op <> 'delete' AND e.devices @> ARRAY[CAST(:device_id AS text)])
+        UNION ALL
+        {_DRA_HOLDERS.format(claims="claims_then")}
     )
-    SELECT s.node, d.store_id, d.pod_uid, d.container, d.resource
-    FROM decided d
-    JOIN stores s ON s.store_id = d.store_id
-    LEFT JOIN fleet_events e ON e.store_id = d.store_id AND e.seq = d.seq
-    WHERE d.seq IS NULL
-       OR (e.op <> 'delete' AND e.devices @> ARRAY[CAST(:device_id AS text)])
-    ORDER BY s.node, d.store_id, d.pod_uid, d.container, d.resource
+    {_OWNERS_SELECT}
+    FROM held h
+    JOIN stores s ON s.store_id = h.store_id
+    {_NAME_JOIN}
+    ORDER BY s.node, h.store_id, h.pod_uid, h.container, h.resource, h.claim
 """
 
 # `fleet sql`: the transaction may only read, and a statement may run this long (SET, not
@@ -188,7 +254,10 @@ VERIFY = """
                    THEN coalesce(jsonb_path_query_array(CAST(e.device_ids_text AS jsonb),
                                                         fleet_device_path(e.pod_uid)),
                                  CAST('[]' AS jsonb))
-                   -- The node's other events (CPU, memory, DRA, topology, names) list none.
+                   -- A DRA claim's event lists the claim's devices (driver/pool/device); the
+                   -- node's other events (CPU, memory, topology, names) list none.
+                   WHEN e.op IN ('dra-set', 'dra-delete')
+                   THEN to_jsonb(fleet_dra_devices(CAST(e.device_ids_text AS jsonb)))
                    ELSE CAST('[]' AS jsonb) END AS listed
         ) d
         WINDOW w AS (PARTITION BY e.store_id ORDER BY e.seq)

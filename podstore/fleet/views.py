@@ -6,8 +6,8 @@ by store (the same device ID on two nodes is two devices). The joins are on ``st
 they stay on one shard when the tables are distributed by it. They show the current state, so
 a retired store (``podstore fleet retire``) is left out; its history stays in the tables.
 
-Revision f0002 keeps a frozen copy of this text; a change here needs a new revision, and a
-test checks that a database at head holds exactly these definitions.
+Revisions f0002 and f0003 keep frozen copies of this text; a change here needs a new revision,
+and a test checks that a database at head holds exactly these definitions.
 """
 
 from __future__ import annotations
@@ -22,12 +22,17 @@ JOIN fleet_stores s ON s.store_id = a.store_id
 WHERE s.retired_at IS NULL
 """
 
+# With the pod's name as the node's pod-name item holds it (NULL when the node has none).
 V_FLEET_DEVICE_OWNERS = """
 CREATE VIEW v_fleet_device_owners AS
 SELECT DISTINCT s.node AS node, a.store_id AS store_id, a.resource AS resource,
-       a.device_id AS device_id, a.pod_uid AS pod_uid, a.container AS container
+       a.device_id AS device_id, a.pod_uid AS pod_uid, a.container AS container,
+       n.value ->> 'namespace' AS namespace, n.value ->> 'name' AS pod_name
 FROM fleet_allocations a
 JOIN fleet_stores s ON s.store_id = a.store_id
+LEFT JOIN fleet_node_items n
+  ON n.store_id = a.store_id
+ AND n.item_key = CAST(jsonb_build_array(a.pod_uid, CAST(NULL AS text), 'pod-name') AS text)
 WHERE s.retired_at IS NULL
 """
 
@@ -47,9 +52,138 @@ JOIN fleet_stores s ON s.store_id = d.store_id
 WHERE s.retired_at IS NULL
 """
 
+# The node's other items (revision f0003, ``fleet_node_items``) read as the node's views read
+# its tables (docs/sql.md, "The whole node"): JSON payloads as the node's events carry them.
+V_FLEET_POD_NAMES = """
+CREATE VIEW v_fleet_pod_names AS
+SELECT s.node AS node, i.store_id AS store_id, i.pod_uid AS pod_uid,
+       i.value ->> 'namespace' AS namespace, i.value ->> 'name' AS name
+FROM fleet_node_items i
+JOIN fleet_stores s ON s.store_id = i.store_id
+WHERE i.kind = 'node' AND i.resource = 'pod-name' AND s.retired_at IS NULL
+"""
+
+# One row per device of a claim and pod using it (pod_uid NULL: a claim no pod lists);
+# request_names and cdi_device_ids as JSON lists (NULL: null on the node).
+V_FLEET_DRA_DEVICES = """
+CREATE VIEW v_fleet_dra_devices AS
+SELECT s.node AS node, i.store_id AS store_id, substr(i.resource, 5) AS claim_uid,
+       i.value ->> 'namespace' AS namespace, i.value ->> 'name' AS claim_name,
+       p.pod_uid AS pod_uid, d.key AS driver, x.value ->> 'pool' AS pool,
+       x.value ->> 'device' AS device, x.value ->> 'shareID' AS share_id,
+       nullif(x.value -> 'requests', CAST('null' AS jsonb)) AS request_names,
+       nullif(x.value -> 'cdi', CAST('null' AS jsonb)) AS cdi_device_ids
+FROM fleet_node_items i
+JOIN fleet_stores s ON s.store_id = i.store_id
+CROSS JOIN LATERAL jsonb_each(
+    CASE WHEN jsonb_typeof(i.value -> 'drivers') = 'object' THEN i.value -> 'drivers' END) AS d
+CROSS JOIN LATERAL jsonb_array_elements(
+    CASE WHEN jsonb_typeof(d.value) = 'array' THEN d.value END) AS x
+LEFT JOIN LATERAL jsonb_array_elements_text(
+    CASE WHEN jsonb_typeof(i.value -> 'pods') = 'array' THEN i.value -> 'pods' END)
+    AS p (pod_uid) ON true
+WHERE i.kind = 'dra' AND s.retired_at IS NULL
+"""
+
+# The node's v_container_numa rule, store by store: per container the NUMA nodes of its
+# devices (-1, no information, left out), of its exclusive CPUs (through the store's topology
+# items ``numa:N``) and of its memory blocks, as ascending jsonb arrays, so that two sets are
+# equal exactly when the arrays are; aligned NULL when fewer than two are known.
+V_FLEET_CONTAINER_NUMA = """
+CREATE VIEW v_fleet_container_numa AS
+WITH
+topo (store_id, cpu, numa_node) AS (
+    SELECT t.store_id, CAST(c.cpu AS bigint), CAST(substr(t.resource, 6) AS bigint)
+    FROM fleet_node_items t
+    CROSS JOIN LATERAL jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(t.value) = 'array' THEN t.value END) AS c (cpu)
+    WHERE t.kind = 'node' AND t.resource LIKE 'numa:%'
+),
+dev (store_id, pod_uid, container, nodes) AS (
+    SELECT a.store_id, a.pod_uid, a.container,
+           jsonb_agg(DISTINCT a.numa_node ORDER BY a.numa_node)
+    FROM fleet_allocations a WHERE a.numa_node >= 0
+    GROUP BY a.store_id, a.pod_uid, a.container
+),
+cpu (store_id, pod_uid, container, nodes) AS (
+    SELECT i.store_id, i.pod_uid, i.container,
+           jsonb_agg(DISTINCT t.numa_node ORDER BY t.numa_node)
+    FROM fleet_node_items i
+    CROSS JOIN LATERAL jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(i.value) = 'array' THEN i.value END) AS c (cpu)
+    JOIN topo t ON t.store_id = i.store_id AND t.cpu = CAST(c.cpu AS bigint)
+    WHERE i.kind = 'cpu' AND i.resource = 'cpu' AND i.pod_uid IS NOT NULL
+      AND i.container IS NOT NULL
+    GROUP BY i.store_id, i.pod_uid, i.container
+),
+mem (store_id, pod_uid, container, nodes) AS (
+    SELECT i.store_id, i.pod_uid, i.container,
+           jsonb_agg(DISTINCT CAST(n.numa_node AS bigint) ORDER BY CAST(n.numa_node AS bigint))
+    FROM fleet_node_items i
+    CROSS JOIN LATERAL jsonb_array_elements(
+        CASE WHEN jsonb_typeof(i.value) = 'array' THEN i.value END) AS b
+    CROSS JOIN LATERAL jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(b.value -> 'numaAffinity') = 'array'
+             THEN b.value -> 'numaAffinity' END) AS n (numa_node)
+    WHERE i.kind = 'memory' AND i.resource = 'memory' AND i.container IS NOT NULL
+    GROUP BY i.store_id, i.pod_uid, i.container
+),
+keys (store_id, pod_uid, container) AS (
+    SELECT store_id, pod_uid, container FROM fleet_allocations
+    UNION
+    SELECT store_id, pod_uid, container FROM fleet_node_items
+    WHERE kind = 'cpu' AND resource = 'cpu' AND pod_uid IS NOT NULL AND container IS NOT NULL
+    UNION
+    SELECT store_id, pod_uid, container FROM fleet_node_items
+    WHERE kind = 'memory' AND resource = 'memory' AND container IS NOT NULL
+),
+sets (store_id, pod_uid, container, device_numa, cpu_numa, memory_numa) AS (
+    SELECT k.store_id, k.pod_uid, k.container, d.nodes, c.nodes, m.nodes
+    FROM keys k
+    LEFT JOIN dev d
+      ON d.store_id = k.store_id AND d.pod_uid = k.pod_uid AND d.container = k.container
+    LEFT JOIN cpu c
+      ON c.store_id = k.store_id AND c.pod_uid = k.pod_uid AND c.container = k.container
+    LEFT JOIN mem m
+      ON m.store_id = k.store_id AND m.pod_uid = k.pod_uid AND m.container = k.container
+)
+SELECT s.node AS node, x.store_id AS store_id, x.pod_uid AS pod_uid,
+       n.value ->> 'namespace' AS namespace, n.value ->> 'name' AS pod_name,
+       x.container AS container, x.device_numa AS device_numa, x.cpu_numa AS cpu_numa,
+       x.memory_numa AS memory_numa,
+       CASE
+           WHEN CAST(x.device_numa IS NOT NULL AS integer)
+                + CAST(x.cpu_numa IS NOT NULL AS integer)
+                + CAST(x.memory_numa IS NOT NULL AS integer) < 2 THEN NULL
+           WHEN coalesce(x.device_numa, x.cpu_numa, x.memory_numa)
+                    = coalesce(x.cpu_numa, x.memory_numa, x.device_numa)
+                AND coalesce(x.memory_numa, x.device_numa, x.cpu_numa)
+                    = coalesce(x.device_numa, x.cpu_numa, x.memory_numa) THEN 1
+           ELSE 0
+       END AS aligned
+FROM sets x
+JOIN fleet_stores s ON s.store_id = x.store_id
+LEFT JOIN fleet_node_items n
+  ON n.store_id = x.store_id
+ AND n.item_key = CAST(jsonb_build_array(x.pod_uid, CAST(NULL AS text), 'pod-name') AS text)
+WHERE s.retired_at IS NULL
+"""
+
+V_FLEET_NUMA_MISALIGNED = """
+CREATE VIEW v_fleet_numa_misaligned AS
+SELECT node, store_id, pod_uid, namespace, pod_name, container, device_numa, cpu_numa,
+       memory_numa, aligned
+FROM v_fleet_container_numa
+WHERE aligned = 0
+"""
+
 #: (name, CREATE statement) in creation order; drop in reverse.
 VIEWS: tuple[tuple[str, str], ...] = (
     ("v_fleet_allocations", V_FLEET_ALLOCATIONS),
     ("v_fleet_device_owners", V_FLEET_DEVICE_OWNERS),
     ("v_fleet_double_allocations", V_FLEET_DOUBLE_ALLOCATIONS),
+    ("v_fleet_pod_names", V_FLEET_POD_NAMES),
+    ("v_fleet_dra_devices", V_FLEET_DRA_DEVICES),
+    ("v_fleet_container_numa", V_FLEET_CONTAINER_NUMA),
+    ("v_fleet_numa_misaligned", V_FLEET_NUMA_MISALIGNED),
 )

@@ -20,6 +20,7 @@ from harness.pgserver import PgServer
 
 from podstore import FleetUnavailableError, PodStore
 from podstore.cli import cli
+from podstore.fleet import read
 from podstore.fleet.ship import ship
 
 PODSTORE = [sys.executable, "-c", "from podstore.cli import main; main()"]
@@ -98,7 +99,7 @@ def test_listings_in_every_format(shipped: tuple[str, Path], fmt: str) -> None:
         assert [r["pod_uid"] for r in yaml.safe_load(owners.output)] == ["pod-a", "pod-b"]
     elif fmt == "csv":
         parsed = list(csv.reader(io.StringIO(owners.output)))
-        assert parsed[0] == ["node", "store_id", "pod_uid", "container", "resource"]
+        assert parsed[0] == list(read.OWNERS_COLUMNS)
         assert [r[2] for r in parsed[1:]] == ["pod-a", "pod-b"]
     else:
         assert owners.output.split()[:5] == ["NODE", "STORE_ID", "POD_UID", "CONTAINER", "RESOURCE"]

@@ -108,7 +108,7 @@ def test_fleet_init_command_is_idempotent_and_concurrent(empty_url: str) -> None
     assert "already at revision" in outputs[0] and "created at revision" in outputs[1]
     assert _diff(empty_url) == []
     again = CliRunner().invoke(cli, ["fleet", "init", "--url", empty_url])
-    assert again.exit_code == 0 and "already at revision f0002" in again.output
+    assert again.exit_code == 0 and f"already at revision {migrate.HEAD_REVISION}" in again.output
 
 
 # What revision f0001 held for two stores (as its shipping wrote it): events, current state, a
@@ -146,9 +146,8 @@ def test_f0002_upgrades_and_downgrades_a_database_with_data(empty_url: str) -> N
         t: rows(empty_url, f"SELECT count(*) FROM {t}")[0][0]
         for t in ("fleet_stores", "fleet_events", "fleet_entries", "fleet_allocations")
     }
-    report = migrate.upgrade(empty_url)
+    report = migrate.upgrade(empty_url, "f0002")
     assert (report.before, report.after) == ("f0001", "f0002")
-    assert _diff(empty_url) == []
     # Counters filled from what was there; nothing chained yet; every store in service.
     assert rows(
         empty_url,
@@ -165,6 +164,8 @@ def test_f0002_upgrades_and_downgrades_a_database_with_data(empty_url: str) -> N
     assert rows(empty_url, "SELECT seq, reason FROM fleet_chain_links") == [(4, "adopted")]
     from podstore.fleet import admin, read
 
+    # The reads and admin commands below expect the head revision: f0003 on top of it.
+    assert migrate.upgrade(empty_url).after == migrate.HEAD_REVISION
     admin.grant_reader(empty_url, "podstore_reader")
     checked = {r["node"]: r for r in read.verify(empty_url).dicts()}
     assert (checked["old-a"]["chained"], checked["old-a"]["problem"]) == (5, None)
@@ -172,7 +173,7 @@ def test_f0002_upgrades_and_downgrades_a_database_with_data(empty_url: str) -> N
     admin.retire(empty_url, node="old-b")
 
     down = migrate.downgrade(empty_url, "f0001")
-    assert (down.before, down.after) == ("f0002", "f0001")
+    assert (down.before, down.after) == (migrate.HEAD_REVISION, "f0001")
     # f0001's shape again, and every row it knows about kept (a retired store is back in the
     # views: f0001 has no retirement).
     for table, count in before.items():
@@ -190,7 +191,7 @@ def test_f0002_upgrades_and_downgrades_a_database_with_data(empty_url: str) -> N
     assert rows(empty_url, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'fleet%'") == [(0,)]
     assert rows(empty_url, "SELECT count(DISTINCT node) FROM v_fleet_allocations") == [(1,)]
     again = migrate.upgrade(empty_url)
-    assert again.after == "f0002" and _diff(empty_url) == []
+    assert again.after == migrate.HEAD_REVISION and _diff(empty_url) == []
     assert rows(empty_url, "SELECT node, events FROM fleet_stores ORDER BY node") == [
         ("old-a", 8),
         ("old-b", 2),

@@ -1,7 +1,8 @@
 """The node's CPU, memory and DRA managers' events, its topology and pod names (node revision
 0007) are in the same hash chain as its device events: they ship with them, exactly once,
 the fleet re-checks their hashes like any other event, and they never move the fleet's device
-state nor list a CPU number or a claim as a device."""
+state nor list a CPU number or a claim as a device; a DRA claim's events list its devices
+(``driver/pool/device``) as the node's event device rows do (revision f0003)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,19 @@ def _check(url: str, store: PodStore) -> None:
     assert_same_state(url, store)
     listed = rows(
         url,
-        "SELECT count(*) FROM fleet_events WHERE store_id = CAST(:s AS uuid) "
-        "AND op = ANY(:ops) AND cardinality(devices) > 0",
+        "SELECT seq, op, devices FROM fleet_events WHERE store_id = CAST(:s AS uuid) "
+        "AND op = ANY(:ops) AND cardinality(devices) > 0 ORDER BY seq",
         {"s": store.store_id, "ops": list(NODE_EVENT_OPS)},
     )
-    assert listed == [(0,)]
+    assert {op for _seq, op, _devices in listed} <= {"dra-set", "dra-delete"}
+    node_listed: dict[int, list[str]] = {}
+    for seq, device in store.query(
+        "SELECT d.seq, d.device_id FROM allocation_event_devices d "
+        "JOIN allocation_events e ON e.seq = d.seq "
+        "WHERE d.released = 0 AND e.op IN ('dra-set', 'dra-delete') ORDER BY 1, 2"
+    ).rows:
+        node_listed.setdefault(seq, []).append(device)
+    assert {seq: sorted(devices) for seq, _op, devices in listed} == node_listed
     (checked,) = read.verify(url).dicts()
     assert (checked["chained"], checked["problem"]) == (seqs[-1], None)
 

@@ -26,7 +26,7 @@ from podstore.checkpoint import (
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.errors import InvalidInputError
 from podstore.storage import events
-from podstore.storage.node import cpu, dra, files, memory
+from podstore.storage.node import cpu, dra, facts, files, memory
 from podstore.storage.node.items import Items, Part, key_order
 from podstore.types import NodeSyncReport
 
@@ -154,3 +154,21 @@ def apply_facts(
     """Bring the topology or the names to ``wanted`` (``kind`` says which, for the report)."""
     written, deleted = apply_items(conn, part, wanted)
     return NodeSyncReport(kind, path, None, None, True, len(wanted), written, deleted)
+
+
+#: A stored item as the fleet's snapshot takes it: (family, pod_uid, container, resource,
+#: payload JSON as its latest event carries it).
+ItemRow = tuple[str, str | None, str | None, str, str | None]
+
+
+def current_items(conn: sqlite3.Connection) -> list[ItemRow]:
+    """Every item the store holds for its CPU, memory and DRA managers, topology and pod
+    names, in key order: what a fleet snapshot replaces the central items with (the payload
+    is the one the item's latest event carries, so the fleet holds what replaying the history
+    would give)."""
+    out: list[ItemRow] = []
+    for part in (*_PARTS.values(), facts.TOPOLOGY, facts.NAMES):
+        items = part.stored(conn)
+        for key in sorted(items, key=key_order):
+            out.append((part.family, *key, items[key].payload))
+    return out
