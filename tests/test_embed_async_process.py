@@ -46,6 +46,13 @@ class Boom(Exception):
     pass
 
 
+PROGRESS: list[tuple[int, int]] = []
+
+
+def _progress(done: int, total: int) -> None:
+    PROGRESS.append((done, total))
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     root = tmp_path_factory.mktemp("checkpoints")
@@ -222,13 +229,12 @@ def test_thread_kept_in_a_transaction_for_small_files_and_unpicklable_arguments(
                     assert await astore.size() == MEDIUM // 2 + 1  # sees its own writes
                     raise Boom
             assert await astore.size() == 0
-            # A small file; a progress callback (called here, in this process); a path that
-            # does not pickle.
+            # A small file; a progress callback; a path that does not pickle.
             assert (await astore.import_checkpoint(files["small"])).entries == 20
-            calls: list[tuple[int, int]] = []
-            progress = lambda done, total: calls.append((done, total))  # noqa: E731
-            await astore.import_checkpoint(files["medium"], progress=progress)
-            assert calls and calls[-1][0] == calls[-1][1]
+            # A module-level function pickles, but must still be called in this process.
+            PROGRESS.clear()
+            await astore.import_checkpoint(files["medium"], progress=_progress)
+            assert PROGRESS and PROGRESS[-1][0] == PROGRESS[-1][1]
             report = await astore.import_checkpoint(LocalPath(files["medium"]))
             assert report.entries == MEDIUM
             assert _worker_pid(astore) is None  # none of them started the worker
