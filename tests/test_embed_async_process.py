@@ -286,7 +286,9 @@ def test_close_stops_the_worker_even_while_a_call_runs(
         await astore.export_checkpoint(tmp_path / "empty.out")  # a small store: the thread
         assert _worker_pid(astore) is None
         task = asyncio.create_task(astore.import_checkpoint(files["large"]))
-        while _worker_pid(astore) is None:
+        for _ in range(500):  # the worker starts (at most 5 s)
+            if _worker_pid(astore) is not None:
+                break
             await asyncio.sleep(0.01)
         pid = _worker_pid(astore)
         assert pid is not None
