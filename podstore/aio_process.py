@@ -52,6 +52,7 @@ ROUTED: Mapping[object, str] = {
 }
 _NAMES = frozenset(ROUTED.values())
 
+
 def routed_name(method: object) -> str | None:
     """The worker-process name of ``method`` (a PodStore function), or None."""
     try:
