@@ -1,7 +1,9 @@
 """AsyncPodStore: PodStore for asyncio callers (docs/api.md, "asyncio").
 
-Every call runs in a worker thread, so the event loop never waits for SQLite, an fsync or the
-decoding of a large checkpoint file. A transaction belongs to the task that opened it: ``async
+Every call runs in a worker thread, so the event loop never waits for SQLite or an fsync; the
+calls that read or write a whole checkpoint file run in a worker process instead
+(aio_process.py), so that the GIL the decoding and the garbage collector hold is not the
+loop's. A transaction belongs to the task that opened it: ``async
 with astore.transaction():`` runs the block's calls on one thread of its own (where the
 store's transaction is open), found again through a context variable and the task's identity;
 calls of other tasks go to the shared workers — their reads see committed data, their writes
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from podstore import aio_process
 from podstore.reading import Reader
 from podstore.rules.times import TimeArg
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
@@ -64,7 +67,9 @@ class _InWorker(Generic[P, R]):
         method = self._method
 
         async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            return await obj._call(functools.partial(method, obj.sync, *args, **kwargs))
+            return await obj._call(
+                functools.partial(method, obj.sync, *args, **kwargs), method, args, kwargs
+            )
 
         call.__name__ = method.__name__
         call.__doc__ = method.__doc__
@@ -82,6 +87,8 @@ class AsyncPodStore:
     def __init__(self, store: PodStore, *, workers: int = DEFAULT_WORKERS) -> None:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
+        # The whole-file calls' process, started on the first call that goes there.
+        self._process = aio_process.ProcessWorker(store)
 
     @classmethod
     async def open(
@@ -117,9 +124,13 @@ class AsyncPodStore:
         return self.sync.readonly
 
     async def close(self) -> None:
-        """Close the store (in a worker) and stop the worker threads."""
+        """Stop the worker process (after the call it runs, if any), close the store (in a
+        worker) and stop the worker threads."""
         try:
-            await self._pool(self.sync.close)
+            try:
+                await self._pool(self._process.close)
+            finally:
+                await self._pool(self.sync.close)
         finally:
             self._workers.shutdown(wait=False)
 
@@ -131,13 +142,34 @@ class AsyncPodStore:
 
     # ---- running calls ---------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[], R]) -> R:
-        """Run ``fn`` on the calling task's open transaction, if it has one here; else on a
-        shared worker."""
+    async def _call(
+        self,
+        fn: Callable[[], R],
+        method: Callable[..., Any] | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> R:
+        """Run ``fn`` on the calling task's open transaction, if it has one here (it must
+        join it); else ``method(*args, **kwargs)`` in the worker process if it is a
+        whole-file call that pays off there (aio_process.py); else on a shared worker."""
         tx = _owned(self)
         if tx is not None:
             return await tx.run(fn)
-        return await self._pool(fn)
+        name = aio_process.routed_name(method)
+        if name is None:
+            return await self._pool(fn)
+        return await self._pool(functools.partial(self._in_process, fn, name, args, kwargs or {}))
+
+    def _in_process(
+        self, fn: Callable[[], R], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        """In a worker thread: choose (stat the file, pickle the arguments), then run ``fn``
+        here or send the call to the worker process and wait for its answer."""
+        request = aio_process.process_request(name, self.sync.path, args, kwargs)
+        if request is None:
+            return fn()
+        result: R = self._process.call(name, request)
+        return result
 
     async def _pool(self, fn: Callable[[], R]) -> R:
         return await asyncio.get_running_loop().run_in_executor(self._workers, fn)
@@ -173,6 +205,9 @@ class AsyncPodStore:
     import_checkpoint = _InWorker(PodStore.import_checkpoint)
     sync_checkpoint = _InWorker(PodStore.sync_checkpoint)
     export_checkpoint = _InWorker(PodStore.export_checkpoint)
+    import_node_checkpoint = _InWorker(PodStore.import_node_checkpoint)
+    export_node_checkpoint = _InWorker(PodStore.export_node_checkpoint)
+    import_node = _InWorker(PodStore.import_node)
     history = _InWorker(PodStore.history)
     owners_at = _InWorker(PodStore.owners_at)
     prune_history = _InWorker(PodStore.prune_history)
@@ -189,7 +224,7 @@ class AsyncPodStore:
         """``await astore.call(fn, ...)``: ``fn(store, ...)`` in a worker — any PodStore method
         (``PodStore.history``, or one added later) or a function of the store; inside the
         task's transaction it runs there."""
-        return await self._call(functools.partial(fn, self.sync, *args, **kwargs))
+        return await self._call(functools.partial(fn, self.sync, *args, **kwargs), fn, args, kwargs)
 
     async def reader(self, *, timeout: float | None = None, max_rows: int | None = None
                      ) -> AsyncReader:  # fmt: skip

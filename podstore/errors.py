@@ -5,6 +5,14 @@ A call that raises any of these has changed nothing in the store.
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> BaseException:  # fmt: skip
+    """Unpickle an error whose constructor takes keyword-only arguments (``__reduce__``)."""
+    return cls(*args, **kwargs)
+
 
 class PodStoreError(Exception):
     """Base class of every error podstore raises on purpose."""
@@ -40,6 +48,11 @@ class CheckpointCorruptError(CheckpointError):
             message or f"checkpoint is corrupted: stored checksum {expected}, computed {actual}"
         )
 
+    # Errors with constructor arguments of their own pickle by them (the default would call
+    # the class with the message alone): AsyncPodStore's worker process sends them back.
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.expected, self.actual, str(self)), self.__dict__)
+
 
 class ImportRefusedError(CheckpointError):
     """A replacing import was refused: every entry of the file was skipped (its AllocResp does
@@ -54,6 +67,10 @@ class ImportRefusedError(CheckpointError):
         self.skipped = skipped
         self.existing = existing
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {"skipped": self.skipped, "existing": self.existing}
+        return (_rebuild, (type(self), (str(self),), kwargs), self.__dict__)
 
 
 class SchemaError(PodStoreError):
@@ -99,6 +116,9 @@ class FleetRefusedError(FleetError):
         self.reason = reason
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, str(self)), self.__dict__)
+
 
 class QueryLimitError(PodStoreError):
     """A read-only query ran past its time limit, returned more rows than its row limit, or
@@ -110,3 +130,6 @@ class QueryLimitError(PodStoreError):
     def __init__(self, limit: str, message: str) -> None:
         self.limit = limit
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.limit, str(self)), self.__dict__)

@@ -50,6 +50,9 @@ class JSONSyntaxError(ValueError):
         self.reason = reason
         super().__init__(f"invalid JSON at byte offset {offset}: {reason}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles by its own arguments (worker processes)
+        return (type(self), (self.offset, self.reason), self.__dict__)
+
 
 class _ConstantSeen(Exception):
     """Python's scanner met NaN or Infinity, which Go rejects; the slow parser finds where."""

@@ -1,0 +1,332 @@
+"""AsyncPodStore's worker process: the whole-file calls, where the loop's GIL is not held.
+
+A worker thread keeps SQLite and the disk off the event loop, but not the GIL: decoding an
+8 MB checkpoint (C code that holds it in one piece) and the cyclic collector sweeping an
+import's objects stalled the loop 0.13-0.5 s. So the calls that read or write a whole
+checkpoint file run in one worker process per AsyncPodStore (docs/api.md, "asyncio"): a fresh
+interpreter (``sys.executable``, never a fork of the loop's process), started on first use,
+with the parent's ``sys.path`` and working directory, that opens the same store file with the
+same settings. A parent thread sends it one pickled request at a time (method name and
+arguments) and waits for the pickled answer; the loop only awaits that thread.
+
+A call stays in the parent's threads when the process cannot be right or cannot pay off
+(:func:`process_request`): inside the task's transaction block (aio.py decides that), a file
+under ``SMALL_FILE``, an argument that is callable (a progress callback must run here) or does
+not pickle, and every call not named in ``ROUTED`` (``sync_checkpoint`` keeps per-file state in
+the parent's store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from podstore.checkpoint import FILE_NAMES
+from podstore.errors import PodStoreError
+from podstore.sqlite.connection import Durability
+from podstore.store import PodStore
+
+#: The PodStore methods that may run in the worker process: each reads or writes a whole
+#: checkpoint file (or a kubelet directory of them) in one transaction of its own.
+#: ``import_node`` keeps a device-file cache like ``sync_checkpoint``, but a token in the
+#: connection's TEMP tables makes any other connection's copy reload afresh, so the worker's
+#: own copy is as correct as the parent's (storage/sync.py, SyncState).
+ROUTED: Mapping[object, str] = {
+    PodStore.import_checkpoint: "import_checkpoint",
+    PodStore.export_checkpoint: "export_checkpoint",
+    PodStore.import_node_checkpoint: "import_node_checkpoint",
+    PodStore.export_node_checkpoint: "export_node_checkpoint",
+    PodStore.import_node: "import_node",
+}
+_NAMES = frozenset(ROUTED.values())
+
+
+def routed_name(method: object) -> str | None:
+    """The worker-process name of ``method`` (a PodStore function), or None."""
+    try:
+        return ROUTED.get(method)
+    except TypeError:  # an unhashable callable given to astore.call
+        return None
+
+
+#: Below this size (of the file to read, or of the store file to export from) a call stays in
+#: a thread: the process round trip (two pickles, a socket, a second connection's first
+#: read) costs more than the few milliseconds of GIL the thread would hold.
+SMALL_FILE = 256 * 1024
+
+# The worker's entry point: the parent's sys.path replaces the child's before anything of
+# podstore is imported, so the child imports the very same code (an editable install, a
+# PYTHONPATH, a path the program added).
+_BOOT = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+    "from podstore.aio_process import serve; serve(int(sys.argv[1]))"
+)
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How the worker opens the store: as the parent did, without migrating or verifying
+    (the parent's open did both, and its background check has finished first)."""
+
+    path: str
+    readonly: bool
+    durability: Durability
+    busy_timeout: float
+
+
+def spec_of(store: PodStore) -> StoreSpec:
+    # The options the store was opened with are the sessions' (no public accessor: nothing
+    # but this module needs the durability and busy timeout back).
+    options = store._sessions.options
+    return StoreSpec(options.path, options.readonly, options.durability, options.busy_timeout)
+
+
+def _size(path: object) -> int:
+    """The size of the file at ``path``; 0 when it is not a path or cannot be read (the thread
+    then raises what the store raises for it)."""
+    if not isinstance(path, str | bytes | os.PathLike):
+        return 0
+    try:
+        return os.stat(path).st_size
+    except (OSError, ValueError):
+        return 0
+
+
+def _work_size(name: str, store_path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """How many bytes the call reads or writes, near enough to choose thread or process."""
+    if name in ("import_checkpoint", "import_node_checkpoint"):
+        return _size(args[0] if args else kwargs.get("path"))
+    if name == "import_node":
+        kubelet_dir = args[0] if args else kwargs.get("kubelet_dir")
+        if kubelet_dir is None:
+            from podstore.storage.node.whole import DEFAULT_KUBELET_DIR
+
+            kubelet_dir = DEFAULT_KUBELET_DIR
+        if not isinstance(kubelet_dir, str | os.PathLike):
+            return 0
+        return sum(_size(os.path.join(kubelet_dir, f)) for f in FILE_NAMES.values())
+    # An export writes what the store holds: its file (and WAL) bounds it well enough.
+    return _size(store_path) + _size(store_path + "-wal")
+
+
+def process_request(
+    name: str, store_path: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bytes | None:
+    """The pickled request for the worker process, or None: run the call in a thread.
+
+    Runs in a worker thread (it stats files)."""
+    if name not in _NAMES:
+        return None
+    values = (*args, *kwargs.values())
+    if any(callable(v) for v in values):
+        return None  # a callback must be called in this process, by this program
+    if _work_size(name, store_path, args, kwargs) < SMALL_FILE:
+        return None
+    try:
+        return pickle.dumps((name, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # not picklable (PicklingError, TypeError, AttributeError, ...)
+        return None
+
+
+class RemoteTraceback(Exception):
+    """The ``__cause__`` of an error raised in the worker process: its traceback there."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# Workers to forget in a forked child: the socket would be shared with the parent's calls.
+_LIVE: weakref.WeakSet[ProcessWorker] = weakref.WeakSet()
+
+
+class ProcessWorker:
+    """The parent's handle on one worker process: calls take turns (one at a time)."""
+
+    def __init__(self, store: PodStore) -> None:
+        self._store = store
+        self._spec = spec_of(store)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+        self._closed = False
+        _LIVE.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        """The running worker's process id (None: none started, or it was stopped)."""
+        proc = self._proc
+        return None if proc is None else proc.pid
+
+    def call(self, name: str, request: bytes) -> Any:
+        """Send ``request`` (from :func:`process_request`) and return the answer or raise the
+        worker's error. Blocks: run it in a thread."""
+        with self._lock:
+            if self._closed:
+                raise PodStoreError("the store is closed")
+            if self._proc is not None and self._proc.poll() is not None:
+                self._reap()  # died between calls: this call gets a new worker
+            if self._conn is None:
+                self._start()
+            conn, proc = self._conn, self._proc
+            assert conn is not None and proc is not None
+            try:
+                conn.send_bytes(request)
+                ok, value, remote_tb = conn.recv()
+            except (EOFError, OSError):
+                code = self._reap()
+                raise PodStoreError(
+                    f"the asyncio store's worker process (pid {proc.pid}) ended during "
+                    f"{name} ({_ending(code)}): the call's transaction committed whole or not "
+                    "at all (check with the method's reads); the next call starts a new worker"
+                ) from None
+        if ok:
+            return value
+        assert isinstance(value, BaseException)
+        value.__cause__ = RemoteTraceback(remote_tb)
+        raise value
+
+    def close(self) -> None:
+        """Stop the worker (after the call it runs, if any) and reap it. Blocks."""
+        with self._lock:
+            self._closed = True
+            self._stop()
+
+    # ---- the worker's life -----------------------------------------------------------------
+
+    def _start(self) -> None:
+        # The parent's open-time check must be over: the worker opens with verify="off" and
+        # would otherwise write to a file the parent has not finished checking.
+        self._store.wait_verified()
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(theirs.fileno()), json.dumps(sys.path)],
+                pass_fds=(theirs.fileno(),),
+                cwd=os.getcwd(),  # relative paths name the same files there
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # only the child holds its end: its exit is our EOF
+        self._proc, self._conn = proc, Connection(ours.detach())
+        try:
+            self._conn.send(self._spec)
+            ok, value, remote_tb = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._reap()
+            raise PodStoreError(
+                f"the asyncio store's worker process ended while starting ({_ending(code)})"
+            ) from None
+        if not ok:  # it could not open the store: its error, after it has exited
+            self._stop()
+            value.__cause__ = RemoteTraceback(remote_tb)
+            raise value
+
+    def _stop(self) -> None:
+        """Close our end (the worker sees EOF, closes its store and exits), then reap it."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a wedged worker
+                proc.kill()
+                proc.wait()
+
+    def _reap(self) -> int | None:
+        """Forget a worker that died; returns its exit status (negative: killed by signal)."""
+        proc = self._proc
+        self._stop()  # it is gone already: the wait returns at once
+        return None if proc is None else proc.returncode
+
+    def _forget_in_child(self) -> None:
+        # A forked child must not talk over (nor wait for) the parent's worker: it starts its
+        # own on its first routed call. Closing our copy of the socket leaves the parent's.
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            self._conn.close()
+        self._conn, self._proc = None, None
+
+
+def _forget_all_in_child() -> None:
+    for worker in list(_LIVE):
+        worker._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_all_in_child)
+
+
+def _ending(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+# ---- the worker process ------------------------------------------------------------------------
+
+
+def serve(fd: int) -> None:
+    """The worker's main loop: open the store as told, then answer requests until EOF."""
+    # Ctrl-C in a terminal reaches the whole process group: the parent program decides what
+    # an interrupt means, and stops this worker by closing the socket.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    spec: StoreSpec = conn.recv()
+    try:
+        store = PodStore.open(
+            spec.path,
+            readonly=spec.readonly,
+            upgrade=False,
+            durability=spec.durability,
+            busy_timeout=spec.busy_timeout,
+            verify="off",
+        )
+    except Exception as exc:
+        _reply(conn, False, exc)
+        return
+    _reply(conn, True, None)
+    try:
+        while True:
+            try:
+                name, args, kwargs = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                return
+            if name not in _NAMES:  # only the routed methods, never an arbitrary attribute
+                _reply(conn, False, PodStoreError(f"not a worker process call: {name!r}"))
+                continue
+            try:
+                result = getattr(store, name)(*args, **kwargs)
+            except Exception as exc:
+                _reply(conn, False, exc)
+            else:
+                _reply(conn, True, result)
+    finally:
+        store.close()
+
+
+def _reply(conn: Connection, ok: bool, value: Any) -> None:
+    remote_tb = "".join(traceback.format_exception(value)) if not ok else ""
+    try:
+        conn.send((ok, value, remote_tb))
+    except Exception as exc:  # the value did not pickle: send what it said
+        what = value if not ok else exc
+        conn.send((False, PodStoreError(f"{type(what).__name__}: {what}"), remote_tb))
