@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from podstore import aio_process
+from podstore.errors import PodStoreError
 from podstore.reading import Reader
 from podstore.rules.times import TimeArg
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
@@ -89,6 +90,7 @@ class AsyncPodStore:
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
         # The whole-file calls' process, started on the first call that goes there.
         self._process = aio_process.ProcessWorker(store)
+        self._closed = False
 
     @classmethod
     async def open(
@@ -125,12 +127,15 @@ class AsyncPodStore:
 
     async def close(self) -> None:
         """Stop the worker process (after the call it runs, if any), close the store (in a
-        worker) and stop the worker threads."""
+        worker) and stop the worker threads. Calls made after it raise PodStoreError."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             try:
-                await self._pool(self._process.close)
+                await self._in_pool(self._process.close)
             finally:
-                await self._pool(self.sync.close)
+                await self._in_pool(self.sync.close)
         finally:
             self._workers.shutdown(wait=False)
 
@@ -172,6 +177,16 @@ class AsyncPodStore:
         return result
 
     async def _pool(self, fn: Callable[[], R]) -> R:
+        if self._closed:
+            raise PodStoreError("the store is closed")
+        return await self._in_pool(fn)
+
+    async def _release(self, close: Callable[[], None]) -> None:
+        """Close a stream or reader; nothing to do once the store is closed (that closed it)."""
+        if not self._closed:
+            await self._in_pool(close)
+
+    async def _in_pool(self, fn: Callable[[], R]) -> R:
         return await asyncio.get_running_loop().run_in_executor(self._workers, fn)
 
     def transaction(self) -> _Transaction:
@@ -357,7 +372,7 @@ class AsyncRowStream(Generic[T]):
 
     async def aclose(self) -> None:
         self._done, self._page = True, []
-        await self._astore._pool(self._rows.close)
+        await self._astore._release(self._rows.close)
 
     async def __aenter__(self) -> AsyncRowStream[T]:
         return self
@@ -388,7 +403,7 @@ class AsyncReader:
         return AsyncRowStream(self._astore, rows)
 
     async def close(self) -> None:
-        await self._astore._pool(self.sync.close)
+        await self._astore._release(self.sync.close)
 
     async def __aenter__(self) -> AsyncReader:
         return self

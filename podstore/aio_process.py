@@ -183,7 +183,7 @@ class ProcessWorker:
             assert conn is not None and proc is not None
             try:
                 conn.send_bytes(request)
-                ok, value, remote_tb = conn.recv()
+                answer = conn.recv_bytes()
             except (EOFError, OSError):
                 code = self._reap()
                 raise PodStoreError(
@@ -191,6 +191,13 @@ class ProcessWorker:
                     f"{name} ({_ending(code)}): the call's transaction committed whole or not "
                     "at all (check with the method's reads); the next call starts a new worker"
                 ) from None
+        try:
+            ok, value, remote_tb = pickle.loads(answer)
+        except Exception as exc:  # e.g. an error type whose constructor its pickle cannot call
+            raise PodStoreError(
+                f"the asyncio store's worker process answered {name} with what this process "
+                f"cannot unpickle ({type(exc).__name__}: {exc})"
+            ) from exc
         if ok:
             return value
         assert isinstance(value, BaseException)

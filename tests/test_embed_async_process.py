@@ -341,3 +341,32 @@ def test_a_readonly_store_opens_readonly_in_the_worker(
     asyncio.run(main())
     assert (tmp_path / "async.out").read_bytes() == (tmp_path / "sync.out").read_bytes()
     assert sorted(p.name for p in store_dir.iterdir()) == listing  # no file made
+
+
+def test_an_answer_this_process_cannot_unpickle_is_a_podstore_error(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two sides disagree on an error's constructor (as after an upgrade of podstore
+    under a running agent): the caller gets a PodStoreError saying so, and the worker stays
+    usable."""
+    bad = _corrupt(files["medium"], tmp_path / "corrupt")
+
+    def other_constructor(self: CheckpointCorruptError, only: str) -> None:
+        Exception.__init__(self, only)
+
+    async def main() -> None:
+        async with await AsyncPodStore.open(tmp_path / "async.db") as astore:
+            await astore.import_checkpoint(files["medium"])
+            before = await astore.to_checkpoint_data()
+            pid = _worker_pid(astore)
+            with monkeypatch.context() as m:
+                m.setattr(CheckpointCorruptError, "__init__", other_constructor)
+                with pytest.raises(PodStoreError, match="cannot unpickle") as caught:
+                    await astore.import_checkpoint(bad)
+            assert not isinstance(caught.value, CheckpointCorruptError)
+            with pytest.raises(CheckpointCorruptError):
+                await astore.import_checkpoint(bad)
+            assert _worker_pid(astore) == pid  # the same worker answered on
+            assert await astore.to_checkpoint_data() == before
+
+    asyncio.run(main())

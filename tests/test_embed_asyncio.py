@@ -333,3 +333,20 @@ def test_import_of_20000_entries_never_blocks_the_loop(tmp_path: Path) -> None:
     # the loop is never blocked for the import as a whole.
     assert lag["async_worst_s"] < 1.0, lag
     assert lag["async_worst_s"] < lag["sync_worst_s"] / 4, lag
+
+
+def test_calls_after_close_raise_the_stores_own_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        astore = await AsyncPodStore.open(str(tmp_path / "closed.db"))
+        await astore.insert("pod-a", "main", "vendor.com/gpu", {0: ["GPU-1"]}, None)
+        async with await astore.stream("SELECT uid FROM pods") as rows:
+            await astore.close()
+        await astore.close()  # a second close does nothing
+        for call in (astore.pods(), astore.insert("pod-b", "main", "vendor.com/gpu", None, None)):
+            with pytest.raises(PodStoreError, match="the store is closed"):
+                await call
+        del rows
+
+    asyncio.run(main())
+    with PodStore.open(str(tmp_path / "closed.db")) as store:
+        assert store.pods() == {"pod-a"}
