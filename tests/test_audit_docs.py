@@ -6,17 +6,14 @@ that stops answering its question (or a new query without an expectation) fails 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from harness.audit_fixture import build
+from harness.docblocks import DOCS, reads_the_fleet, sql_blocks
 
 from podstore import PodStore
-
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 EXPECTED: dict[str, list[tuple[Any, ...]]] = {
     # docs/audit.md
@@ -118,24 +115,13 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
 }
 
 
-def sql_blocks(path: Path) -> Iterator[tuple[str, str]]:
-    """(heading above, SQL) for every ```sql block of a markdown file."""
-    heading = ""
-    in_sql: list[str] | None = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if in_sql is not None:
-            if line.startswith("```"):
-                yield heading, "\n".join(in_sql)
-                in_sql = None
-            else:
-                in_sql.append(line)
-        elif line.startswith("```sql"):
-            in_sql = []
-        elif re.match(r"#{1,6} ", line):
-            heading = line.lstrip("#").strip()
-
-
-BLOCKS = [block for doc in ("audit.md", "sql.md") for block in sql_blocks(DOCS / doc)]
+# The blocks over the fleet's views run against a fleet (tests/fleet/test_fleet_node_state.py).
+BLOCKS = [
+    (heading, sql)
+    for doc in ("audit.md", "sql.md")
+    for heading, sql in sql_blocks(DOCS / doc)
+    if not reads_the_fleet(sql)
+]
 
 
 @pytest.fixture(scope="module")

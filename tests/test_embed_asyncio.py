@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from harness.forks import figures
+from harness.looplag import worst_lag
 from harness.scale_store import entries as scale_entries
 
 from podstore import AsyncPodStore, PodStore, PodStoreError, StoreBusyError
@@ -284,27 +285,6 @@ def _checkpoint(path: Path, count: int) -> Path:
     return path
 
 
-async def _worst_lag(work: object) -> tuple[float, object]:
-    """Run the awaitable ``work`` beside a probe that sleeps 2 ms at a time; the probe's worst
-    lateness is the longest the loop was blocked."""
-    stop = False
-    worst = 0.0
-
-    async def probe() -> None:
-        nonlocal worst
-        while not stop:
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.002)
-            worst = max(worst, time.perf_counter() - t0 - 0.002)
-
-    p = asyncio.create_task(probe())
-    await asyncio.sleep(0.01)
-    result = await work  # type: ignore[misc]
-    stop = True
-    await p
-    return worst, result
-
-
 def test_import_of_20000_entries_never_blocks_the_loop(tmp_path: Path) -> None:
     """The loop-lag probe during ``await astore.import_checkpoint`` of a 20,000-entry file
     (the issue: the direct call blocked the loop for 4.5 s). The bound is generous for a
@@ -314,16 +294,16 @@ def test_import_of_20000_entries_never_blocks_the_loop(tmp_path: Path) -> None:
     async def main() -> dict[str, float]:
         async with await AsyncPodStore.open(tmp_path / "async.db") as astore:
             started = time.perf_counter()
-            worst, report_ = await _worst_lag(astore.import_checkpoint(path))
+            worst, report_ = await worst_lag(astore.import_checkpoint(path))
             took = time.perf_counter() - started
-            assert report_.entries == 20_000  # type: ignore[attr-defined]
+            assert report_.entries == 20_000
             assert await astore.size() == 10_000
         with PodStore.open(tmp_path / "sync.db") as store:
 
             async def direct() -> object:
                 return store.import_checkpoint(path)
 
-            sync_worst, _ = await _worst_lag(direct())
+            sync_worst, _ = await worst_lag(direct())
         return {"async_worst_s": worst, "async_import_s": took, "sync_worst_s": sync_worst}
 
     lag = asyncio.run(main())

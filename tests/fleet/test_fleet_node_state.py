@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from harness.docblocks import DOCS, reads_the_fleet, sql_blocks
 from harness.fleetlib import as_role, assert_same_state, connect, rows
 from harness.nodegen import Node
 
@@ -390,3 +391,31 @@ def test_current_items_read_back_what_the_history_says(tmp_path: Path) -> None:
         assert mine == replay(store.history())
         with store.reader() as reader:
             assert reader.node_items() == reader._call(current_items)
+
+
+def test_the_documented_fleet_queries_answer_on_the_fleet(tmp_path: Path, fleet_url: str) -> None:
+    """docs/sql.md's queries over the fleet's views (tests/test_audit_docs.py runs the node's):
+    each runs through ``fleet sql`` (the reader role, read-only) and gives the rows the node's
+    own views say."""
+    blocks = {h: sql for h, sql in sql_blocks(DOCS / "sql.md") if reads_the_fleet(sql)}
+    with PodStore.open(tmp_path / "n.db") as store:
+        _load(store, _whole_node(tmp_path, 4, "first", misaligned={1}))
+        ship(store, fleet_url, node=NODE)
+        misaligned = sorted(
+            (NODE, *r[:3], *(_nodes(v) for v in r[3:]))
+            for r in store.query(
+                "SELECT namespace, pod_name, container, device_numa, cpu_numa, memory_numa "
+                "FROM v_numa_misaligned"
+            ).rows
+        )
+    assert misaligned
+    expected = {
+        "`v_fleet_container_numa` — per container, the NUMA nodes of its devices, CPUs and "
+        "memory": misaligned,
+    }
+    assert set(blocks) == set(expected)
+    for heading, sql in blocks.items():
+        assert [tuple(r) for r in rows(fleet_url, sql)] == expected[heading], heading
+        run = CliRunner().invoke(cli, ["fleet", "sql", "--url", fleet_url, "-o", "csv", "--", sql])
+        assert run.exit_code == 0, run.output
+        assert len(run.output.strip().splitlines()) == 1 + len(expected[heading])
