@@ -84,13 +84,31 @@ class StoreSpec:
     readonly: bool
     durability: Durability
     busy_timeout: float
+    #: (st_dev, st_ino) of the store's file when the handle was made: the worker opens the
+    #: path only while it still names that file.
+    file_id: tuple[int, int]
 
 
 def spec_of(store: PodStore) -> StoreSpec:
     # The options the store was opened with are the sessions' (no public accessor: nothing
     # but this module needs the durability and busy timeout back).
     options = store._sessions.options
-    return StoreSpec(options.path, options.readonly, options.durability, options.busy_timeout)
+    st = os.stat(options.path)
+    return StoreSpec(
+        options.path,
+        options.readonly,
+        options.durability,
+        options.busy_timeout,
+        (st.st_dev, st.st_ino),
+    )
+
+
+def _same_file(spec: StoreSpec) -> bool:
+    try:
+        st = os.stat(spec.path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == spec.file_id
 
 
 def _size(path: object) -> int:
@@ -298,6 +316,18 @@ def serve(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     spec: StoreSpec = conn.recv()
+    # A path moved, deleted or replaced since the parent opened it would be opened (or created)
+    # as another store: the worker's writes would land beside the parent's, not in its file.
+    if not _same_file(spec):
+        _reply(
+            conn,
+            False,
+            PodStoreError(
+                f"{spec.path} no longer names this store's file (moved, deleted or replaced "
+                "since it was opened); the worker process did not open it"
+            ),
+        )
+        return
     try:
         store = PodStore.open(
             spec.path,

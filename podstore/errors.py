@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def _rebuild(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]
-             ) -> BaseException:  # fmt: skip
+def _rebuild(
+    cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> BaseException:
     """Unpickle an error whose constructor takes keyword-only arguments (``__reduce__``)."""
     return cls(*args, **kwargs)
 

@@ -22,7 +22,6 @@ from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
 from podstore.storage import audit, events
 from podstore.storage import entries as entry_store
 from podstore.storage.node import sync as node_sync
-from podstore.storage.node.sync import ItemRow
 from podstore.storage.sql import audit as audit_sql
 from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import ship as ship_sql
@@ -37,7 +36,7 @@ EventRow = tuple[int, str, str, str | None, str | None, str, str | None, str | N
 StateEntry = tuple[str, str, str, str | None]
 #: An item of the node's other managers, topology or pod names: (family, pod_uid, container,
 #: resource, payload JSON as its latest event carries it).
-NodeItem = ItemRow
+NodeItem = node_sync.ItemRow
 
 
 def history_query(

@@ -370,3 +370,80 @@ def test_an_answer_this_process_cannot_unpickle_is_a_podstore_error(
             assert await astore.to_checkpoint_data() == before
 
     asyncio.run(main())
+
+
+# ---- a fork, a worker that cannot open the store ------------------------------------------------
+
+
+def test_a_forked_child_starts_its_own_worker_and_leaves_the_parents(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """After fork the child must not talk over the parent's socket (the answers would go to
+    whoever reads first) nor wait for the parent's worker: it forgets it and starts its own on
+    its first routed call; the parent's worker answers on."""
+    db = tmp_path / "fork.db"
+
+    async def start() -> AsyncPodStore:
+        astore = await AsyncPodStore.open(db)
+        await astore.import_checkpoint(files["medium"])
+        return astore
+
+    astore = asyncio.run(start())
+    parent_worker = _worker_pid(astore)
+    assert parent_worker is not None
+    child = os.fork()
+    if child == 0:  # the child: no asyncio, the worker handle directly
+        code = 1
+        try:
+            worker = astore._process
+            forgotten = worker.pid is None
+            request = aio_process.process_request(
+                "import_checkpoint", str(db), (str(files["medium"]),), {"merge": True}
+            )
+            assert request is not None
+            report = worker.call("import_checkpoint", request)
+            own = worker.pid not in (None, parent_worker)
+            worker.close()
+            code = 0 if forgotten and own and report.entries == MEDIUM else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+    async def after() -> None:
+        report = await astore.import_checkpoint(files["medium"], merge=True)
+        assert report.entries == MEDIUM
+        assert _worker_pid(astore) == parent_worker  # the same worker, still in step
+        await astore.close()
+
+    asyncio.run(after())
+    assert not _alive(parent_worker)
+    _no_errors(db)
+
+
+def test_a_worker_that_cannot_open_the_store_gives_its_error_and_is_reaped(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The store's directory renamed under a running agent: the parent still holds its file,
+    and the path names none (opening it would create another store there). The worker refuses
+    it: the call gets its error (its traceback as the cause), nothing is created, no process
+    is left, and once the path is back the next call starts a worker."""
+    home, moved = tmp_path / "home", tmp_path / "moved"
+    home.mkdir()
+
+    async def main() -> None:
+        async with await AsyncPodStore.open(home / "s.db") as astore:
+            home.rename(moved)
+            with pytest.raises(PodStoreError, match="no longer names this store's file") as caught:
+                await astore.import_checkpoint(files["medium"])
+            assert not home.exists()
+            assert isinstance(caught.value.__cause__, aio_process.RemoteTraceback)
+            assert _worker_pid(astore) is None
+            assert _children() == []
+            moved.rename(home)
+            report = await astore.import_checkpoint(files["medium"])
+            assert report.entries == MEDIUM and _worker_pid(astore) is not None
+
+    asyncio.run(main())
+    assert _children() == []
+    _no_errors(home / "s.db")
