@@ -117,6 +117,9 @@ class Sessions:
         self._pid = os.getpid()
         # The file, as forks tell write locks apart (two stores may share it).
         self._file: object = forking.file_key(options.path) or options.path
+        # (st_dev, st_ino) of the file the store opened (None until a connection created it):
+        # every new connection opens the path again, and must find that file there.
+        self._file_id = forking.file_key(options.path)
         self._checker: threading.Thread | None = None
         self._checker_conn: sqlite3.Connection | None = None
         self._check_done = False
@@ -196,7 +199,13 @@ class Sessions:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
+        self._check_same_file()
         conn = connect(self.options)
+        try:
+            self._check_same_file()
+        except BaseException:
+            conn.close()
+            raise
         with self._lock:
             if self._trouble is None:
                 self._conns.add(conn)
@@ -204,6 +213,23 @@ class Sessions:
             trouble = self._trouble
         conn.close()
         raise trouble
+
+    def _check_same_file(self) -> None:
+        """Refuse a new connection where the store's path no longer names the file the store
+        opened: SQLite would open (or create, and podstore migrate) another store there, and
+        this store's writes would go to two files by thread. Checked before connecting (so
+        nothing is created) and after (the path could change in between)."""
+        found = forking.file_key(self.options.path)
+        if self._file_id is None:
+            self._file_id = found  # the first connection creates the file
+            return
+        if found != self._file_id:
+            what = "deleted or moved away" if found is None else "replaced by another file"
+            raise PodStoreError(
+                f"{self.options.path}: the store file was {what} since the store was opened; "
+                "connections opened before still write to the old file: close the store and "
+                "open it again"
+            )
 
     def _thread_ended(self, slot: _Slot) -> None:
         """``slot``'s thread ended: keep its connection for the next thread, or close it."""
