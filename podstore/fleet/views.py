@@ -6,8 +6,8 @@ by store (the same device ID on two nodes is two devices). The joins are on ``st
 they stay on one shard when the tables are distributed by it. They show the current state, so
 a retired store (``podstore fleet retire``) is left out; its history stays in the tables.
 
-Revisions f0002 and f0003 keep frozen copies of this text; a change here needs a new revision,
-and a test checks that a database at head holds exactly these definitions.
+Revisions f0002, f0003 and f0004 keep frozen copies of this text; a change here needs a new
+revision, and a test checks that a database at head holds exactly these definitions.
 """
 
 from __future__ import annotations
@@ -88,66 +88,13 @@ WHERE i.kind = 'dra' AND s.retired_at IS NULL
 # The node's v_container_numa rule, store by store: per container the NUMA nodes of its
 # devices (-1, no information, left out), of its exclusive CPUs (through the store's topology
 # items ``numa:N``) and of its memory blocks, as ascending jsonb arrays, so that two sets are
-# equal exactly when the arrays are; aligned NULL when fewer than two are known.
+# equal exactly when the arrays are; aligned NULL when fewer than two are known. Computed in a
+# LATERAL subquery per store (revision f0004): a query for one node reads that node's rows
+# through the store_id indexes (tens of ms on a 10,000-store fleet), where grouping the whole
+# fleet's tables first took seconds whatever the filter.
 V_FLEET_CONTAINER_NUMA = """
 CREATE VIEW v_fleet_container_numa AS
-WITH
-topo (store_id, cpu, numa_node) AS (
-    SELECT t.store_id, CAST(c.cpu AS bigint), CAST(substr(t.resource, 6) AS bigint)
-    FROM fleet_node_items t
-    CROSS JOIN LATERAL jsonb_array_elements_text(
-        CASE WHEN jsonb_typeof(t.value) = 'array' THEN t.value END) AS c (cpu)
-    WHERE t.kind = 'node' AND t.resource LIKE 'numa:%'
-),
-dev (store_id, pod_uid, container, nodes) AS (
-    SELECT a.store_id, a.pod_uid, a.container,
-           jsonb_agg(DISTINCT a.numa_node ORDER BY a.numa_node)
-    FROM fleet_allocations a WHERE a.numa_node >= 0
-    GROUP BY a.store_id, a.pod_uid, a.container
-),
-cpu (store_id, pod_uid, container, nodes) AS (
-    SELECT i.store_id, i.pod_uid, i.container,
-           jsonb_agg(DISTINCT t.numa_node ORDER BY t.numa_node)
-    FROM fleet_node_items i
-    CROSS JOIN LATERAL jsonb_array_elements_text(
-        CASE WHEN jsonb_typeof(i.value) = 'array' THEN i.value END) AS c (cpu)
-    JOIN topo t ON t.store_id = i.store_id AND t.cpu = CAST(c.cpu AS bigint)
-    WHERE i.kind = 'cpu' AND i.resource = 'cpu' AND i.pod_uid IS NOT NULL
-      AND i.container IS NOT NULL
-    GROUP BY i.store_id, i.pod_uid, i.container
-),
-mem (store_id, pod_uid, container, nodes) AS (
-    SELECT i.store_id, i.pod_uid, i.container,
-           jsonb_agg(DISTINCT CAST(n.numa_node AS bigint) ORDER BY CAST(n.numa_node AS bigint))
-    FROM fleet_node_items i
-    CROSS JOIN LATERAL jsonb_array_elements(
-        CASE WHEN jsonb_typeof(i.value) = 'array' THEN i.value END) AS b
-    CROSS JOIN LATERAL jsonb_array_elements_text(
-        CASE WHEN jsonb_typeof(b.value -> 'numaAffinity') = 'array'
-             THEN b.value -> 'numaAffinity' END) AS n (numa_node)
-    WHERE i.kind = 'memory' AND i.resource = 'memory' AND i.container IS NOT NULL
-    GROUP BY i.store_id, i.pod_uid, i.container
-),
-keys (store_id, pod_uid, container) AS (
-    SELECT store_id, pod_uid, container FROM fleet_allocations
-    UNION
-    SELECT store_id, pod_uid, container FROM fleet_node_items
-    WHERE kind = 'cpu' AND resource = 'cpu' AND pod_uid IS NOT NULL AND container IS NOT NULL
-    UNION
-    SELECT store_id, pod_uid, container FROM fleet_node_items
-    WHERE kind = 'memory' AND resource = 'memory' AND container IS NOT NULL
-),
-sets (store_id, pod_uid, container, device_numa, cpu_numa, memory_numa) AS (
-    SELECT k.store_id, k.pod_uid, k.container, d.nodes, c.nodes, m.nodes
-    FROM keys k
-    LEFT JOIN dev d
-      ON d.store_id = k.store_id AND d.pod_uid = k.pod_uid AND d.container = k.container
-    LEFT JOIN cpu c
-      ON c.store_id = k.store_id AND c.pod_uid = k.pod_uid AND c.container = k.container
-    LEFT JOIN mem m
-      ON m.store_id = k.store_id AND m.pod_uid = k.pod_uid AND m.container = k.container
-)
-SELECT s.node AS node, x.store_id AS store_id, x.pod_uid AS pod_uid,
+SELECT s.node AS node, s.store_id AS store_id, x.pod_uid AS pod_uid,
        n.value ->> 'namespace' AS namespace, n.value ->> 'name' AS pod_name,
        x.container AS container, x.device_numa AS device_numa, x.cpu_numa AS cpu_numa,
        x.memory_numa AS memory_numa,
@@ -161,10 +108,65 @@ SELECT s.node AS node, x.store_id AS store_id, x.pod_uid AS pod_uid,
                     = coalesce(x.device_numa, x.cpu_numa, x.memory_numa) THEN 1
            ELSE 0
        END AS aligned
-FROM sets x
-JOIN fleet_stores s ON s.store_id = x.store_id
+FROM fleet_stores s
+CROSS JOIN LATERAL (
+    WITH
+    topo (cpu, numa_node) AS (
+        SELECT CAST(c.cpu AS bigint), CAST(substr(t.resource, 6) AS bigint)
+        FROM fleet_node_items t
+        CROSS JOIN LATERAL jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(t.value) = 'array' THEN t.value END) AS c (cpu)
+        WHERE t.store_id = s.store_id AND t.kind = 'node' AND t.resource LIKE 'numa:%'
+    ),
+    dev (pod_uid, container, nodes) AS (
+        SELECT a.pod_uid, a.container, jsonb_agg(DISTINCT a.numa_node ORDER BY a.numa_node)
+        FROM fleet_allocations a
+        WHERE a.store_id = s.store_id AND a.numa_node >= 0
+        GROUP BY a.pod_uid, a.container
+    ),
+    cpu (pod_uid, container, nodes) AS (
+        SELECT i.pod_uid, i.container, jsonb_agg(DISTINCT t.numa_node ORDER BY t.numa_node)
+        FROM fleet_node_items i
+        CROSS JOIN LATERAL jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(i.value) = 'array' THEN i.value END) AS c (cpu)
+        JOIN topo t ON t.cpu = CAST(c.cpu AS bigint)
+        WHERE i.store_id = s.store_id AND i.kind = 'cpu' AND i.resource = 'cpu'
+          AND i.pod_uid IS NOT NULL AND i.container IS NOT NULL
+        GROUP BY i.pod_uid, i.container
+    ),
+    mem (pod_uid, container, nodes) AS (
+        SELECT i.pod_uid, i.container,
+               jsonb_agg(DISTINCT CAST(n.numa_node AS bigint) ORDER BY CAST(n.numa_node AS bigint))
+        FROM fleet_node_items i
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(i.value) = 'array' THEN i.value END) AS b
+        CROSS JOIN LATERAL jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(b.value -> 'numaAffinity') = 'array'
+                 THEN b.value -> 'numaAffinity' END) AS n (numa_node)
+        WHERE i.store_id = s.store_id AND i.kind = 'memory' AND i.resource = 'memory'
+          AND i.container IS NOT NULL
+        GROUP BY i.pod_uid, i.container
+    ),
+    keys (pod_uid, container) AS (
+        SELECT pod_uid, container FROM fleet_allocations WHERE store_id = s.store_id
+        UNION
+        SELECT pod_uid, container FROM fleet_node_items
+        WHERE store_id = s.store_id AND kind = 'cpu' AND resource = 'cpu'
+          AND pod_uid IS NOT NULL AND container IS NOT NULL
+        UNION
+        SELECT pod_uid, container FROM fleet_node_items
+        WHERE store_id = s.store_id AND kind = 'memory' AND resource = 'memory'
+          AND container IS NOT NULL
+    )
+    SELECT k.pod_uid, k.container, d.nodes AS device_numa, c.nodes AS cpu_numa,
+           m.nodes AS memory_numa
+    FROM keys k
+    LEFT JOIN dev d ON d.pod_uid = k.pod_uid AND d.container = k.container
+    LEFT JOIN cpu c ON c.pod_uid = k.pod_uid AND c.container = k.container
+    LEFT JOIN mem m ON m.pod_uid = k.pod_uid AND m.container = k.container
+) x
 LEFT JOIN fleet_node_items n
-  ON n.store_id = x.store_id
+  ON n.store_id = s.store_id
  AND n.item_key = CAST(jsonb_build_array(x.pod_uid, CAST(NULL AS text), 'pod-name') AS text)
 WHERE s.retired_at IS NULL
 """

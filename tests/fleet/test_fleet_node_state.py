@@ -379,6 +379,53 @@ def test_f0003_on_a_filled_database_rebuilds_the_node_state_and_downgrades(
         assert_same_node(fleet_url, store)
 
 
+def test_f0004_computes_alignment_store_by_store_with_f0003s_rows_and_readers(
+    tmp_path: Path, fleet_url: str
+) -> None:
+    """f0004 replaces f0003's v_fleet_container_numa (the whole fleet grouped, then joined to
+    the stores) with a LATERAL subquery per store: the same rows for nodes aligned, misaligned
+    and mixed, before the downgrade, after it and after the upgrade again, each read as the
+    reader role (its SELECT kept through both re-creations)."""
+    stores = []
+    try:
+        for i, (pods, misaligned) in enumerate(((4, {1}), (5, set()), (3, {0, 2}))):
+            store = PodStore.open(tmp_path / f"n{i}.db")
+            stores.append(store)
+            _load(store, _whole_node(tmp_path, pods, f"t{i}", misaligned=misaligned))
+            ship(store, fleet_url, node=f"numa-{i}")
+
+        def answers() -> tuple[list[tuple[Any, ...]], ...]:
+            return tuple(
+                sorted(
+                    (tuple(r) for r in read.query(fleet_url, f"SELECT * FROM {v}").rows), key=repr
+                )
+                for v in ("v_fleet_container_numa", "v_fleet_numa_misaligned")
+            )
+
+        def definition() -> str:
+            (found,) = rows(fleet_url, "SELECT pg_get_viewdef('v_fleet_container_numa')")
+            return str(found[0])
+
+        head, head_text = answers(), definition()
+        assert len(head[0]) == 12 and {r[2] for r in head[1]} == {
+            r[2] for r in head[0] if r[-1] == 0
+        }
+        assert len({r[0] for r in head[1]}) == 2  # two nodes have misaligned containers
+        for store in stores:
+            assert_same_node(fleet_url, store)
+
+        down = migrate.downgrade(fleet_url, "f0003")
+        assert (down.before, down.after) == (migrate.HEAD_REVISION, "f0003")
+        assert definition() != head_text
+        assert answers() == head
+        assert migrate.upgrade(fleet_url).after == migrate.HEAD_REVISION
+        assert definition() == head_text
+        assert answers() == head
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_current_items_read_back_what_the_history_says(tmp_path: Path) -> None:
     """The snapshot's items are the payloads of each item's latest event."""
     from podstore.storage.node.codec import replay
