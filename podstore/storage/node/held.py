@@ -124,6 +124,11 @@ class HeldItems:
             held, self._held = self._held, None
             return held
 
+    @property
+    def held(self) -> Held | None:
+        """What is held now (for tests and diagnostics; a sync uses :meth:`take`)."""
+        return self._held
+
     def keep(self, held: Held | None) -> None:
         """Hold what a sync whose transaction has committed ended with."""
         with self._lock:
