@@ -584,6 +584,39 @@ def test_reset_identity_and_a_restored_copy_are_seen(kind: str, runs: tuple[Run,
     play(runs, kind, steps)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_restored_copy_that_went_on_to_the_same_seq_is_seen(
+    kind: str, runs: tuple[Run, Run]
+) -> None:
+    s = states(kind, 3)
+    more = _with_one_more(kind, s[1])
+
+    def copy(run: Run) -> None:
+        src, dst = sqlite3.connect(run.db), sqlite3.connect(run.dir / "copy.db")
+        with dst:
+            src.backup(dst)
+        src.close()
+        dst.close()
+
+    def restore(run: Run) -> None:
+        src, dst = sqlite3.connect(run.dir / "copy.db"), sqlite3.connect(run.db, timeout=30)
+        src.backup(dst)
+        src.close()
+        dst.close()
+
+    steps = [
+        sync(kind, s[0]),
+        sync(kind, s[1]),
+        copy,
+        sync(kind, more),  # one event: the mark is at seq N + 1
+        restore,  # back at seq N
+        a_device_write("a"),  # seq N + 1 again, another event
+        sync(kind, more),
+        sync(kind, s[2]),
+    ]
+    play(runs, kind, steps)
+
+
 CLI = "from podstore.cli import main; main()"
 
 
@@ -601,7 +634,17 @@ def test_a_migration_down_and_up_is_seen(kind: str, runs: tuple[Run, Run]) -> No
                 timeout=120,
             )
 
-    play(runs, kind, [sync(kind, s[0]), sync(kind, s[1]), down_and_up, sync(kind, s[1])])
+    steps = [
+        sync(kind, s[0]),
+        sync(kind, s[1]),
+        a_device_write("a"),
+        # No change: the mark moves to the device event, which the downgrade keeps.
+        sync(kind, s[1]),
+        down_and_up,
+        sync(kind, s[1]),  # the tables came back empty, the mark's event did not go
+        sync(kind, s[2]),
+    ]
+    play(runs, kind, steps)
 
 
 # ---- a sync that fails inside its transaction ------------------------------------------------
