@@ -37,7 +37,8 @@ holds them after the commit); taking them for a sync leaves nothing held, so a s
 or is rolled back with its block, leaves nothing behind. The check reads three values by key
 and, when other events came since, at most :data:`LIMIT` events by a range of the rowid
 B-tree: its cost does not grow with the items. Writes from outside podstore (raw SQL on the
-file) that bypass the history are not seen; they break ``podstore verify`` too.
+file) that bypass the history are not seen (they leave the history disagreeing with the
+tables anyway).
 """
 
 from __future__ import annotations
