@@ -20,6 +20,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,7 +45,7 @@ from podstore.checkpoint import (
     dumps_dra_state,
     dumps_memory_state,
 )
-from podstore.storage.node import cpu, dra, memory
+from podstore.storage.node import codec, cpu, dra, memory
 from podstore.storage.node import held as node_held
 from podstore.storage.node.items import Part
 
@@ -689,3 +690,64 @@ def test_a_sync_that_fails_in_its_transaction_leaves_nothing_held(
             assert held_items(held, kind) == stored(held.db, kind)
     finally:
         held.close()
+
+
+# ---- threads of one store --------------------------------------------------------------------
+
+
+def test_threads_syncing_through_one_store_keep_history_and_tables_agreeing(
+    tmp_path: Path,
+) -> None:
+    kind = "cpu"
+    seq = states(kind, 12)
+    run = Run(tmp_path, True)
+    errors: list[BaseException] = []
+
+    def syncer(t: int) -> None:
+        rng = random.Random(t)
+        try:
+            with run.syncing() as store:
+                for i in range(40):
+                    state = rng.choice(seq)
+                    if i % 2:
+                        set_state(store, kind, state)
+                    else:
+                        path = tmp_path / f"{kind}_state_{t}"
+                        path.write_bytes(file_bytes(kind, state))
+                        store.import_node_checkpoint(path, kind=kind)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def devices() -> None:
+        try:
+            with run.syncing() as store:
+                for i in range(20):
+                    store.insert(f"dev-{i}", "c", "example.com/gpu", {0: [f"gpu-{i}"]}, None)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=syncer, args=(t,)) for t in range(6)]
+    threads.append(threading.Thread(target=devices))
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors
+        for final in (None, seq[-1]):
+            if final is not None:
+                run.sync_file(kind, final)
+            a = picture(run.db)
+            assert a["verify"] == [] and a["chain"]
+            assert run.store is not None
+            ours = [e for e in run.store.history() if e.op.startswith(f"{kind}-")]
+            now = stored(run.db, kind)
+            assert codec.replay(ours) == {k: v[0] for k, v in now.items()}
+            accepted = accepted_items(run, kind)
+            assert accepted is None or accepted == now
+        fresh = Run(tmp_path / "fresh", False)
+        fresh.dir.mkdir()
+        fresh.sync_file(kind, seq[-1])
+        assert picture(fresh.db)[f"{kind}-bytes"] == a[f"{kind}-bytes"]
+    finally:
+        run.close()
