@@ -14,6 +14,7 @@ items the long-lived store holds must be what reading the store back gives.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 from harness import tinyfs
 
-from podstore import PodStore, StoreFullError, check_store
+from podstore import AsyncPodStore, PodStore, StoreFullError, aio_process, check_store
 from podstore.checkpoint import (
     FILE_NAMES,
     CPUManagerState,
@@ -751,3 +752,42 @@ def test_threads_syncing_through_one_store_keep_history_and_tables_agreeing(
         assert picture(fresh.db)[f"{kind}-bytes"] == a[f"{kind}-bytes"]
     finally:
         run.close()
+
+
+# ---- AsyncPodStore: its worker process beside its own thread side -----------------------------
+
+
+def test_an_async_stores_worker_process_write_is_seen_by_its_thread_side(tmp_path: Path) -> None:
+    """``AsyncPodStore`` runs a large file's import in its worker process (a PodStore of its
+    own on the same file) and small calls on ``astore.sync``, which holds items."""
+    s = states("cpu", 3)
+    big = CPUManagerState(
+        "static", frozenset({0, 1}), {_uid(i): {"main": frozenset({8 + i})} for i in range(4000)}
+    )
+    big_file = tmp_path / "big_cpu_state"
+    big_file.write_bytes(dumps_cpu_state(big))
+    assert big_file.stat().st_size > aio_process.SMALL_FILE
+    (tmp_path / "async").mkdir()
+    fresh = Run(tmp_path / "fresh", False)
+    fresh.dir.mkdir()
+
+    async def main() -> None:
+        async with await AsyncPodStore.open(tmp_path / "async" / "store.db") as astore:
+            here = astore.sync
+            here.set_cpu_state(s[0])
+            here.set_cpu_state(s[1])
+            assert here._node_items["cpu"].held is not None
+            await astore.import_node_checkpoint(big_file, kind="cpu")
+            assert astore._process.pid is not None  # it ran in the worker
+            here.set_cpu_state(s[1])  # what the thread side holds: the big state must go
+            here.set_cpu_state(s[2])
+
+    asyncio.run(main())
+    for state in (s[0], s[1]):
+        fresh.set("cpu", state)
+    with PodStore.open(fresh.db, verify="off") as other:
+        other.import_node_checkpoint(big_file, kind="cpu")
+    for state in (s[1], s[2]):
+        fresh.set("cpu", state)
+    a, b = picture(tmp_path / "async" / "store.db"), picture(fresh.db)
+    assert a["verify"] == [] and a == b
