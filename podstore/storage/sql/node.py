@@ -144,7 +144,8 @@ NAME_DELETE = "DELETE FROM pod_names WHERE pod_uid = ?"
 # The schema cookie and the newest kept event: where a sync leaves the store.
 HELD_MARK = """
     SELECT (SELECT schema_version FROM pragma_schema_version), e.seq, e.hash
-    FROM (SELECT 1) LEFT JOIN (SELECT seq, hash FROM allocation_events ORDER BY seq DESC LIMIT 1) e
+    FROM (SELECT 1)
+    LEFT JOIN (SELECT seq, hash FROM allocation_events ORDER BY seq DESC LIMIT 1) e
 """
 # Where the store stands against a mark: the schema cookie, the hash of the mark's event if it
 # is still kept, and the newest seq ever handed out (the floor prune_history leaves counts).
