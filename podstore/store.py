@@ -56,6 +56,7 @@ from podstore.storage.node import cpu as node_cpu
 from podstore.storage.node import dra as node_dra
 from podstore.storage.node import export as node_export
 from podstore.storage.node import facts as node_facts
+from podstore.storage.node import held as node_held
 from podstore.storage.node import memory as node_memory
 from podstore.storage.node import read as node_read
 from podstore.storage.node import sync as node_sync
@@ -107,11 +108,14 @@ class PodStore:
         self._store_id: str | None = None
         # sync_checkpoint: per checkpoint path, what its last sync read and loaded.
         self._sync_states: dict[str, sync.SyncState] = {}
+        # CPU, memory and DRA syncs: per kind, the items the last committed one left.
+        self._node_items = _held_kinds()
         sessions.on_fork_child(self._forget_sync_states)
 
     def _forget_sync_states(self) -> None:
         # In a forked child: another thread may have held a state's lock at the fork.
         self._sync_states = {}
+        self._node_items = _held_kinds()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -598,8 +602,7 @@ class PodStore:
         store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
         """
         prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
-        with self._sessions.write() as conn:
-            return node_sync.apply(conn, prepared)
+        return self._apply_node(prepared)
 
     def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
         """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as the checkpoint file
@@ -653,8 +656,19 @@ class PodStore:
         prepared = node_sync.prepared_state(kind, state)
         # What a file of it would say: the writer refuses what kubelet could not have written.
         read_node_checkpoint(node_export.checkpoint_bytes(kind, state), kind)
+        return self._apply_node(prepared)
+
+    def _apply_node(self, prepared: node_sync.PreparedNode) -> NodeSyncReport:
+        """Bring the store's ``prepared.kind`` to ``prepared`` in one transaction, from the
+        items the kind's last sync left when the store still holds them (storage/node/held.py);
+        what it leaves is held only once its own transaction has committed."""
+        slot = self._node_items[prepared.kind]
+        joined = self._sessions.in_write()  # committed (or not) with the caller's block
         with self._sessions.write() as conn:
-            return node_sync.apply(conn, prepared)
+            report, after = node_sync.apply_held(conn, prepared, slot.take())
+        if not joined:
+            slot.keep(after)
+        return report
 
     def numa_topology(self) -> NumaTopology | None:
         """The node's CPU → NUMA node topology as loaded (None: unknown)."""
@@ -903,6 +917,10 @@ class PodStore:
     def stats(self) -> StoreStats:
         """Row counts: pods, containers, allocations, device rows, distinct devices."""
         return StoreStats(*self._rows(q.COUNTS)[0])
+
+
+def _held_kinds() -> dict[str, node_held.HeldItems]:
+    return {kind: node_held.HeldItems() for kind in node_sync.KINDS}
 
 
 def _node_kind(kind: object) -> str:

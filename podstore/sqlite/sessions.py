@@ -299,6 +299,12 @@ class Sessions:
             self._wait_for_check()
         return _Write(self)
 
+    def in_write(self) -> bool:
+        """Whether this thread has a write transaction open: a :meth:`write` now joins it (as
+        a savepoint) and is committed, or rolled back, only with it."""
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        return slot is not None and slot.depth > 0
+
     def snapshot(self) -> _Snapshot:
         """A consistent read over several statements (or the open write transaction)."""
         return _Snapshot(self)

@@ -2,12 +2,14 @@
 
 The wanted items are computed before the write lock (:func:`prepare` reads and verifies a
 file; :func:`prepared_state` takes a state given in Python). Inside the caller's transaction
-:func:`apply` reads the stored items, and for each key writes the rows and one history event
-where the item is new or its ``canon`` differs (``<family>-set``, the new payload) and removes
-the rows with one event where it went (``<family>-delete``, the last payload); an item whose
-canon is the same is left as stored, rows and order alike. Events go out deletes and changes
-first (in key order), then new items in the source's order (where a new DRA claim goes in the
-list). ``node_files`` takes the file's format and form without an event.
+:func:`apply` reads the stored items (:func:`apply_held` starts from those the last sync left
+when the store provably still holds them, ``held.py``), and for each key writes the rows and
+one history event where the item is new or its ``canon`` differs (``<family>-set``, the new
+payload) and removes the rows with one event where it went (``<family>-delete``, the last
+payload); an item whose canon is the same is left as stored, rows and order alike. Events go
+out deletes and changes first (in key order), then new items in the source's order (where a
+new DRA claim goes in the list). ``node_files`` takes the file's format and form without an
+event.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from podstore.checkpoint import (
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.errors import InvalidInputError
 from podstore.storage import events
-from podstore.storage.node import cpu, dra, facts, files, memory
-from podstore.storage.node.items import Items, Part, key_order
+from podstore.storage.node import cpu, dra, facts, files, held, memory
+from podstore.storage.node.items import Items, Key, Part, key_order
 from podstore.types import NodeSyncReport
 
 #: The kinds this package keeps (the device manager's is storage/sync.py's).
@@ -88,21 +90,34 @@ def prepare(
     return prepared_state(found.kind, state, os.path.abspath(os.fspath(path)))
 
 
-def apply_items(conn: sqlite3.Connection, part: Part, wanted: Items) -> tuple[int, int]:
+def apply_items(
+    conn: sqlite3.Connection, part: Part, wanted: Items, have: Items | None = None
+) -> tuple[int, int]:
     """Make ``part``'s items equal ``wanted``; (items written, items deleted), one history
-    event each."""
-    have = part.stored(conn)
-    gone = sorted((k for k in have if k not in wanted), key=key_order)
-    changed = sorted(
-        (k for k, item in wanted.items() if k in have and have[k].canon != item.canon),
-        key=key_order,
-    )
-    added = [k for k in wanted if k not in have]
+    event each. ``have``: the items the store holds (read back when None), updated in place to
+    those it holds after (an unchanged item keeps its stored value, a written one is
+    ``wanted``'s)."""
+    if have is None:
+        have = part.stored(conn)
+    changed: list[Key] = []
+    added: list[Key] = []
+    for key, item in wanted.items():
+        old = have.get(key)
+        if old is None:
+            added.append(key)
+        elif old is not item and old.canon != item.canon:
+            changed.append(key)
+    # Every stored key is wanted when as many are as are stored: no scan for the gone.
+    if len(have) > len(wanted) - len(added):
+        gone = sorted((k for k in have if k not in wanted), key=key_order)
+    else:
+        gone = []
     if not (gone or changed or added):
         return 0, 0
+    changed.sort(key=key_order)
     pending = events.Pending()
     for key in gone:
-        old = have[key]
+        old = have.pop(key)
         part.remove(conn, key, old)
         pending.node(f"{part.family}-delete", key, old.payload, old.devices)
     for key in changed:
@@ -110,21 +125,37 @@ def apply_items(conn: sqlite3.Connection, part: Part, wanted: Items) -> tuple[in
         part.write(conn, key, new, old)
         released = sorted(set(old.devices) - set(new.devices))
         pending.node(f"{part.family}-set", key, new.payload, new.devices, released)
+        have[key] = new
     for key in added:
         new = wanted[key]
         part.write(conn, key, new, None)
         pending.node(f"{part.family}-set", key, new.payload, new.devices)
+        have[key] = new
     pending.write(conn)
     return len(changed) + len(added), len(gone)
 
 
 def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeSyncReport:
     """Bring the store's ``prepared.kind`` to ``prepared`` inside the caller's transaction."""
+    return apply_held(conn, prepared, None)[0]
+
+
+def apply_held(
+    conn: sqlite3.Connection, prepared: PreparedNode, last: held.Held | None
+) -> tuple[NodeSyncReport, held.Held | None]:
+    """:func:`apply`, starting from ``last`` — the items a sync of this kind left — when the
+    store still holds them (``held.still_held``), else from the items read back; also returns
+    what the store holds of the kind after it, to hold once the transaction has committed."""
     kind = prepared.kind
+    part = _PARTS[kind]
     # The file row first: the policy item writes into it.
     form_changed = files.put(conn, kind, prepared.version, prepared.form)
-    written, deleted = apply_items(conn, _PARTS[kind], prepared.items)
-    return NodeSyncReport(
+    have = held.still_held(conn, part, last)
+    if have is None:
+        have = part.stored(conn)
+    written, deleted = apply_items(conn, part, prepared.items, have)
+    at = held.mark(conn)
+    report = NodeSyncReport(
         kind=kind,
         path=prepared.path,
         version=prepared.version,
@@ -135,6 +166,7 @@ def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeSyncReport:
         deleted=deleted,
         form_changed=form_changed,
     )
+    return report, None if at is None else held.Held(have, at)
 
 
 def read_state(conn: sqlite3.Connection, kind: str) -> NodeState | None:

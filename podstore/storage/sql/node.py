@@ -6,6 +6,8 @@ so that the statement uses that way's partial unique index.
 
 from __future__ import annotations
 
+from podstore.storage.sql import events as events_sql
+
 # ---- node_files ----------------------------------------------------------------------------
 
 FILE = "SELECT version, policy_name, form FROM node_files WHERE kind = ?"
@@ -136,3 +138,25 @@ NUMA_DELETE_NODE = "DELETE FROM numa_cpus WHERE numa_node = ?"
 NAME_ROWS = "SELECT pod_uid, namespace, name FROM pod_names ORDER BY pod_uid"
 NAME_INSERT = "INSERT INTO pod_names (pod_uid, namespace, name) VALUES (?, ?, ?)"
 NAME_DELETE = "DELETE FROM pod_names WHERE pod_uid = ?"
+
+# ---- what the last sync of a kind left (storage/node/held.py) --------------------------------
+
+# The schema cookie and the newest kept event: where a sync leaves the store.
+HELD_MARK = """
+    SELECT (SELECT schema_version FROM pragma_schema_version), e.seq, e.hash
+    FROM (SELECT 1)
+    LEFT JOIN (SELECT seq, hash FROM allocation_events ORDER BY seq DESC LIMIT 1) e
+"""
+# Where the store stands against a mark: the schema cookie, the hash of the mark's event if it
+# is still kept, and the newest seq ever handed out (the floor prune_history leaves counts).
+HELD_SINCE = f"""
+    SELECT (SELECT schema_version FROM pragma_schema_version),
+           (SELECT hash FROM allocation_events WHERE seq = :seq),
+           ({events_sql.HIGH_WATER})
+"""
+# The events after the mark's (at most :limit of them, a range of the rowid B-tree), and how
+# many of them are of the kind's family.
+HELD_EVENTS_SINCE = """
+    SELECT count(*), coalesce(sum(op IN (:set_op, :delete_op)), 0)
+    FROM allocation_events WHERE seq > :seq AND seq <= :seq + :limit
+"""
