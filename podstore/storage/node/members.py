@@ -1,0 +1,129 @@
+"""The members of one JSON object or array of a node file, each converted once per exact text.
+
+Kubelet rewrites its CPU, memory and DRA files whole, but a rewrite changes a few pod entries,
+claims or NUMA nodes at most. A member of an object (``"uid":{…}``) or an element of an
+array (``{"ClaimUID":…}``) decodes into a fresh value (Go's map and fresh-slice decoding), so
+what it decodes to, and the items it gives, depend on nothing but its own JSON text:
+:class:`MemberCache` keeps that per exact text for the members of the last file read.
+
+Finding a member in a new file needs no parse: the text up to its *head* (an object member's
+key, up to ``":``; an array element's first field, up to ``",``) names the last file's member
+that started so, and the new text at that position either starts with that member's whole
+text or not. A complete JSON value ends where its own text ends, so text equal to a member
+scanned before *is* that member, wherever the head guess came from. Anything else — a new
+member, a changed one, a key holding ``":`` — is scanned by the C scanner of the very decoder
+``gojson.parse`` uses (same hooks, same values), so the slices are the scanner's own
+boundaries, never a decoded value's (``1``, ``1.0`` and ``true`` compare equal in Python).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from podstore.checkpoint import gojson
+
+# The scanners of the decoder gojson.parse uses; typeshed declares neither.
+_SCAN: Callable[[str, int], tuple[Any, int]] = gojson._DECODER.scan_once  # type: ignore[attr-defined]
+_STRING: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+#: Converts one member (its key, or None for an array element, and its parsed value) into
+#: what the cache keeps; raises anything when the full decoder must have the file.
+Convert = Callable[[str | None, Any], Any]
+
+
+class Refused(Exception):
+    """The fast path cannot take this file in full; the full decoder reads it."""
+
+
+@dataclass
+class MemberCache:
+    """Converted members by their head, each with its exact text: ``old`` holds the last file
+    read, ``new`` this read's (it replaces ``old`` only when the read succeeds)."""
+
+    old: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    new: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def commit(self) -> None:
+        self.old, self.new = self.new, {}
+
+    def discard(self) -> None:
+        self.new = {}
+
+
+def scan_value(text: str, pos: int) -> tuple[Any, int]:
+    """One JSON value at ``pos`` as ``gojson.parse`` parses it, and where it ends."""
+    try:
+        return _SCAN(text, pos)
+    except Exception:  # a syntax error, NaN, deep nesting: the full decoder says
+        raise Refused from None
+
+
+def scan_string(text: str, pos: int) -> tuple[str, int]:
+    """The JSON string at ``pos`` (its opening quote), and where it ends."""
+    if not text.startswith('"', pos):
+        raise Refused
+    try:
+        return _STRING(text, pos + 1, True)
+    except Exception:
+        raise Refused from None
+
+
+def expect(text: str, pos: int, literal: str) -> int:
+    """The position after ``literal``, which must be at ``pos``."""
+    if not text.startswith(literal, pos):
+        raise Refused
+    return pos + len(literal)
+
+
+def members(
+    text: str, pos: int, cache: MemberCache, convert: Convert, out: list[Any], *, array: bool
+) -> int:
+    """Append the converted members of the object (or array) at ``pos`` to ``out``, in file
+    order; returns the position after it. Compact JSON only (kubelet writes no whitespace):
+    anything else raises :class:`Refused`."""
+    close, head_end = ("]", '",') if array else ("}", '":')
+    pos = expect(text, pos, "[" if array else "{")
+    if text.startswith(close, pos):
+        return pos + 1
+    old, new = cache.old, cache.new
+    hits = misses = 0
+    append = out.append
+    try:
+        while True:
+            cut = text.find(head_end, pos)
+            head = text[pos:cut] if cut > pos else ""
+            known = new.get(head) or old.get(head)
+            if known is not None and text.startswith(known[0], pos):
+                hits += 1
+                pos += len(known[0])
+            else:
+                misses += 1
+                start = pos
+                key: str | None = None
+                if array:
+                    value, pos = scan_value(text, pos)
+                else:
+                    key, pos = scan_string(text, pos)
+                    value, pos = scan_value(text, expect(text, pos, ":"))
+                try:
+                    known = (text[start:pos], convert(key, value))
+                except Refused:
+                    raise
+                except Exception:  # a value kubelet or the store refuses: the full path says
+                    raise Refused from None
+            new[head] = known
+            append(known[1])
+            if text.startswith(",", pos):
+                pos += 1
+            elif text.startswith(close, pos):
+                return pos + 1
+            else:
+                raise Refused
+    finally:
+        cache.hits += hits
+        cache.misses += misses
