@@ -66,6 +66,12 @@ def data_of(raw: bytes) -> str:
     return str(doc["data"] if "data" in doc else doc["Data"])
 
 
+def copy_of(kind: str, data: str) -> str:
+    """The older copy kubelet writes beside ``data``: its leading members."""
+    cut = data.find(',"podEntries":') if kind == "memory" else -1
+    return data[1:cut] if cut > 0 else data[1 : data.rindex("}")]
+
+
 def with_data(kind: str, data: str, *, copy: str | None = None, stored: int | None = None) -> bytes:
     """A file of ``kind`` holding ``data``: CPU v4 / memory v3 with the older copy (by default
     ``data``'s leading members, as kubelet writes it), DRA in the data format; checksum fresh
@@ -75,8 +81,7 @@ def with_data(kind: str, data: str, *, copy: str | None = None, stored: int | No
         crc = zlib.crc32(data.encode()) if stored is None else stored
         return f'{{"Data":{encoded},"Checksum":{crc}}}'.encode()
     if copy is None:
-        cut = data.find(',"podEntries":') if kind == "memory" else -1
-        copy = data[1:cut] if cut > 0 else data[1:-1]
+        copy = copy_of(kind, data)
     fnv = fnv1a_32(b"(string)" + data.encode()) if stored is None else stored
     return f'{{{copy},"checksum":0,"data":{encoded},"dataChecksum":{fnv}}}'.encode()
 
@@ -114,6 +119,16 @@ def added_and_removed(kind: str) -> tuple[bytes, bytes]:
     assert dl.claims is not None
     del dl.claims[2]
     return dumps_dra_state(dm), dumps_dra_state(dl)
+
+
+def invalid_utf8(kind: str, data: str) -> bytes:
+    """A file whose ``data`` string holds a byte that is not UTF-8 (Go reads it as U+FFFD),
+    the checksum over what Go reads."""
+    inside = INSIDE[kind][0]
+    marked = data.replace(inside, inside[:-2] + "@@" + inside[-2:], 1)
+    fixed = with_data(kind, marked.replace("@@", "\ufffd"))
+    stored = int(fixed[fixed.rindex(b":") + 1 : -1])
+    return with_data(kind, marked, stored=stored).replace(b"@@", b"\xff")
 
 
 def member_span(data: str, needle: str) -> tuple[int, int]:
@@ -186,6 +201,10 @@ def variations(kind: str) -> list[tuple[str, bytes, bool]]:
         ),
         ("truncated", a[:-1], False),
         ("trailing space", a + b" ", False),
+        ("trailing garbage", a + b"}", False),
+        ("space after data", with_data(kind, data + " "), False),
+        ("text after data", with_data(kind, data + "}"), False),
+        ("invalid UTF-8 in a member", invalid_utf8(kind, data), kind == "dra"),
         ("pretty", json.dumps(json.loads(a), indent=1).encode(), False),
         ("again", a, True),
         (
@@ -236,10 +255,13 @@ def variations(kind: str) -> list[tuple[str, bytes, bool]]:
     if kind == "memory":
         number, (as_float, as_bool) = NUMBER["memory"]  # type: ignore[misc]
         big = data.replace('"size":1073741824', f'"size":{1 << 63}', 1)
+        cut = data.rindex('"size":1073741824')
+        big_own = data[:cut] + data[cut:].replace("1073741824", str(1 << 63), 1)
         out += [
             ("1.0 for 1", with_data(kind, data.replace(number, as_float, 1)), False),
             ("true for 1", with_data(kind, data.replace(number, as_bool, 1)), False),
             ("size above the store's integers", with_data(kind, big), False),
+            ("a pod's own size above them", with_data(kind, big_own), False),
             ("00 for node 0", with_data(kind, data.replace('{"0":', '{"00":', 1)), True),
             ("v2 file", dumps_memory_state(memory_state(PODS, 2)), False),
             ("v1 file", dumps_memory_state(memory_state(PODS, 1)), False),
@@ -255,6 +277,13 @@ def variations(kind: str) -> list[tuple[str, bytes, bool]]:
         out += [
             ("share ids", dumps_dra_state(shared), True),
             ("claim listed twice", with_data(kind, twice), False),
+            # Go folds the long s to S: the device has a share id, but the reader's test of
+            # the text does not see one.
+            (
+                "long s in ShareID",
+                with_data(kind, data.replace('"DeviceName"', '"\u017fhareID":"s","DeviceName"', 1)),
+                True,
+            ),
             (
                 "1.0 for the checksum",
                 a.replace(b'"Checksum":', b'"Checksum":1.0', 1)[:-1] + b"}",
