@@ -13,16 +13,18 @@ from typing import Any
 from podstore.checkpoint.cpu_state import DATA, LEGACY_TYPE_NAME, _entries, _pod_entries
 from podstore.checkpoint.cpuset import parse_cpuset
 from podstore.storage.node import cpu
-from podstore.storage.node.incremental import (
+from podstore.storage.node.datafile import check_copy, data_file
+from podstore.storage.node.items import Items, plain
+from podstore.storage.node.members import (
     Fast,
-    NodeReadState,
-    check_copy,
-    data_file,
+    Refused,
+    Tables,
+    expect,
     go_string,
     go_value,
+    members,
+    scan_value,
 )
-from podstore.storage.node.items import Items, plain
-from podstore.storage.node.members import Refused, expect, members, scan_value
 
 _ENTRIES = DATA.fields[2].type
 _POD_ENTRIES = DATA.fields[3].type
@@ -44,7 +46,7 @@ def _pod_cpus(key: str | None, value: Any) -> tuple[str, Any]:
     return pod, cpu.cpus_item(cpus)
 
 
-def read(text: str, state: NodeReadState) -> Fast:
+def read(text: str, tables: Tables) -> Fast:
     found = data_file(text)
     data = found.data
     value, pos = scan_value(data, expect(data, 0, '{"policyName":'))
@@ -56,10 +58,10 @@ def read(text: str, state: NodeReadState) -> Fast:
     listed: list[_Pod] = []
     own: list[tuple[str, Any]] = []
     if data.startswith(',"entries":', pos):
-        pos = members(data, pos + 11, state.table("entries"), _pod, listed, array=False)
+        pos = members(data, pos + 11, tables("entries"), _pod, listed, array=False)
         bounds.append(pos)
     if data.startswith(',"podEntries":', pos):
-        pos = members(data, pos + 14, state.table("podEntries"), _pod_cpus, own, array=False)
+        pos = members(data, pos + 14, tables("podEntries"), _pod_cpus, own, array=False)
         bounds.append(pos)
     if expect(data, pos, "}") != len(data):
         raise Refused

@@ -17,9 +17,18 @@ from podstore.checkpoint.gojson import fix_string
 from podstore.checkpoint.gotypes import UINT32
 from podstore.checkpoint.gotypes import Slice as SliceType
 from podstore.storage.node import dra
-from podstore.storage.node.incremental import Fast, NodeReadState, go_string, go_value
 from podstore.storage.node.items import Item, Items, Key
-from podstore.storage.node.members import Refused, expect, members, scan_string, scan_value
+from podstore.storage.node.members import (
+    Fast,
+    Refused,
+    Tables,
+    expect,
+    go_string,
+    go_value,
+    members,
+    scan_string,
+    scan_value,
+)
 
 _LIST = _READ_DATA.fields[2].type
 assert isinstance(_LIST, SliceType)
@@ -35,7 +44,7 @@ def _claim(_key: str | None, value: Any) -> _Claim:
     return (None, None, dra.PREFIX + c.claim_uid), dra.claim_item(c, False), shares
 
 
-def read(text: str, state: NodeReadState) -> Fast:
+def read(text: str, tables: Tables) -> Fast:
     raw, pos = scan_string(text, expect(text, 0, '{"Data":'))
     data = raw if raw.isascii() else fix_string(raw)
     value, pos = scan_value(text, expect(text, pos, ',"Checksum":'))
@@ -50,7 +59,7 @@ def read(text: str, state: NodeReadState) -> Fast:
     api_version = go_string(value)
     claims: list[_Claim] = []
     pos = members(
-        data, expect(data, pos, ',"Entries":'), state.table("Entries"), _claim, claims, array=True
+        data, expect(data, pos, ',"Entries":'), tables("Entries"), _claim, claims, array=True
     )
     if expect(data, pos, "}") != len(data):
         raise Refused

@@ -13,16 +13,18 @@ from typing import Any
 
 from podstore.checkpoint.memory_state import DATA, _entries, _machine, _pod_entries
 from podstore.storage.node import memory
-from podstore.storage.node.incremental import (
+from podstore.storage.node.datafile import check_copy, data_file
+from podstore.storage.node.items import Item, Items, plain
+from podstore.storage.node.members import (
     Fast,
-    NodeReadState,
-    check_copy,
-    data_file,
+    Refused,
+    Tables,
+    expect,
     go_string,
     go_value,
+    members,
+    scan_value,
 )
-from podstore.storage.node.items import Item, Items, plain
-from podstore.storage.node.members import Refused, expect, members, scan_value
 
 _MACHINE = DATA.fields[1].type
 _ENTRIES = DATA.fields[2].type
@@ -51,7 +53,7 @@ def _pod_blocks(key: str | None, value: Any) -> tuple[str, Item]:
     return pod, memory.blocks_item(blocks, f"podEntries[{pod!r}]")
 
 
-def read(text: str, state: NodeReadState) -> Fast:
+def read(text: str, tables: Tables) -> Fast:
     found = data_file(text)
     data = found.data
     value, pos = scan_value(data, expect(data, 0, '{"policyName":'))
@@ -61,13 +63,13 @@ def read(text: str, state: NodeReadState) -> Fast:
     listed: list[_Pod] = []
     own: list[tuple[str, Item]] = []
     pos = expect(data, pos, ',"machineState":')
-    pos = members(data, pos, state.table("machineState"), _node, nodes, array=False)
+    pos = members(data, pos, tables("machineState"), _node, nodes, array=False)
     bounds.append(pos)
     if data.startswith(',"entries":', pos):
-        pos = members(data, pos + 11, state.table("entries"), _pod, listed, array=False)
+        pos = members(data, pos + 11, tables("entries"), _pod, listed, array=False)
         bounds.append(pos)
     if data.startswith(',"podEntries":', pos):
-        pos = members(data, pos + 14, state.table("podEntries"), _pod_blocks, own, array=False)
+        pos = members(data, pos + 14, tables("podEntries"), _pod_blocks, own, array=False)
         bounds.append(pos)
     if expect(data, pos, "}") != len(data):
         raise Refused

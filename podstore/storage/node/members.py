@@ -24,10 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.checkpoint import gojson
+from podstore.checkpoint.godecode import DecodeError, decode_value
+from podstore.checkpoint.gotypes import STRING, GoType
+from podstore.storage.node.items import Items
 
 # The scanners of the decoder gojson.parse uses; typeshed declares neither.
 _SCAN: Callable[[str, int], tuple[Any, int]] = gojson._DECODER.scan_once  # type: ignore[attr-defined]
 _STRING: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+#: What a fast read of a file gives: version, checksum, verified, items, form (as
+#: ``PreparedNode`` holds them).
+Fast = tuple[str, int, bool, Items, dict[str, Any]]
+#: The member cache of a table by its name (``entries``, ``podEntries``, …).
+Tables = Callable[[str], "MemberCache"]
 
 #: Converts one member (its key, or None for an array element, and its parsed value) into
 #: what the cache keeps; raises anything when the full decoder must have the file.
@@ -127,3 +136,17 @@ def members(
     finally:
         cache.hits += hits
         cache.misses += misses
+
+
+def go_value(t: GoType, initial: Any, value: Any) -> Any:
+    """``value`` (parsed) decoded into ``initial`` of Go type ``t``; refused on an error."""
+    try:
+        return decode_value(t, initial, value)
+    except DecodeError:
+        raise Refused from None
+
+
+def go_string(value: Any) -> str:
+    """A parsed value decoded into a Go string field holding ``""``."""
+    out: str = go_value(STRING, "", value)
+    return out
