@@ -324,7 +324,7 @@ def test_a_one_change_rewrite_converts_one_member(kind: str, tmp_path: Path) -> 
     assert now - misses <= 3 * 2  # one member per rewrite (memory: its pod's two maps)
     # Only the last file's members are kept.
     for cache in reader.state.tables.values():
-        assert len(cache.old) <= PODS + 2 and not cache.new
+        assert len(cache.order) <= PODS + 2 and not cache.new
 
 
 def _events(db: Path) -> list[tuple[Any, ...]]:

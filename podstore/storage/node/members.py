@@ -47,21 +47,28 @@ class Refused(Exception):
     """The fast path cannot take this file in full; the full decoder reads it."""
 
 
+#: One member: its head, its exact text, what it converted to.
+Member = tuple[str, str, Any]
+
+
 @dataclass
 class MemberCache:
-    """Converted members by their head, each with its exact text: ``old`` holds the last file
-    read, ``new`` this read's (it replaces ``old`` only when the read succeeds)."""
+    """The converted members of the last file read, in its order (``order``), with where each
+    head is in it (``index``); ``new`` collects this read's members, which replace them only
+    when the read succeeds."""
 
-    old: dict[str, tuple[str, Any]] = field(default_factory=dict)
-    new: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    order: list[Member] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+    new: list[Member] = field(default_factory=list)
     hits: int = 0
     misses: int = 0
 
     def commit(self) -> None:
-        self.old, self.new = self.new, {}
+        self.order, self.new = self.new, []
+        self.index = {m[0]: i for i, m in enumerate(self.order)}
 
     def discard(self) -> None:
-        self.new = {}
+        self.new = []
 
 
 def scan_value(text: str, pos: int) -> tuple[Any, int]:
@@ -99,34 +106,33 @@ def members(
     pos = expect(text, pos, "[" if array else "{")
     if text.startswith(close, pos):
         return pos + 1
-    old, new = cache.old, cache.new
-    hits = misses = 0
+    order, index = cache.order, cache.index
+    n = len(order)
+    i = hits = misses = 0
+    keep = cache.new.append
     append = out.append
     try:
         while True:
-            cut = text.find(head_end, pos)
-            head = text[pos:cut] if cut > pos else ""
-            known = new.get(head) or old.get(head)
-            if known is not None and text.startswith(known[0], pos):
+            # Most members are the last file's, in its order: try the one after the last
+            # found first, then the one the head names, then scan.
+            known = order[i] if i < n else None
+            if known is not None and text.startswith(known[1], pos):
+                i += 1
                 hits += 1
-                pos += len(known[0])
             else:
-                misses += 1
-                start = pos
-                key: str | None = None
-                if array:
-                    value, pos = scan_value(text, pos)
+                cut = text.find(head_end, pos)
+                head = text[pos:cut] if cut > pos else ""
+                at = index.get(head, -1)
+                known = order[at] if at >= 0 else None
+                if known is not None and text.startswith(known[1], pos):
+                    i = at + 1
+                    hits += 1
                 else:
-                    key, pos = scan_string(text, pos)
-                    value, pos = scan_value(text, expect(text, pos, ":"))
-                try:
-                    known = (text[start:pos], convert(key, value))
-                except Refused:
-                    raise
-                except Exception:  # a value kubelet or the store refuses: the full path says
-                    raise Refused from None
-            new[head] = known
-            append(known[1])
+                    misses += 1
+                    known = _scan(text, pos, head, convert, array)
+            keep(known)
+            append(known[2])
+            pos += len(known[1])
             if text.startswith(",", pos):
                 pos += 1
             elif text.startswith(close, pos):
@@ -136,6 +142,23 @@ def members(
     finally:
         cache.hits += hits
         cache.misses += misses
+
+
+def _scan(text: str, pos: int, head: str, convert: Convert, array: bool) -> Member:
+    """A member no earlier file had: scanned, and converted."""
+    start = pos
+    key: str | None = None
+    if array:
+        value, pos = scan_value(text, pos)
+    else:
+        key, pos = scan_string(text, pos)
+        value, pos = scan_value(text, expect(text, pos, ":"))
+    try:
+        return head, text[start:pos], convert(key, value)
+    except Refused:
+        raise
+    except Exception:  # a value kubelet or the store refuses: the full path says how
+        raise Refused from None
 
 
 def go_value(t: GoType, initial: Any, value: Any) -> Any:
