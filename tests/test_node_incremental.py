@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import zlib
 from collections.abc import Callable
@@ -131,6 +132,13 @@ def invalid_utf8(kind: str, data: str) -> bytes:
     return with_data(kind, marked, stored=stored).replace(b"@@", b"\xff")
 
 
+def no_comma(kind: str, data: str) -> str:
+    """``data`` without the comma between its second and third pod (claim)."""
+    start, _ = member_span(data, SECOND[kind])
+    assert data[start - 1] == ","
+    return data[: start - 1] + data[start:]
+
+
 def member_span(data: str, needle: str) -> tuple[int, int]:
     """Where the member of an ``entries`` map (or a claim) holding ``needle`` starts and
     ends in ``data`` (by the scanner, as the code under test does not)."""
@@ -204,6 +212,7 @@ def variations(kind: str) -> list[tuple[str, bytes, bool]]:
         ("trailing garbage", a + b"}", False),
         ("space after data", with_data(kind, data + " "), False),
         ("text after data", with_data(kind, data + "}"), False),
+        ("missing comma between members", with_data(kind, no_comma(kind, data)), False),
         ("invalid UTF-8 in a member", invalid_utf8(kind, data), kind == "dra"),
         ("pretty", json.dumps(json.loads(a), indent=1).encode(), False),
         ("again", a, True),
@@ -380,3 +389,68 @@ def test_states_are_per_kind_and_path_bounded_and_forgotten_after_fork(tmp_path:
             os._exit(0 if store._node_states == {} else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _rewrites(kind: str, rng: random.Random, count: int) -> list[bytes]:
+    """Files as kubelet writes them, each a few pods (claims) added, removed, changed or (DRA)
+    moved since the one before."""
+    pods = 60
+    out: list[bytes] = []
+    if kind == "cpu":
+        c = cpu_state(pods, 4)
+        for n in range(count):
+            for _ in range(rng.randint(1, 4)):
+                uid = _uid(rng.randrange(pods + 30))
+                if uid in c.entries and rng.random() < 0.4:
+                    del c.entries[uid]
+                    c.pod_entries.pop(uid, None)
+                else:
+                    c.entries[uid] = {"main": frozenset({rng.randrange(64)}), f"c{n}": frozenset()}
+                    c.pod_entries[uid] = frozenset({rng.randrange(64)})
+            out.append(dumps_cpu_state(c))
+    elif kind == "memory":
+        m = memory_state(pods, 3)
+        assert m.entries is not None and m.pod_entries is not None
+        for n in range(count):
+            for _ in range(rng.randint(1, 4)):
+                uid = _uid(rng.randrange(pods + 30))
+                if uid in m.entries and rng.random() < 0.4:
+                    del m.entries[uid]
+                    m.pod_entries.pop(uid, None)
+                else:
+                    blocks = [MemoryBlock([rng.randrange(2)], "memory", rng.randrange(1, 1 << 40))]
+                    m.entries[uid] = {"main": blocks} if n % 5 else None
+                    m.pod_entries[uid] = blocks
+            out.append(dumps_memory_state(m))
+    else:
+        d = dra_state(pods)
+        assert d.claims is not None
+        spare = dra_state(pods + 30).claims
+        assert spare is not None
+        for _ in range(count):
+            for _ in range(rng.randint(1, 4)):
+                roll = rng.random()
+                if roll < 0.3 and d.claims:
+                    del d.claims[rng.randrange(len(d.claims))]
+                elif roll < 0.6 and len(d.claims) > 1:
+                    i, j = rng.randrange(len(d.claims)), rng.randrange(len(d.claims))
+                    d.claims[i], d.claims[j] = d.claims[j], d.claims[i]
+                else:
+                    new = spare[rng.randrange(len(spare))]
+                    if all(c.claim_uid != new.claim_uid for c in d.claims):
+                        d.claims.insert(rng.randrange(len(d.claims) + 1), new)
+            out.append(dumps_dra_state(d))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_random_rewrites_read_as_fresh_full_reads(kind: str, tmp_path: Path) -> None:
+    rng = random.Random(f"node-incremental-{kind}")
+    reader = Reader(kind, tmp_path / kind)
+    for data in _rewrites(kind, rng, 40):
+        got, fast = reader.read(data)
+        assert got[0] == "ok" and fast
+    assert reader.state.fast == 40
+    hits = sum(c.hits for c in reader.state.tables.values())
+    misses = sum(c.misses for c in reader.state.tables.values())
+    assert hits > 5 * misses

@@ -8,13 +8,15 @@ maps omitted when empty); each member of ``entries`` (a pod's containers) and of
 
 from __future__ import annotations
 
+from itertools import chain, compress
+from operator import itemgetter
 from typing import Any
 
 from podstore.checkpoint.cpu_state import DATA, LEGACY_TYPE_NAME, _entries, _pod_entries
 from podstore.checkpoint.cpuset import parse_cpuset
 from podstore.storage.node import cpu
 from podstore.storage.node.datafile import check_copy, data_file
-from podstore.storage.node.items import Items, plain
+from podstore.storage.node.items import Item, Items, Key, plain
 from podstore.storage.node.members import (
     Fast,
     Refused,
@@ -29,21 +31,21 @@ from podstore.storage.node.members import (
 _ENTRIES = DATA.fields[2].type
 _POD_ENTRIES = DATA.fields[3].type
 
-# A pod's containers: the pod, its items, whether its container map is empty.
-_Pod = tuple[str, Items, bool]
+# A pod's containers: the pod, its items (key, item), whether its container map is empty.
+_Pod = tuple[str, tuple[tuple[Key, Item], ...], bool]
 
 
 def _pod(key: str | None, value: Any) -> _Pod:
     decoded = go_value(_ENTRIES, {}, ((key, value),))
     ((pod, containers),) = _entries(decoded, "", "data.").items()
-    items: Items = {(pod, name, cpu.RESOURCE): cpu.cpus_item(c) for name, c in containers.items()}
+    items = tuple(((pod, name, cpu.RESOURCE), cpu.cpus_item(c)) for name, c in containers.items())
     return pod, items, not containers
 
 
-def _pod_cpus(key: str | None, value: Any) -> tuple[str, Any]:
+def _pod_cpus(key: str | None, value: Any) -> tuple[Key, Item]:
     decoded = go_value(_POD_ENTRIES, {}, ((key, value),))
     ((pod, cpus),) = _pod_entries(decoded).items()
-    return pod, cpu.cpus_item(cpus)
+    return (pod, None, cpu.RESOURCE), cpu.cpus_item(cpus)
 
 
 def read(text: str, tables: Tables) -> Fast:
@@ -56,7 +58,7 @@ def read(text: str, tables: Tables) -> Fast:
     shared = go_string(value)
     bounds.append(pos)
     listed: list[_Pod] = []
-    own: list[tuple[str, Any]] = []
+    own: list[tuple[Key, Item]] = []
     if data.startswith(',"entries":', pos):
         pos = members(data, pos + 11, tables("entries"), _pod, listed, array=False)
         bounds.append(pos)
@@ -70,17 +72,15 @@ def read(text: str, tables: Tables) -> Fast:
         default = parse_cpuset(shared)
     except Exception:
         raise Refused from None
-    # Go's maps: a key given twice keeps its first place and its last value, as dicts do.
-    pods = {pod: (items, empty) for pod, items, empty in listed}
-    items: Items = {}
-    for pod_items, _ in pods.values():
-        items.update(pod_items)
-    for pod, item in dict(own).items():
-        items[(pod, None, cpu.RESOURCE)] = item
+    # Go's maps: a key given twice keeps its first place and its last value, as dicts do
+    # (and as wanted() lists them: containers by pod, then the pods' own CPUs).
+    pods = dict(zip(map(itemgetter(0), listed), listed, strict=True))
+    items: Items = dict(chain.from_iterable(map(itemgetter(1), pods.values())))
+    items.update(own)
     items[cpu.SHARED_KEY] = cpu.cpus_item(default)
     items[cpu.POLICY_KEY] = plain(policy)
     form = {
         "type_name": LEGACY_TYPE_NAME,
-        "empty_pods": sorted(pod for pod, (_, empty) in pods.items() if empty),
+        "empty_pods": sorted(compress(pods, map(itemgetter(2), pods.values()))),
     }
     return "v4", found.stored, True, items, form

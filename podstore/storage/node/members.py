@@ -6,14 +6,17 @@ array (``{"ClaimUID":…}``) decodes into a fresh value (Go's map and fresh-slic
 what it decodes to, and the items it gives, depend on nothing but its own JSON text:
 :class:`MemberCache` keeps that per exact text for the members of the last file read.
 
-Finding a member in a new file needs no parse: the text up to its *head* (an object member's
-key, up to ``":``; an array element's first field, up to ``",``) names the last file's member
-that started so, and the new text at that position either starts with that member's whole
-text or not. A complete JSON value ends where its own text ends, so text equal to a member
-scanned before *is* that member, wherever the head guess came from. Anything else — a new
-member, a changed one, a key holding ``":`` — is scanned by the C scanner of the very decoder
-``gojson.parse`` uses (same hooks, same values), so the slices are the scanner's own
-boundaries, never a decoded value's (``1``, ``1.0`` and ``true`` compare equal in Python).
+Finding a member in a new file needs no parse. Most members are the last file's, in its
+order: the longest stretch of the new text equal to a run of them, commas included, is found
+by a few comparisons (:meth:`MemberCache.run`). Otherwise the text up to a member's *head*
+(an object member's key, up to ``":``; an array element's first field, up to ``",``) names
+the last file's member that started so, and the new text at that position either starts
+with that member's whole text or not. A member is taken only where a comma or the closing
+bracket follows it, where every JSON value ends, so text equal to a member scanned before
+*is* that member, wherever the guess came from. Anything else — a new member, a changed one,
+a key holding ``":`` — is scanned by the C scanner of the very decoder ``gojson.parse`` uses
+(same hooks, same values), so the slices are the scanner's own boundaries, never a decoded
+value's (``1``, ``1.0`` and ``true`` compare equal in Python).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add, itemgetter
 from typing import Any
 
 from podstore.checkpoint import gojson
@@ -53,22 +58,64 @@ Member = tuple[str, str, Any]
 
 @dataclass
 class MemberCache:
-    """The converted members of the last file read, in its order (``order``), with where each
-    head is in it (``index``); ``new`` collects this read's members, which replace them only
-    when the read succeeds."""
+    """The converted members of the last file read, in its order (``order``): their texts
+    joined by commas as they stood there (``body``, where member ``k`` ends one character
+    before ``ends[k]``), and where each head is (``index``, a guide only: every member found
+    is compared by its text). ``new`` collects this read's members, which replace them only
+    when the read succeeds (``changed``: the body and index are built again)."""
 
     order: list[Member] = field(default_factory=list)
+    body: str = ""
+    ends: list[int] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
     new: list[Member] = field(default_factory=list)
+    changed: bool = False
     hits: int = 0
     misses: int = 0
 
     def commit(self) -> None:
-        self.order, self.new = self.new, []
-        self.index = {m[0]: i for i, m in enumerate(self.order)}
+        new = self.new
+        if self.changed or len(new) != len(self.order):
+            self.body = ",".join(map(_RAW, new))
+            self.ends = list(accumulate(map(add, map(len, map(_RAW, new)), repeat(1))))
+            self.index = dict(zip(map(_HEAD, new), range(len(new)), strict=True))
+        self.order, self.new, self.changed = new, [], False
 
     def discard(self) -> None:
-        self.new = []
+        self.new, self.changed = [], False
+
+    def run(self, text: str, pos: int, i: int) -> int:
+        """The end ``j`` of the longest run of members ``i…j-1`` of the last file, in its
+        order, that ``text`` holds at ``pos`` (``i``: none). Gallops, then halves: a few
+        comparisons of whole stretches of text for a run of any length."""
+        body, ends, n = self.body, self.ends, len(self.order)
+        start = ends[i - 1] if i else 0
+
+        def holds(j: int) -> bool:
+            return text.startswith(body[start : ends[j - 1] - 1], pos)
+
+        good, step = i, 1
+        while True:
+            j = min(i + step, n)
+            if not holds(j):
+                break
+            good = j
+            if j == n:
+                return n
+            step *= 2
+        # good holds, j does not: the longest run ends between them.
+        while j - good > 1:
+            mid = (good + j) // 2
+            if holds(mid):
+                good = mid
+            else:
+                j = mid
+        return good
+
+
+_HEAD = itemgetter(0)
+_RAW = itemgetter(1)
+_VALUE = itemgetter(2)
 
 
 def scan_value(text: str, pos: int) -> tuple[Any, int]:
@@ -104,38 +151,48 @@ def members(
     anything else raises :class:`Refused`."""
     close, head_end = ("]", '",') if array else ("}", '":')
     pos = expect(text, pos, "[" if array else "{")
-    if text.startswith(close, pos):
-        return pos + 1
     order, index = cache.order, cache.index
     n = len(order)
+    if text.startswith(close, pos):
+        cache.changed = cache.changed or n > 0
+        return pos + 1
     i = hits = misses = 0
+    changed = False
     keep = cache.new.append
     append = out.append
     try:
         while True:
-            # Most members are the last file's, in its order: try the one after the last
-            # found first, then the one the head names, then scan.
-            known = order[i] if i < n else None
-            if known is not None and text.startswith(known[1], pos):
-                i += 1
-                hits += 1
+            # Most members are the last file's, in its order: take the longest run of them
+            # from the one after the last found, else the one the head names, else scan.
+            j = cache.run(text, pos, i) if i < n else i
+            if j > i:
+                run = order[i:j]
+                cache.new += run
+                out += map(_VALUE, run)
+                pos += (cache.ends[j - 1] - 1) - (cache.ends[i - 1] if i else 0)
+                hits += j - i
+                i = j
             else:
                 cut = text.find(head_end, pos)
                 head = text[pos:cut] if cut > pos else ""
                 at = index.get(head, -1)
-                known = order[at] if at >= 0 else None
+                known = order[at] if 0 <= at < n else None
+                changed = True
                 if known is not None and text.startswith(known[1], pos):
                     i = at + 1
                     hits += 1
                 else:
                     misses += 1
                     known = _scan(text, pos, head, convert, array)
-            keep(known)
-            append(known[2])
-            pos += len(known[1])
+                    if i < n and order[i][0] == head:
+                        i += 1  # the same key in the same place: the run goes on after it
+                keep(known)
+                append(known[2])
+                pos += len(known[1])
             if text.startswith(",", pos):
                 pos += 1
             elif text.startswith(close, pos):
+                cache.changed = cache.changed or changed or i != n
                 return pos + 1
             else:
                 raise Refused
