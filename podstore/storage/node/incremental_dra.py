@@ -9,6 +9,7 @@ each claim of ``Entries`` is decoded by the very Go types of
 from __future__ import annotations
 
 import zlib
+from operator import itemgetter
 from typing import Any
 
 from podstore.checkpoint.dra_state import _READ_DATA, _devices_have_share_id
@@ -63,13 +64,11 @@ def read(text: str, tables: Tables) -> Fast:
     )
     if expect(data, pos, "}") != len(data):
         raise Refused
-    items: Items = {}
-    for key, item, _ in claims:
-        if key in items:
-            raise Refused  # the store keeps one entry per claim UID: wanted() says so
-        items[key] = item
+    items: Items = dict(map(itemgetter(0, 1), claims))
+    if len(items) != len(claims):
+        raise Refused  # a claim UID listed twice: the store keeps one, wanted() says so
     # As the full reader decides it: only a text that spells the key can have it.
-    shares = any(s for _, _, s in claims) and "shareid" in data.lower()
+    shares = any(map(itemgetter(2), claims)) and "shareid" in data.lower()
     form = {
         "entries_key": "Entries",
         "share_ids": shares,
