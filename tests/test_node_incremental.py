@@ -10,6 +10,8 @@ import json
 import os
 import random
 import sqlite3
+import sys
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -454,3 +456,39 @@ def test_random_rewrites_read_as_fresh_full_reads(kind: str, tmp_path: Path) -> 
     hits = sum(c.hits for c in reader.state.tables.values())
     misses = sum(c.misses for c in reader.state.tables.values())
     assert hits > 5 * misses
+
+
+def test_reads_sharing_a_state_take_turns(tmp_path: Path) -> None:
+    """Threads reading through one state (the store hands one per kind and path): the lock
+    makes each read see the cache as the last whole read left it."""
+    one, other = cpu_state(200, 4), cpu_state(200, 4)
+    for i in range(0, 200, 7):
+        other.entries[_uid(i)] = {"main": frozenset({i})}
+    paths = [tmp_path / "a", tmp_path / "b"]
+    for path, state_ in zip(paths, (one, other), strict=True):
+        path.write_bytes(dumps_cpu_state(state_))
+    want = [list(node_sync.prepare(p, "cpu").items.items()) for p in paths]
+    state = NodeReadState()
+    failures: list[object] = []
+
+    def reader(which: int) -> None:
+        try:
+            for _ in range(100):
+                got = node_sync.prepare(paths[which], "cpu", state=state)
+                if list(got.items.items()) != want[which]:
+                    failures.append(which)
+        except Exception as exc:  # a read that broke on the other's half-made cache
+            failures.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=(i % 2,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    assert state.fast > 0
