@@ -57,6 +57,7 @@ from podstore.storage.node import dra as node_dra
 from podstore.storage.node import export as node_export
 from podstore.storage.node import facts as node_facts
 from podstore.storage.node import held as node_held
+from podstore.storage.node import incremental as node_incremental
 from podstore.storage.node import memory as node_memory
 from podstore.storage.node import read as node_read
 from podstore.storage.node import sync as node_sync
@@ -110,12 +111,15 @@ class PodStore:
         self._sync_states: dict[str, sync.SyncState] = {}
         # CPU, memory and DRA syncs: per kind, the items the last committed one left.
         self._node_items = _held_kinds()
+        # import_node_checkpoint: per (kind, checkpoint path), what its last read decoded.
+        self._node_states: dict[tuple[str, str], node_incremental.NodeReadState] = {}
         sessions.on_fork_child(self._forget_sync_states)
 
     def _forget_sync_states(self) -> None:
         # In a forked child: another thread may have held a state's lock at the fork.
         self._sync_states = {}
         self._node_items = _held_kinds()
+        self._node_states = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -601,8 +605,24 @@ class PodStore:
         device manager checkpoint (:meth:`import_checkpoint` loads those) or for values the
         store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
         """
-        prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
+        state = self._node_state(kind, path)
+        prepared = node_sync.prepare(path, kind, max_bytes=max_bytes, state=state)
         return self._apply_node(prepared)
+
+    def _node_state(
+        self, kind: str, path: str | os.PathLike[str]
+    ) -> node_incremental.NodeReadState | None:
+        """What repeated reads of the ``kind`` file at ``path`` keep (None: ``auto`` or not
+        a path)."""
+        if kind not in node_sync.KINDS or not isinstance(path, str | os.PathLike):
+            return None
+        key = (kind, os.path.abspath(os.fspath(path)))
+        state = self._node_states.get(key)
+        if state is None:
+            if len(self._node_states) >= 6:  # a node has three such files; bound the rest
+                self._node_states.clear()
+            state = self._node_states[key] = node_incremental.NodeReadState()
+        return state
 
     def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
         """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as the checkpoint file

@@ -25,10 +25,11 @@ from podstore.checkpoint import (
     MemoryManagerState,
     read_node_checkpoint,
 )
-from podstore.checkpoint.files import DEFAULT_MAX_BYTES
+from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.errors import InvalidInputError
 from podstore.storage import events
-from podstore.storage.node import cpu, dra, facts, files, held, memory
+from podstore.storage.node import cpu, dra, facts, files, held, incremental, memory
+from podstore.storage.node.incremental import NodeReadState
 from podstore.storage.node.items import Items, Key, Part, key_order
 from podstore.types import NodeSyncReport
 
@@ -70,24 +71,37 @@ def prepared_state(kind: str, state: NodeState, path: str | None = None) -> Prep
 
 
 def prepare(
-    path: str | os.PathLike[str], kind: str = "auto", *, max_bytes: int | None = None
+    path: str | os.PathLike[str],
+    kind: str = "auto",
+    *,
+    max_bytes: int | None = None,
+    state: NodeReadState | None = None,
 ) -> PreparedNode:
     """Read and verify a CPU, memory or DRA checkpoint (``auto``: by its content).
 
-    Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device manager
-    checkpoint (``import_checkpoint`` loads those) or values the store cannot hold.
+    With ``state`` (the same object for every read of one kind's file) and an explicit
+    ``kind``, what the last read decoded is reused (:mod:`.incremental`; same result, same
+    errors). Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device
+    manager checkpoint (``import_checkpoint`` loads those) or values the store cannot hold.
     """
     if kind not in ("auto", *KINDS):
         raise InvalidInputError(f"kind must be auto, cpu, memory or dra, not {kind!r}")
-    found = read_node_checkpoint(
-        path, kind, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
-    )
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    if state is not None and kind in KINDS:
+        with state.lock:
+            text, origin = read_source(path, limit)
+            where = os.path.abspath(os.fspath(path))
+            fast = incremental.read(kind, text, state)
+            if fast is not None:
+                return PreparedNode(kind, where, *fast)
+            return prepared_state(kind, incremental.FULL[kind](text, origin), where)
+    found = read_node_checkpoint(path, kind, max_bytes=limit)
     if found.kind not in KINDS:
         raise InvalidInputError(
             f"{os.fspath(path)!s} is a device manager checkpoint; import it as kind devices"
         )
-    state: Any = found.state
-    return prepared_state(found.kind, state, os.path.abspath(os.fspath(path)))
+    state_read: Any = found.state
+    return prepared_state(found.kind, state_read, os.path.abspath(os.fspath(path)))
 
 
 def apply_items(

@@ -1,0 +1,79 @@
+"""The fast path of :mod:`.incremental` for the DRA manager's file in kubelet's data format.
+
+``{"Data":"…","Checksum":N}`` whose ``Data`` is ``{"kind":…,"apiVersion":…,"Entries":[…]}``:
+each claim of ``Entries`` is decoded by the very Go types of
+:mod:`podstore.checkpoint.dra_state` into a fresh struct and turned into its item as
+:func:`.dra.wanted` does.
+"""
+
+from __future__ import annotations
+
+import zlib
+from operator import itemgetter
+from typing import Any
+
+from podstore.checkpoint.dra_state import _READ_DATA, _devices_have_share_id
+from podstore.checkpoint.dra_types import claim_of
+from podstore.checkpoint.gojson import fix_string
+from podstore.checkpoint.gotypes import UINT32
+from podstore.checkpoint.gotypes import Slice as SliceType
+from podstore.storage.node import dra
+from podstore.storage.node.items import Item, Items, Key
+from podstore.storage.node.members import (
+    Fast,
+    Refused,
+    Tables,
+    expect,
+    go_string,
+    go_value,
+    members,
+    scan_string,
+    scan_value,
+)
+
+_LIST = _READ_DATA.fields[2].type
+assert isinstance(_LIST, SliceType)
+_CLAIM = _LIST.elem
+
+# A claim: its key, its item, whether its devices carry a ShareID key.
+_Claim = tuple[Key, Item, bool]
+
+
+def _claim(_key: str | None, value: Any) -> _Claim:
+    c = claim_of(go_value(_CLAIM, _CLAIM.zero(), value))
+    shares = _devices_have_share_id((("Entries", [value]),))
+    return (None, None, dra.PREFIX + c.claim_uid), dra.claim_item(c, False), shares
+
+
+def read(text: str, tables: Tables) -> Fast:
+    raw, pos = scan_string(text, expect(text, 0, '{"Data":'))
+    data = raw if raw.isascii() else fix_string(raw)
+    value, pos = scan_value(text, expect(text, pos, ',"Checksum":'))
+    stored: int = go_value(UINT32, 0, value)
+    if expect(text, pos, "}") != len(text):
+        raise Refused
+    if zlib.crc32(data.encode("utf-8")) != stored:
+        raise Refused  # the full decoder raises the mismatch
+    value, pos = scan_value(data, expect(data, 0, '{"kind":'))
+    kind = go_string(value)
+    value, pos = scan_value(data, expect(data, pos, ',"apiVersion":'))
+    api_version = go_string(value)
+    claims: list[_Claim] = []
+    pos = members(
+        data, expect(data, pos, ',"Entries":'), tables("Entries"), _claim, claims, array=True
+    )
+    if expect(data, pos, "}") != len(data):
+        raise Refused
+    items: Items = dict(map(itemgetter(0, 1), claims))
+    if len(items) != len(claims):
+        raise Refused  # a claim UID listed twice: the store keeps one, wanted() says so
+    # As the full reader decides it: only a text that spells the key can have it.
+    shares = any(map(itemgetter(2), claims)) and "shareid" in data.lower()
+    form = {
+        "entries_key": "Entries",
+        "share_ids": shares,
+        "kind": kind,
+        "api_version": api_version,
+        "claims_null": False,
+    }
+    return "data", stored, True, items, form
