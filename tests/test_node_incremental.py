@@ -492,3 +492,105 @@ def test_reads_sharing_a_state_take_turns(tmp_path: Path) -> None:
         sys.setswitchinterval(interval)
     assert failures == []
     assert state.fast > 0
+
+
+# -- DRA: claims matched by their escaped text (storage/node/escaped.py) -----------------------
+
+ESCAPED = "Entries (escaped)"
+
+
+def _dra_with(change: Callable[[Any], None]) -> bytes:
+    d = dra_state(PODS)
+    change(d)
+    return dumps_dra_state(d)
+
+
+def _rename(i: int, name: str) -> Callable[[Any], None]:
+    def change(d: Any) -> None:
+        d.claims[i] = d.claims[i].__class__(
+            d.claims[i].claim_uid,
+            name,
+            *[getattr(d.claims[i], f) for f in ("namespace", "pod_uids", "driver_state")],
+        )
+
+    return change
+
+
+def _many_devices(count: int) -> Callable[[Any], None]:
+    def change(d: Any) -> None:
+        d.claims[2].driver_state["gpu.example.com"] = [
+            DRADevice("node-1", f"gpu-{k}", ["gpus"], None) for k in range(count)
+        ]
+
+    return change
+
+
+def test_dra_claims_are_matched_by_their_escaped_text(tmp_path: Path) -> None:
+    """Kubelet's DRA file is read without unescaping its Data string whole: claims are taken
+    by their escaped text, a new one is unescaped alone, and the result is the full read's —
+    also where a claim's text holds what looks like an element's end, or escapes beyond the
+    quote."""
+    reader = Reader("dra", tmp_path / "dra")
+    a, b = base("dra")
+    reader.read(a)
+    cache = reader.state.tables[ESCAPED]
+    assert len(cache.order) == PODS
+    rewrites = [
+        ("one changed", b),
+        ("an element's end in a name", _dra_with(_rename(1, 'x"},{"ClaimUID":"y'))),
+        ("<, > and & (Go escapes them)", _dra_with(_rename(3, "a<b>&c"))),
+        ("a backslash", _dra_with(_rename(4, "back\\slash"))),
+        ("added", added_and_removed("dra")[0]),
+        ("removed", added_and_removed("dra")[1]),
+        ("back", a),
+        # An escape the decoder turns into U+FFFD (or refuses): the full read's outcome.
+        ("lone surrogate", with_data("dra", data_of(a).replace("gpu-claim-1", "\\ud800"))),
+        ("back again", a),
+    ]
+    for what, data in rewrites:
+        hits, misses = cache.hits, cache.misses
+        got, fast = reader.read(data)
+        assert got[0] == "ok" and fast, what
+        assert len(cache.order) == len(json.loads(json.loads(data)["Data"])["Entries"]), what
+        # Each file is one or two claims away from the one before.
+        assert cache.misses - misses <= 2 and cache.hits - hits >= PODS - 3, what
+    # Damage inside a claim no earlier file had, where only the escaped scan looks: the full
+    # read's error. Text after the claim's value; a bare quote (the Data string ends there)
+    # placed so that the claim's pieces, cut at the quote, still spell the old claim.
+    reader.read(a)
+    changed = data_of(a).replace(*INSIDE["dra"], 1)
+    _, end = member_span(changed, FIRST["dra"])
+    junk = with_data("dra", changed[:end] + "0}" + changed[end:])
+    text = with_data("dra", changed).decode()
+    device_end = text.index("},", text.index("gpu-7"))
+    bare = (text[:device_end] + '}"' + text[device_end:]).encode()
+    for what, data in (("text after a claim", junk), ("a bare quote in a claim", bare)):
+        got, fast = reader.read(data)
+        assert got[0] == "error" and not fast, what
+    # Only the escaped table was used.
+    assert all(not c.order for name, c in reader.state.tables.items() if name != ESCAPED)
+
+
+@pytest.mark.parametrize(
+    ("what", "change"),
+    [
+        # Text that is not ASCII: Go's rule for lone surrogates is the unescaped path's.
+        ("long s in a name", _rename(1, "\u017f")),
+        # A new claim with more candidate ends than the escaped scan tries.
+        ("a claim with 80 devices", _many_devices(80)),
+    ],
+)
+def test_dra_files_the_escaped_scan_declines_are_read_unescaped(
+    what: str, change: Callable[[Any], None], tmp_path: Path
+) -> None:
+    reader = Reader("dra", tmp_path / "dra")
+    a, _ = base("dra")
+    reader.read(a)
+    data = _dra_with(change)
+    _, fast = reader.read(data)
+    assert fast, what  # the unescaped path took it, with the full read's result
+    assert not reader.state.tables[ESCAPED].order, what
+    assert reader.state.tables["Entries"].order, what
+    # And the next kubelet file goes back to the escaped table.
+    _, fast = reader.read(a)
+    assert fast and len(reader.state.tables[ESCAPED].order) == PODS

@@ -54,6 +54,8 @@ class Refused(Exception):
 
 #: One member: its head, its exact text, what it converted to.
 Member = tuple[str, str, Any]
+#: Finds the member no earlier file had at ``pos`` (text, pos, head, convert, array).
+Scan = Callable[[str, int, str, Convert, bool], Member]
 
 
 @dataclass
@@ -144,11 +146,21 @@ def expect(text: str, pos: int, literal: str) -> int:
 
 
 def members(
-    text: str, pos: int, cache: MemberCache, convert: Convert, out: list[Any], *, array: bool
+    text: str,
+    pos: int,
+    cache: MemberCache,
+    convert: Convert,
+    out: list[Any],
+    *,
+    array: bool,
+    scan: Scan | None = None,
 ) -> int:
     """Append the converted members of the object (or array) at ``pos`` to ``out``, in file
     order; returns the position after it. Compact JSON only (kubelet writes no whitespace):
-    anything else raises :class:`Refused`."""
+    anything else raises :class:`Refused`. ``scan`` finds and converts a member no earlier
+    file had (default: the JSON scanner at ``pos``)."""
+    if scan is None:
+        scan = _scan
     close, head_end = ("]", '",') if array else ("}", '":')
     pos = expect(text, pos, "[" if array else "{")
     order, index = cache.order, cache.index
@@ -183,7 +195,7 @@ def members(
                     hits += 1
                 else:
                     misses += 1
-                    known = _scan(text, pos, head, convert, array)
+                    known = scan(text, pos, head, convert, array)
                     if i < n and order[i][0] == head:
                         i += 1  # the same key in the same place: the run goes on after it
                 keep(known)
