@@ -26,7 +26,7 @@ class DataFile:
     copy_end: int
 
 
-_TAIL = ',"checksum":'
+TAIL = ',"checksum":'
 
 
 def data_file(text: str) -> DataFile:
@@ -35,10 +35,10 @@ def data_file(text: str) -> DataFile:
     expect(text, 0, '{"policyName":')
     # Within a JSON string every quote is escaped, so ',"' cannot be in data: the last
     # ',"checksum":' is the top-level one, or the layout is another and the scan says so.
-    end = text.rfind(_TAIL)
+    end = text.rfind(TAIL)
     if end < 0:
         raise Refused
-    value, pos = scan_value(text, end + len(_TAIL))
+    value, pos = scan_value(text, end + len(TAIL))
     go_value(CHECKSUM, 0, value)
     raw, pos = scan_string(text, expect(text, pos, ',"data":'))
     data = raw if raw.isascii() else fix_string(raw)

@@ -65,10 +65,12 @@ class Mark:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A kind's items as the store held them at ``mark``."""
+    """A kind's items as the store held them at ``mark``; ``generation``: the fast read
+    (``delta.Delta``) whose items they equal, if they came from one."""
 
     items: Items
     mark: Mark
+    generation: int | None = None
 
 
 def mark(conn: sqlite3.Connection) -> Mark | None:

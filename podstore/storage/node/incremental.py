@@ -18,7 +18,7 @@ The older copy of the state beside ``data`` in CPU v4 and memory v3 is checked b
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,9 @@ from podstore.checkpoint.cpu_state import parse_cpu_state
 from podstore.checkpoint.dra_state import parse_dra_state
 from podstore.checkpoint.memory_state import parse_memory_state
 from podstore.storage.node import incremental_cpu, incremental_dra, incremental_memory
-from podstore.storage.node.members import Fast, MemberCache, Refused, Tables
+from podstore.storage.node.delta import Delta, ItemsOf, new_delta
+from podstore.storage.node.items import Item, Key
+from podstore.storage.node.members import Fast, Last, MemberCache, Refused, Tables
 
 #: The full decoders of text already read (what ``read_node_checkpoint`` runs for a kind).
 FULL: dict[str, Callable[[str, str], Any]] = {
@@ -37,11 +39,20 @@ FULL: dict[str, Callable[[str, str], Any]] = {
 }
 
 
-_READERS: dict[str, Callable[[str, Tables], Fast]] = {
+_READERS: dict[str, Callable[[str, Tables, Last], Fast]] = {
     "cpu": incremental_cpu.read,
     "memory": incremental_memory.read,
     "dra": incremental_dra.read,
 }
+_ITEMS_OF: dict[str, dict[str, ItemsOf]] = {
+    "cpu": incremental_cpu.ITEMS_OF,
+    "memory": incremental_memory.ITEMS_OF,
+    "dra": incremental_dra.ITEMS_OF,
+}
+
+#: A fast read's result: version, checksum, verified, items, form, delta (as ``PreparedNode``
+#: holds them).
+Read = tuple[str, int, bool, Mapping[Key, Item], dict[str, Any], Delta]
 
 
 @dataclass
@@ -51,6 +62,9 @@ class NodeReadState:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     tables: dict[str, MemberCache] = field(default_factory=dict)
+    #: the last fast read's generation, when its keys each came from one member (.delta),
+    #: and what its kind's reader keeps of it
+    last: Last = field(default_factory=Last)
     #: reads the fast path took in full, and reads it gave to the full decoder
     fast: int = 0
     full: int = 0
@@ -62,18 +76,22 @@ class NodeReadState:
         return cache
 
 
-def read(kind: str, text: str, state: NodeReadState) -> Fast | None:
+def read(kind: str, text: str, state: NodeReadState) -> Read | None:
     """The prepared parts of ``text`` (a ``kind`` file) from the fast path, or None: the full
-    decoder must read it. Refills ``state`` with this file's members when it succeeds."""
+    decoder must read it. Refills ``state`` with this file's members when it succeeds; the
+    delta says which keys can differ from the last fast read's items."""
     try:
         with collector_paused():
-            out = _READERS[kind](text, state.table)
+            out = _READERS[kind](text, state.table, state.last)
     except Refused:
         for cache in state.tables.values():
             cache.discard()
         state.full += 1
         return None
+    last = state.last
+    delta = new_delta(last.generation, state.tables, _ITEMS_OF[kind], out.fixed, out.unique)
+    last.generation = delta.generation if out.unique else None
     for cache in state.tables.values():
         cache.commit()
     state.fast += 1
-    return out
+    return out.version, out.checksum, out.verified, out.items, out.form, delta

@@ -19,10 +19,12 @@ from podstore.checkpoint.gojson import fix_string
 from podstore.checkpoint.gotypes import UINT32
 from podstore.checkpoint.gotypes import Slice as SliceType
 from podstore.storage.node import dra
+from podstore.storage.node.delta import ItemsOf
 from podstore.storage.node.escaped import scan_element, unescape
 from podstore.storage.node.items import Item, Items, Key
 from podstore.storage.node.members import (
     Fast,
+    Last,
     MemberCache,
     Refused,
     Tables,
@@ -55,8 +57,14 @@ def _claim_escaped(_key: str | None, found: tuple[Any, str]) -> tuple[Key, Item,
 
 _ENTRIES = ',\\"Entries\\":'
 
+#: The items of each table's members (a claim's).
+ITEMS_OF: dict[str, ItemsOf] = {
+    "Entries (escaped)": lambda claim: ((claim[0], claim[1]),),
+    "Entries": lambda claim: ((claim[0], claim[1]),),
+}
 
-def read(text: str, tables: Tables) -> Fast:
+
+def read(text: str, tables: Tables, _last: Last) -> Fast:
     # Kubelet writes the file in ASCII (Go escapes nothing but quotes, backslashes, controls
     # and <>&): its claims are matched by their escaped text, and the Data string is never
     # unescaped whole. Anything else, or any doubt there, takes the unescaped path.
@@ -115,7 +123,7 @@ def _fast(
         "api_version": api_version,
         "claims_null": False,
     }
-    return "data", stored, True, items, form
+    return Fast("data", stored, True, items, form, {}, True)  # a claim listed twice: refused
 
 
 def _read_unescaped(text: str, tables: Tables) -> Fast:

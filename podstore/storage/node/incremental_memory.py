@@ -16,9 +16,11 @@ from typing import Any
 from podstore.checkpoint.memory_state import DATA, _entries, _machine, _pod_entries
 from podstore.storage.node import memory
 from podstore.storage.node.datafile import check_copy, data_file
+from podstore.storage.node.delta import ItemsOf
 from podstore.storage.node.items import Item, Items, Key, plain
 from podstore.storage.node.members import (
     Fast,
+    Last,
     Refused,
     Tables,
     expect,
@@ -58,7 +60,15 @@ def _pod_blocks(key: str | None, value: Any) -> tuple[Key, Item]:
     return (pod, None, memory.RESOURCE), memory.blocks_item(blocks, f"podEntries[{pod!r}]")
 
 
-def read(text: str, tables: Tables) -> Fast:
+#: The items of each table's members, in the order read() lists them.
+ITEMS_OF: dict[str, ItemsOf] = {
+    "entries": itemgetter(1),
+    "podEntries": lambda own: (own,),
+    "machineState": lambda node: (node,),
+}
+
+
+def read(text: str, tables: Tables, _last: Last) -> Fast:
     found = data_file(text)
     data = found.data
     value, pos = scan_value(data, expect(data, 0, '{"policyName":'))
@@ -85,7 +95,10 @@ def read(text: str, tables: Tables) -> Fast:
     items: Items = dict(chain.from_iterable(map(itemgetter(1), pods.values())))
     items.update(own)
     items.update(nodes)
-    items[memory.POLICY_KEY] = plain(policy)
+    fixed = {memory.POLICY_KEY: plain(policy)}
+    items.update(fixed)
+    given = sum(map(len, map(itemgetter(1), listed))) + len(own) + len(nodes) + len(fixed)
+    unique = len(pods) == len(listed) and given == len(items)
     form = {
         "machine_state_null": False,
         "entries_null": False,
@@ -93,4 +106,4 @@ def read(text: str, tables: Tables) -> Fast:
         "null_pods": sorted(compress(pods, map(itemgetter(2), pods.values()))),
         "empty_pods": sorted(compress(pods, map(itemgetter(3), pods.values()))),
     }
-    return "v3", found.stored, True, items, form
+    return Fast("v3", found.stored, True, items, form, fixed, unique)

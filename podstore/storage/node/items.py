@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,44 @@ class Item:
 
 
 Items = dict[Key, Item]
+
+
+class LazyItems(Mapping[Key, Item]):
+    """Items whose dict (in the source's order) is built by ``build`` only when something
+    walks or looks them up; their count is known before. A sync that knows which keys changed
+    (``delta.Delta``) needs no more than the count, and building thousands of items from
+    their members costs more than the rest of a one-change sync."""
+
+    __slots__ = ("_build", "_items", "_len")
+
+    def __init__(self, build: Callable[[], Items], length: int) -> None:
+        self._build: Callable[[], Items] | None = build
+        self._items: Items | None = None
+        self._len = length
+
+    def full(self) -> Items:
+        """The items, built on the first call."""
+        if self._items is None:
+            assert self._build is not None
+            self._items, self._build = self._build(), None
+            if len(self._items) != self._len:
+                raise AssertionError(f"{len(self._items)} items built, {self._len} counted")
+        return self._items
+
+    def __getitem__(self, key: Key) -> Item:
+        return self.full()[key]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.full())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.full()
+
+    def __repr__(self) -> str:
+        return f"LazyItems({self.full()!r})"
 
 
 def plain(value: Any) -> Item:

@@ -22,24 +22,50 @@ value's (``1``, ``1.0`` and ``true`` compare equal in Python).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import add, itemgetter
 from typing import Any
 
 from podstore.checkpoint import gojson
 from podstore.checkpoint.godecode import DecodeError, decode_value
 from podstore.checkpoint.gotypes import STRING, GoType
-from podstore.storage.node.items import Items
+from podstore.storage.node.items import Item, Items, Key
 
 # The scanners of the decoder gojson.parse uses; typeshed declares neither.
 _SCAN: Callable[[str, int], tuple[Any, int]] = gojson._DECODER.scan_once  # type: ignore[attr-defined]
 _STRING: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
-#: What a fast read of a file gives: version, checksum, verified, items, form (as
-#: ``PreparedNode`` holds them).
-Fast = tuple[str, int, bool, Items, dict[str, Any]]
+
+@dataclass(frozen=True, slots=True)
+class Fast:
+    """What a fast read of a file gives: what ``PreparedNode`` holds (version, checksum,
+    verified, items, form), the items of the keys outside every member (``fixed``, listed
+    after the members' in ``items``), and whether every key came from one member (or is
+    fixed) only (``unique``, see :mod:`.delta`)."""
+
+    version: str
+    checksum: int
+    verified: bool
+    items: Mapping[Key, Item]
+    form: dict[str, Any]
+    fixed: Items
+    unique: bool
+
+
+@dataclass(slots=True)
+class Last:
+    """What the reads of one file keep of the last fast read besides its members: its
+    generation when its keys were unique (:mod:`.delta`), and what its kind's reader keeps
+    of it (``summary``; None: nothing); and how many reads had to unescape a whole string
+    their file also holds unescaped (``unescaped``, CPU v4's ``data``)."""
+
+    generation: int | None = None
+    summary: Any = None
+    unescaped: int = 0
+
+
 #: The member cache of a table by its name (``entries``, ``podEntries``, …).
 Tables = Callable[[str], "MemberCache"]
 
@@ -58,19 +84,36 @@ Member = tuple[str, str, Any]
 Scan = Callable[[str, int, str, Convert, bool], Member]
 
 
+#: A stretch of a read's members: a run ``i…j-1`` of the last file's (a ``range``), or one
+#: member no earlier file had.
+Piece = range | Member
+
+
 @dataclass
 class MemberCache:
     """The converted members of the last file read, in its order (``order``): their texts
     joined by commas as they stood there (``body``, where member ``k`` ends one character
     before ``ends[k]``), and where each head is (``index``, a guide only: every member found
     is compared by its text). ``new`` collects this read's members, which replace them only
-    when the read succeeds (``changed``: the body and index are built again)."""
+    when the read succeeds (``changed``: the body and ends are built again), and ``pieces``
+    how this read's members came: runs of the last file's, and members scanned (``fresh``);
+    :meth:`dropped` are the last file's members not found again.
+
+    ``ebody`` / ``eends``: the body as a JSON string escapes it (``"`` and ``\\`` with a
+    backslash; None: not known), with its members' ends, for a reader that checks a string
+    against text it read unescaped (:mod:`.escaped`); it sets ``escaped`` to the new ones.
+    """
 
     order: list[Member] = field(default_factory=list)
     body: str = ""
     ends: list[int] = field(default_factory=list)
-    index: dict[str, int] = field(default_factory=dict)
+    index: dict[str, int] | None = None
+    ebody: str | None = ""
+    eends: list[int] = field(default_factory=list)
     new: list[Member] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    span: tuple[str, int, int] = ("", 0, 0)
+    escaped: tuple[str, list[int]] | None = None
     changed: bool = False
     hits: int = 0
     misses: int = 0
@@ -78,13 +121,43 @@ class MemberCache:
     def commit(self) -> None:
         new = self.new
         if self.changed or len(new) != len(self.order):
-            self.body = ",".join(map(_RAW, new))
-            self.ends = list(accumulate(map(add, map(len, map(_RAW, new)), repeat(1))))
-            self.index = dict(zip(map(_HEAD, new), range(len(new)), strict=True))
-        self.order, self.new, self.changed = new, [], False
+            # The members stand in the text read, joined by commas: the body is a slice of it,
+            # and the ends of runs of the last file's members are theirs, shifted.
+            text, start, end = self.span
+            self.body = text[start:end]
+            self.ends = rebuild_ends(self.pieces, self.ends, _raw_len)
+            self.index = None
+            if self.escaped is None:
+                self.ebody = None
+        if self.escaped is not None:
+            self.ebody, self.eends = self.escaped
+        self.order = new
+        self.discard()
+
+    def find(self, head: str) -> int:
+        """Where the last file's member whose head is ``head`` was (-1: none)."""
+        if self.index is None:
+            self.index = dict(zip(map(_HEAD, self.order), range(len(self.order)), strict=True))
+        return self.index.get(head, -1)
 
     def discard(self) -> None:
-        self.new, self.changed = [], False
+        self.new, self.changed, self.pieces = [], False, []
+        self.span, self.escaped = ("", 0, 0), None
+
+    @property
+    def fresh(self) -> list[Member]:
+        """This read's members no earlier file had (before :meth:`commit`)."""
+        return [p for p in self.pieces if not isinstance(p, range)]
+
+    def dropped(self) -> list[Member]:
+        """The last file's members this read has not found again (before :meth:`commit`)."""
+        out: list[Member] = []
+        at = 0
+        for r in sorted((p.start, p.stop) for p in self.pieces if isinstance(p, range)):
+            out += self.order[at : r[0]]
+            at = max(at, r[1])
+        out += self.order[at:]
+        return out
 
     def run(self, text: str, pos: int, i: int) -> int:
         """The end ``j`` of the longest run of members ``i…j-1`` of the last file, in its
@@ -118,6 +191,30 @@ class MemberCache:
 _HEAD = itemgetter(0)
 _RAW = itemgetter(1)
 _VALUE = itemgetter(2)
+
+
+def _raw_len(member: Member) -> int:
+    return len(member[1])
+
+
+def rebuild_ends(
+    pieces: list[Piece], ends: list[int], length: Callable[[Member], int]
+) -> list[int]:
+    """The ends of a read's members in its body (as ``MemberCache.ends``) from how they came:
+    a run of the last file's keeps its ends there, shifted; a new member's is its ``length``
+    (and the comma) past the end before it."""
+    out: list[int] = []
+    pos = 0
+    for p in pieces:
+        if isinstance(p, range):
+            if p:
+                start = ends[p.start - 1] if p.start else 0
+                out += map(add, ends[p.start : p.stop], repeat(pos - start))
+                pos = out[-1]
+        else:
+            pos += length(p) + 1
+            out.append(pos)
+    return out
 
 
 def scan_value(text: str, pos: int) -> tuple[Any, int]:
@@ -163,15 +260,18 @@ def members(
         scan = _scan
     close, head_end = ("]", '",') if array else ("}", '":')
     pos = expect(text, pos, "[" if array else "{")
-    order, index = cache.order, cache.index
+    order = cache.order
     n = len(order)
     if text.startswith(close, pos):
         cache.changed = cache.changed or n > 0
+        cache.span = (text, pos, pos)
         return pos + 1
+    first = pos
     i = hits = misses = 0
     changed = False
     keep = cache.new.append
     append = out.append
+    piece = cache.pieces.append
     try:
         while True:
             # Most members are the last file's, in its order: take the longest run of them
@@ -179,6 +279,7 @@ def members(
             j = cache.run(text, pos, i) if i < n else i
             if j > i:
                 run = order[i:j]
+                piece(range(i, j))
                 cache.new += run
                 out += map(_VALUE, run)
                 pos += (cache.ends[j - 1] - 1) - (cache.ends[i - 1] if i else 0)
@@ -187,15 +288,18 @@ def members(
             else:
                 cut = text.find(head_end, pos)
                 head = text[pos:cut] if cut > pos else ""
-                at = index.get(head, -1)
+                # The member expected next, else the one the head names.
+                at = i if i < n and order[i][0] == head else cache.find(head)
                 known = order[at] if 0 <= at < n else None
                 changed = True
                 if known is not None and text.startswith(known[1], pos):
+                    piece(range(at, at + 1))
                     i = at + 1
                     hits += 1
                 else:
                     misses += 1
                     known = scan(text, pos, head, convert, array)
+                    piece(known)
                     if i < n and order[i][0] == head:
                         i += 1  # the same key in the same place: the run goes on after it
                 keep(known)
@@ -205,6 +309,7 @@ def members(
                 pos += 1
             elif text.startswith(close, pos):
                 cache.changed = cache.changed or changed or i != n
+                cache.span = (text, first, pos)
                 return pos + 1
             else:
                 raise Refused

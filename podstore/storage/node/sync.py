@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, ne
 from typing import Any
@@ -31,8 +32,9 @@ from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.errors import InvalidInputError
 from podstore.storage import events
 from podstore.storage.node import cpu, dra, facts, files, held, incremental, memory
+from podstore.storage.node.delta import Delta
 from podstore.storage.node.incremental import NodeReadState
-from podstore.storage.node.items import Items, Part, key_order
+from podstore.storage.node.items import Item, Items, Key, Part, key_order
 from podstore.types import NodeSyncReport
 
 #: The kinds this package keeps (the device manager's is storage/sync.py's).
@@ -51,8 +53,11 @@ class PreparedNode:
     version: str
     checksum: int
     verified: bool
-    items: Items
+    items: Mapping[Key, Item]
     form: dict[str, Any]
+    #: A fast read's keys that can differ from the read before it (None: a full read). Not
+    #: part of what was read: two reads of one file compare equal with or without it.
+    delta: Delta | None = field(default=None, compare=False)
 
 
 def prepared_state(kind: str, state: NodeState, path: str | None = None) -> PreparedNode:
@@ -118,26 +123,47 @@ _CANON = attrgetter("canon")
 
 
 def apply_items(
-    conn: sqlite3.Connection, part: Part, wanted: Items, have: Items | None = None
+    conn: sqlite3.Connection,
+    part: Part,
+    wanted: Mapping[Key, Item],
+    have: Items | None = None,
+    delta: Delta | None = None,
 ) -> tuple[int, int]:
     """Make ``part``'s items equal ``wanted``; (items written, items deleted), one history
     event each. ``have``: the items the store holds (read back when None), updated in place to
     those it holds after (an unchanged item keeps its stored value, a written one is
-    ``wanted``'s)."""
+    ``wanted``'s). ``delta``: what a read knows of ``wanted`` against the read whose items
+    ``have`` holds — only its keys can differ, and it has their items — so no other key is
+    looked at; when counting says otherwise, every key is compared."""
     if have is None:
         have = part.stored(conn)
-    # The keys whose canon differs (or is absent), compared in C: a sync of thousands of
-    # items that changed one would spend more on a Python loop over them than on the write.
-    olds = list(map(have.get, wanted, repeat(_ABSENT)))
-    unequal = map(ne, map(_CANON, olds), map(_CANON, wanted.values()))
-    differ = list(compress(zip(wanted, olds, strict=True), unequal))
-    added = [key for key, old in differ if old is _ABSENT]
-    changed = [key for key, old in differ if old is not _ABSENT]
-    # Every stored key is wanted when as many are as are stored: no scan for the gone.
-    if len(have) > len(wanted) - len(added):
-        gone = sorted((k for k in have if k not in wanted), key=key_order)
+    source: Mapping[Key, Item] = wanted
+    if delta is not None and delta.keys is not None:
+        source = new = delta.items
+        differ = [
+            (key, old)
+            for key in delta.keys
+            if key in new and (old := have.get(key, _ABSENT)).canon != new[key].canon
+        ]
+        gone = sorted((k for k in delta.keys if k in have and k not in new), key=key_order)
+        added = [key for key, old in differ if old is _ABSENT]
+        if len(have) - len(gone) + len(added) != len(wanted):
+            # Not the items the delta is against: compare them all.
+            return apply_items(conn, part, wanted, have)
     else:
-        gone = []
+        # The keys whose canon differs (or is absent), compared in C: a sync of thousands
+        # of items that changed one would spend more on a Python loop over them than on the
+        # write.
+        olds = list(map(have.get, wanted, repeat(_ABSENT)))
+        unequal = map(ne, map(_CANON, olds), map(_CANON, wanted.values()))
+        differ = list(compress(zip(wanted, olds, strict=True), unequal))
+        added = [key for key, old in differ if old is _ABSENT]
+        # Every stored key is wanted when as many are as are stored: no scan for the gone.
+        if len(have) > len(wanted) - len(added):
+            gone = sorted((k for k in have if k not in wanted), key=key_order)
+        else:
+            gone = []
+    changed = [key for key, old in differ if old is not _ABSENT]
     if not (gone or changed or added):
         return 0, 0
     changed.sort(key=key_order)
@@ -147,16 +173,16 @@ def apply_items(
         part.remove(conn, key, old)
         pending.node(f"{part.family}-delete", key, old.payload, old.devices)
     for key in changed:
-        old, new = have[key], wanted[key]
-        part.write(conn, key, new, old)
-        released = sorted(set(old.devices) - set(new.devices))
-        pending.node(f"{part.family}-set", key, new.payload, new.devices, released)
-        have[key] = new
+        old, item = have[key], source[key]
+        part.write(conn, key, item, old)
+        released = sorted(set(old.devices) - set(item.devices))
+        pending.node(f"{part.family}-set", key, item.payload, item.devices, released)
+        have[key] = item
     for key in added:
-        new = wanted[key]
-        part.write(conn, key, new, None)
-        pending.node(f"{part.family}-set", key, new.payload, new.devices)
-        have[key] = new
+        item = source[key]
+        part.write(conn, key, item, None)
+        pending.node(f"{part.family}-set", key, item.payload, item.devices)
+        have[key] = item
     pending.write(conn)
     return len(changed) + len(added), len(gone)
 
@@ -177,9 +203,13 @@ def apply_held(
     # The file row first: the policy item writes into it.
     form_changed = files.put(conn, kind, prepared.version, prepared.form)
     have = held.still_held(conn, part, last)
+    delta = prepared.delta
+    known = None
     if have is None:
         have = part.stored(conn)
-    written, deleted = apply_items(conn, part, prepared.items, have)
+    elif last is not None and delta is not None and delta.base == last.generation:
+        known = delta  # ``have`` holds the items of the read the delta is against
+    written, deleted = apply_items(conn, part, prepared.items, have, known)
     at = held.mark(conn)
     report = NodeSyncReport(
         kind=kind,
@@ -192,7 +222,8 @@ def apply_held(
         deleted=deleted,
         form_changed=form_changed,
     )
-    return report, None if at is None else held.Held(have, at)
+    generation = None if delta is None else delta.generation
+    return report, None if at is None else held.Held(have, at, generation)
 
 
 def read_state(conn: sqlite3.Connection, kind: str) -> NodeState | None:

@@ -1,0 +1,266 @@
+"""A sync that knows which items a rewrite changed (storage/node/delta.py), and the CPU file's
+cheap read (storage/node/incremental_cpu.py: members read in the older copy, ``data`` checked
+by escaping, the items' count and empty pods from the last read's summary).
+
+Every read is checked against a fresh full read of the same bytes (tests/test_node_incremental
+``Reader``: the same PreparedNode, items in the same order, or the same error), and every store
+fed so against one fed by full reads: the same tables and the same history, event by event.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fnv_hash_fast import fnv1a_32
+from test_node_incremental import PODS, Reader, base, data_of, member_span, with_data
+
+from bench.nodefiles import _uid, cpu_state, dra_state, memory_state
+from podstore import PodStore
+from podstore.checkpoint import (
+    CPUManagerState,
+    MemoryBlock,
+    dumps_cpu_state,
+    dumps_dra_state,
+    dumps_memory_state,
+)
+from podstore.storage.node import sync as node_sync
+from podstore.storage.node.items import LazyItems
+
+KINDS = ("cpu", "memory", "dra")
+
+
+def _rewrites(kind: str, rng: random.Random, count: int) -> list[bytes]:
+    """Files as kubelet writes them, each a few pods (claims) added, removed, changed, emptied
+    or (DRA) moved since the one before."""
+    pods = 40
+    out: list[bytes] = []
+    if kind == "cpu":
+        c = cpu_state(pods, 4)
+        for n in range(count):
+            for _ in range(rng.randint(1, 4)):
+                uid = _uid(rng.randrange(pods + 20))
+                roll = rng.random()
+                if uid in c.entries and roll < 0.3:
+                    del c.entries[uid]
+                    c.pod_entries.pop(uid, None)
+                elif roll < 0.45:
+                    c.entries[uid] = {}  # a pod with no container: the form lists it
+                    c.pod_entries.pop(uid, None)
+                else:
+                    c.entries[uid] = {"main": frozenset({rng.randrange(64)}), f"c{n}": frozenset()}
+                    c.pod_entries[uid] = frozenset({rng.randrange(64)})
+            if rng.random() < 0.2:
+                c.default_cpu_set = frozenset(range(rng.randrange(1, 8)))
+            out.append(dumps_cpu_state(c))
+    elif kind == "memory":
+        m = memory_state(pods, 3)
+        assert m.entries is not None and m.pod_entries is not None
+        for n in range(count):
+            for _ in range(rng.randint(1, 4)):
+                uid = _uid(rng.randrange(pods + 20))
+                if uid in m.entries and rng.random() < 0.4:
+                    del m.entries[uid]
+                    m.pod_entries.pop(uid, None)
+                else:
+                    blocks = [MemoryBlock([rng.randrange(2)], "memory", rng.randrange(1, 1 << 40))]
+                    m.entries[uid] = {"main": blocks} if n % 5 else None
+                    m.pod_entries[uid] = blocks
+            out.append(dumps_memory_state(m))
+    else:
+        d = dra_state(pods)
+        assert d.claims is not None
+        spare = dra_state(pods + 20).claims
+        assert spare is not None
+        for _ in range(count):
+            for _ in range(rng.randint(1, 4)):
+                roll = rng.random()
+                if roll < 0.3 and d.claims:
+                    del d.claims[rng.randrange(len(d.claims))]
+                elif roll < 0.5 and len(d.claims) > 1:
+                    i, j = rng.randrange(len(d.claims)), rng.randrange(len(d.claims))
+                    d.claims[i], d.claims[j] = d.claims[j], d.claims[i]
+                else:
+                    new = spare[rng.randrange(len(spare))]
+                    if all(c.claim_uid != new.claim_uid for c in d.claims):
+                        d.claims.insert(rng.randrange(len(d.claims) + 1), new)
+            out.append(dumps_dra_state(d))
+    return out
+
+
+def _history(db: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT seq, op, pod_uid, container, resource, device_ids, released "
+            "FROM allocation_events ORDER BY seq"
+        ).fetchall()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reads_know_which_keys_changed_and_read_as_full_reads(kind: str, tmp_path: Path) -> None:
+    reader = Reader(kind, tmp_path / kind)
+    files = _rewrites(kind, random.Random(f"delta-{kind}"), 60)
+    known = 0
+    for data in files:
+        got, fast = reader.read(data)  # the full read's items, in its order (built on demand)
+        assert got[0] == "ok" and fast
+        prepared: node_sync.PreparedNode = got[1]
+        assert prepared.delta is not None
+        if prepared.delta.keys is not None:
+            known += 1
+            # Every key outside the delta holds the item the read before gave it.
+            assert set(prepared.delta.items) <= set(prepared.delta.keys)
+            for key in prepared.delta.items:
+                assert prepared.items[key] == prepared.delta.items[key]
+    assert known == len(files) - 1  # all but the first read
+    if kind == "cpu":
+        assert reader.state.last.unescaped == 0  # every file read in its copy
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_syncs_from_the_delta_write_what_full_syncs_write(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / kind
+    cached_db, full_db = tmp_path / "cached.db", tmp_path / "full.db"
+    files = _rewrites(kind, random.Random(f"delta-store-{kind}"), 40)
+    with PodStore.open(cached_db) as cached, PodStore.open(full_db) as full:
+        for data in files:
+            path.write_bytes(data)
+            got = cached.import_node_checkpoint(path, kind=kind)
+            prepared = node_sync.prepare(path, kind)
+            with full._sessions.write() as conn:
+                want = node_sync.apply(conn, prepared)
+            assert got == want
+        read_state = cached._node_states[(kind, str(path))]
+        assert read_state.fast == len(files) and read_state.last.generation is not None
+        with cached._sessions.snapshot() as c1, full._sessions.snapshot() as c2:
+            assert node_sync.current_items(c1) == node_sync.current_items(c2)
+    assert _history(cached_db) == _history(full_db)
+    assert len(_history(full_db)) > len(files)
+
+
+def test_a_cpu_sync_from_its_summary_builds_no_items(tmp_path: Path) -> None:
+    """A one-change rewrite's items are counted from the last read's summary, not built; what
+    builds them on demand is the full read's dict, in its order."""
+    reader = Reader("cpu", tmp_path / "cpu")
+    a, b = base("cpu")
+    reader.read(a)
+    reader.path.write_bytes(b)
+    prepared = node_sync.prepare(reader.path, "cpu", state=reader.state)
+    assert isinstance(prepared.items, LazyItems) and prepared.items._items is None
+    assert len(prepared.items) == len(node_sync.prepare(reader.path, "cpu").items)
+    assert prepared.items._items is None
+    assert list(prepared.items.items()) == list(node_sync.prepare(reader.path, "cpu").items.items())
+
+
+# -- the CPU file's copy and its data string ----------------------------------------------------
+
+
+def _pod_changed(data: str, pod: int) -> str:
+    """``data`` with pod ``pod``'s first container's CPUs changed (inside the member)."""
+    start, end = member_span(data, _uid(pod))
+    member = data[start:end]
+    return data[:start] + member.replace("-", "-9", 1) + data[end:]
+
+
+def _file(copy: str, data_text: str, *, fnv_of: str | None = None) -> bytes:
+    """A CPU v4 file: ``copy`` (without its braces), ``data_text`` already as a JSON string."""
+    fnv = fnv1a_32(b"(string)" + (json.loads(data_text) if fnv_of is None else fnv_of).encode())
+    return f'{{{copy},"checksum":0,"data":{data_text},"dataChecksum":{fnv}}}'.encode()
+
+
+def copy_variations() -> list[tuple[str, bytes, bool, bool]]:
+    """(what, file, whether the fast path must take it, whether it reads the copy) after the
+    base file was read: copies and data strings that agree or disagree only in ways the
+    escaped check must see."""
+    a, _ = base("cpu")
+    data = data_of(a)
+    copy = data[1:-1]
+    inner = _pod_changed(data, 3)  # a member in the middle of a run of the last file's
+    spaced = data.replace(f'"{_uid(3)}":{{', f'"{_uid(3)}":{{\n', 1)
+    keyed = data.replace(f'"{_uid(2)}"', '"\\u0030' + _uid(2)[1:] + '"', 1)
+    return [
+        ("as kubelet writes it", a, True, True),
+        ("data changed inside a run, copy not", with_data("cpu", inner, copy=copy), False, False),
+        (
+            "copy changed inside a run, data not",
+            with_data("cpu", data, copy=inner[1:-1]),
+            False,
+            False,
+        ),
+        (
+            "a raw newline in the data string",
+            _file(spaced[1:-1], json.dumps(spaced).replace("\\n", "\n"), fnv_of=spaced),
+            False,
+            False,
+        ),
+        ("a newline between tokens, escaped in data", with_data("cpu", spaced), True, False),
+        ("a backslash in a key", with_data("cpu", keyed), True, True),
+        (
+            "a quote escaped as \\u0022 in data",
+            _file(copy, json.dumps(data).replace('\\"', "\\u0022", 3)),
+            True,
+            False,
+        ),
+        ("as kubelet writes it, again", a, True, True),
+    ]
+
+
+@pytest.mark.parametrize("what", [v[0] for v in copy_variations()])
+def test_the_cpu_data_string_is_checked_against_the_copy(what: str, tmp_path: Path) -> None:
+    reader = Reader("cpu", tmp_path / "cpu")
+    a, b = base("cpu")
+    for data in (a, b, a):  # the tables then hold their bodies escaped
+        reader.read(data)
+    unescaped = reader.state.last.unescaped
+    [(_, data, fast_expected, in_copy)] = [v for v in copy_variations() if v[0] == what]
+    _, fast = reader.read(data)
+    assert fast == fast_expected
+    assert (reader.state.last.unescaped == unescaped) == in_copy
+    # The cache still holds a whole file: the base reads in the copy again.
+    unescaped = reader.state.last.unescaped
+    _, fast = reader.read(a)
+    assert fast and reader.state.last.unescaped == unescaped
+
+
+def test_a_pod_listed_twice_after_a_read_from_the_summary(tmp_path: Path) -> None:
+    """A new member that lists a pod a kept member lists: not unique (Go keeps the last), so
+    its items are built, and the delta is unknown for it and the read after."""
+    reader = Reader("cpu", tmp_path / "cpu")
+    a, b = base("cpu")
+    reader.read(a)
+    reader.read(b)
+    data = data_of(b)
+    start, end = member_span(data, _uid(4))
+    twice = data[:start] + data[start:end].replace(_uid(4), _uid(1), 1) + data[end:]
+    got, fast = reader.read(with_data("cpu", twice))
+    assert got[0] == "ok" and fast
+    assert got[1].delta.keys is None and not isinstance(got[1].items, LazyItems)
+    got, fast = reader.read(b)
+    assert fast and got[1].delta.keys is None  # against a read whose pods were not unique
+    got, fast = reader.read(a)
+    assert fast and got[1].delta.keys is not None
+
+
+def test_a_state_set_between_syncs_is_not_taken_for_the_last_read(tmp_path: Path) -> None:
+    """The held items are the set state's, not the last read's: the sync compares them all."""
+    path = tmp_path / "cpu"
+    a, b = base("cpu")
+    with PodStore.open(tmp_path / "s.db") as store:
+        path.write_bytes(a)
+        store.import_node_checkpoint(path, kind="cpu")
+        state = cpu_state(PODS, 4)
+        state.entries = {_uid(9): {"other": frozenset({40})}}
+        state.pod_entries = {}
+        store.set_cpu_state(CPUManagerState(state.policy_name, frozenset({0}), state.entries, {}))
+        path.write_bytes(b)
+        store.import_node_checkpoint(path, kind="cpu")
+        with store._sessions.snapshot() as conn:
+            have = node_sync.current_items(conn)
+    with PodStore.open(tmp_path / "fresh.db") as fresh:
+        fresh.import_node_checkpoint(path, kind="cpu")
+        with fresh._sessions.snapshot() as conn:
+            assert have == node_sync.current_items(conn)
