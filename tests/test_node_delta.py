@@ -28,7 +28,9 @@ from podstore.checkpoint import (
     dumps_dra_state,
     dumps_memory_state,
 )
+from podstore.storage.node import cpu
 from podstore.storage.node import sync as node_sync
+from podstore.storage.node.delta import Delta
 from podstore.storage.node.items import LazyItems
 
 KINDS = ("cpu", "memory", "dra")
@@ -182,9 +184,23 @@ def copy_variations() -> list[tuple[str, bytes, bool, bool]]:
     inner = _pod_changed(data, 3)  # a member in the middle of a run of the last file's
     spaced = data.replace(f'"{_uid(3)}":{{', f'"{_uid(3)}":{{\n', 1)
     keyed = data.replace(f'"{_uid(2)}"', '"\\u0030' + _uid(2)[1:] + '"', 1)
+    fresh = _pod_changed(data, 0)  # a member the last file did not have
     return [
         ("as kubelet writes it", a, True, True),
         ("data changed inside a run, copy not", with_data("cpu", inner, copy=copy), False, False),
+        # The checksum over the copy's text: only the escaped check tells them apart.
+        (
+            "data changed inside a run, checksum of the copy",
+            _file(copy, json.dumps(inner), fnv_of=data),
+            False,
+            False,
+        ),
+        (
+            "data changed in a new member, checksum of the copy",
+            _file(fresh[1:-1], json.dumps(_pod_changed(fresh, 0)), fnv_of=fresh),
+            False,
+            False,
+        ),
         (
             "copy changed inside a run, data not",
             with_data("cpu", data, copy=inner[1:-1]),
@@ -264,3 +280,24 @@ def test_a_state_set_between_syncs_is_not_taken_for_the_last_read(tmp_path: Path
         fresh.import_node_checkpoint(path, kind="cpu")
         with fresh._sessions.snapshot() as conn:
             assert have == node_sync.current_items(conn)
+
+
+def test_a_delta_that_does_not_fit_the_held_items_compares_them_all(tmp_path: Path) -> None:
+    """apply_items counts: a delta that misses a key the store holds (against other items
+    than its base's) is not trusted."""
+    a, _ = base("cpu")
+    with PodStore.open(tmp_path / "s.db") as store:
+        (tmp_path / "a").write_bytes(a)
+        store.import_node_checkpoint(tmp_path / "a", kind="cpu")
+        wanted = node_sync.prepare(tmp_path / "a", "cpu").items
+        gone = next(k for k in wanted if k[1] == "sidecar")
+        new = {k: v for k, v in wanted.items() if k != gone}
+        added = (_uid(99), "late", "cpu")
+        new[added] = new[(_uid(0), "main", "cpu")]
+        # A delta that names the added key only, not the one that went.
+        delta = Delta(1, 2, (added,), {added: new[added]})
+        with store._sessions.write() as conn:
+            written, deleted = node_sync.apply_items(conn, cpu.PART, new, None, delta)
+        assert (written, deleted) == (1, 1)
+        with store._sessions.snapshot() as conn:
+            assert cpu.PART.stored(conn).keys() == new.keys()
