@@ -124,14 +124,30 @@ def test_reads_know_which_keys_changed_and_read_as_full_reads(kind: str, tmp_pat
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_syncs_from_the_delta_write_what_full_syncs_write(kind: str, tmp_path: Path) -> None:
+def test_syncs_from_the_delta_write_what_full_syncs_write(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / kind
     cached_db, full_db = tmp_path / "cached.db", tmp_path / "full.db"
     files = _rewrites(kind, random.Random(f"delta-store-{kind}"), 40)
+    # Each apply_items call of the cached store: whether it had a delta (a fall back to
+    # comparing every key is a second call, without one).
+    calls: list[bool] = []
+    apply_items = node_sync.apply_items
+
+    def counted(*args: Any) -> tuple[int, int]:
+        calls.append(len(args) > 4 and args[4] is not None)
+        return apply_items(*args)
+
     with PodStore.open(cached_db) as cached, PodStore.open(full_db) as full:
-        for data in files:
+        for n, data in enumerate(files):
             path.write_bytes(data)
-            got = cached.import_node_checkpoint(path, kind=kind)
+            calls.clear()
+            with monkeypatch.context() as m:
+                m.setattr(node_sync, "apply_items", counted)
+                got = cached.import_node_checkpoint(path, kind=kind)
+            # Every sync but the first takes the delta, and trusts it: one call.
+            assert calls == [n > 0]
             prepared = node_sync.prepare(path, kind)
             with full._sessions.write() as conn:
                 want = node_sync.apply(conn, prepared)
