@@ -213,7 +213,7 @@ def copy_variations() -> list[tuple[str, bytes, bool, bool]]:
         ),
         (
             "data changed in a new member, checksum of the copy",
-            _file(fresh[1:-1], json.dumps(_pod_changed(fresh, 0)), fnv_of=fresh),
+            _file(fresh[1:-1], json.dumps(data), fnv_of=fresh),
             False,
             False,
         ),
