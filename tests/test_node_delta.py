@@ -178,10 +178,14 @@ def test_a_cpu_sync_from_its_summary_builds_no_items(tmp_path: Path) -> None:
 
 
 def _pod_changed(data: str, pod: int) -> str:
-    """``data`` with pod ``pod``'s first container's CPUs changed (inside the member)."""
+    """``data`` with pod ``pod``'s main container's CPUs changed inside the member, the text
+    as long as before (``4-5`` → ``4,5``)."""
     start, end = member_span(data, _uid(pod))
     member = data[start:end]
-    return data[:start] + member.replace("-", "-9", 1) + data[end:]
+    cut = member.index('"main":"')
+    changed = member[:cut] + member[cut:].replace("-", ",", 1)
+    assert changed != member and len(changed) == len(member)
+    return data[:start] + changed + data[end:]
 
 
 def _file(copy: str, data_text: str, *, fnv_of: str | None = None) -> bytes:
