@@ -17,16 +17,20 @@ from typing import Any
 
 import pytest
 from fnv_hash_fast import fnv1a_32
-from test_node_incremental import PODS, Reader, base, data_of, member_span, with_data
+from test_node_incremental import (
+    PODS,
+    Reader,
+    _rewrites,
+    base,
+    data_of,
+    member_span,
+    with_data,
+)
 
-from bench.nodefiles import _uid, cpu_state, dra_state, memory_state
+from bench.nodefiles import _uid, cpu_state
 from podstore import PodStore
 from podstore.checkpoint import (
     CPUManagerState,
-    MemoryBlock,
-    dumps_cpu_state,
-    dumps_dra_state,
-    dumps_memory_state,
 )
 from podstore.storage.node import cpu
 from podstore.storage.node import sync as node_sync
@@ -34,64 +38,6 @@ from podstore.storage.node.delta import Delta
 from podstore.storage.node.items import LazyItems
 
 KINDS = ("cpu", "memory", "dra")
-
-
-def _rewrites(kind: str, rng: random.Random, count: int) -> list[bytes]:
-    """Files as kubelet writes them, each a few pods (claims) added, removed, changed, emptied
-    or (DRA) moved since the one before."""
-    pods = 40
-    out: list[bytes] = []
-    if kind == "cpu":
-        c = cpu_state(pods, 4)
-        for n in range(count):
-            for _ in range(rng.randint(1, 4)):
-                uid = _uid(rng.randrange(pods + 20))
-                roll = rng.random()
-                if uid in c.entries and roll < 0.3:
-                    del c.entries[uid]
-                    c.pod_entries.pop(uid, None)
-                elif roll < 0.45:
-                    c.entries[uid] = {}  # a pod with no container: the form lists it
-                    c.pod_entries.pop(uid, None)
-                else:
-                    c.entries[uid] = {"main": frozenset({rng.randrange(64)}), f"c{n}": frozenset()}
-                    c.pod_entries[uid] = frozenset({rng.randrange(64)})
-            if rng.random() < 0.2:
-                c.default_cpu_set = frozenset(range(rng.randrange(1, 8)))
-            out.append(dumps_cpu_state(c))
-    elif kind == "memory":
-        m = memory_state(pods, 3)
-        assert m.entries is not None and m.pod_entries is not None
-        for n in range(count):
-            for _ in range(rng.randint(1, 4)):
-                uid = _uid(rng.randrange(pods + 20))
-                if uid in m.entries and rng.random() < 0.4:
-                    del m.entries[uid]
-                    m.pod_entries.pop(uid, None)
-                else:
-                    blocks = [MemoryBlock([rng.randrange(2)], "memory", rng.randrange(1, 1 << 40))]
-                    m.entries[uid] = {"main": blocks} if n % 5 else None
-                    m.pod_entries[uid] = blocks
-            out.append(dumps_memory_state(m))
-    else:
-        d = dra_state(pods)
-        assert d.claims is not None
-        spare = dra_state(pods + 20).claims
-        assert spare is not None
-        for _ in range(count):
-            for _ in range(rng.randint(1, 4)):
-                roll = rng.random()
-                if roll < 0.3 and d.claims:
-                    del d.claims[rng.randrange(len(d.claims))]
-                elif roll < 0.5 and len(d.claims) > 1:
-                    i, j = rng.randrange(len(d.claims)), rng.randrange(len(d.claims))
-                    d.claims[i], d.claims[j] = d.claims[j], d.claims[i]
-                else:
-                    new = spare[rng.randrange(len(spare))]
-                    if all(c.claim_uid != new.claim_uid for c in d.claims):
-                        d.claims.insert(rng.randrange(len(d.claims) + 1), new)
-            out.append(dumps_dra_state(d))
-    return out
 
 
 def _history(db: Path) -> list[tuple[Any, ...]]:

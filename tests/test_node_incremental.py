@@ -393,29 +393,34 @@ def test_states_are_per_kind_and_path_bounded_and_forgotten_after_fork(tmp_path:
         assert os.waitstatus_to_exitcode(status) == 0
 
 
-def _rewrites(kind: str, rng: random.Random, count: int) -> list[bytes]:
-    """Files as kubelet writes them, each a few pods (claims) added, removed, changed or (DRA)
-    moved since the one before."""
-    pods = 60
+def _rewrites(kind: str, rng: random.Random, count: int, pods: int = 60) -> list[bytes]:
+    """Files as kubelet writes them, each a few pods (claims) added, removed, changed, emptied
+    or (DRA) moved since the one before."""
     out: list[bytes] = []
     if kind == "cpu":
         c = cpu_state(pods, 4)
         for n in range(count):
             for _ in range(rng.randint(1, 4)):
-                uid = _uid(rng.randrange(pods + 30))
-                if uid in c.entries and rng.random() < 0.4:
+                uid = _uid(rng.randrange(pods + 20))
+                roll = rng.random()
+                if uid in c.entries and roll < 0.3:
                     del c.entries[uid]
+                    c.pod_entries.pop(uid, None)
+                elif roll < 0.45:
+                    c.entries[uid] = {}  # a pod with no container: the form lists it
                     c.pod_entries.pop(uid, None)
                 else:
                     c.entries[uid] = {"main": frozenset({rng.randrange(64)}), f"c{n}": frozenset()}
                     c.pod_entries[uid] = frozenset({rng.randrange(64)})
+            if rng.random() < 0.2:
+                c.default_cpu_set = frozenset(range(rng.randrange(1, 8)))
             out.append(dumps_cpu_state(c))
     elif kind == "memory":
         m = memory_state(pods, 3)
         assert m.entries is not None and m.pod_entries is not None
         for n in range(count):
             for _ in range(rng.randint(1, 4)):
-                uid = _uid(rng.randrange(pods + 30))
+                uid = _uid(rng.randrange(pods + 20))
                 if uid in m.entries and rng.random() < 0.4:
                     del m.entries[uid]
                     m.pod_entries.pop(uid, None)
@@ -427,14 +432,14 @@ def _rewrites(kind: str, rng: random.Random, count: int) -> list[bytes]:
     else:
         d = dra_state(pods)
         assert d.claims is not None
-        spare = dra_state(pods + 30).claims
+        spare = dra_state(pods + 20).claims
         assert spare is not None
         for _ in range(count):
             for _ in range(rng.randint(1, 4)):
                 roll = rng.random()
                 if roll < 0.3 and d.claims:
                     del d.claims[rng.randrange(len(d.claims))]
-                elif roll < 0.6 and len(d.claims) > 1:
+                elif roll < 0.5 and len(d.claims) > 1:
                     i, j = rng.randrange(len(d.claims)), rng.randrange(len(d.claims))
                     d.claims[i], d.claims[j] = d.claims[j], d.claims[i]
                 else:
