@@ -538,6 +538,8 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def _run(ctx: RunContext) -> dict[str, Any]:
+    if getattr(ctx.cfg, "smoke", False):
+        return run(ctx.workdir, ctx.log, stores=20, events_per_store=100, ship_stores=4, pods=5)
     if getattr(ctx.cfg, "quick", False):
         # --quick: a tenth of the generated fleet and a fifth of the shipped one.
         return run(ctx.workdir, ctx.log, stores=1_000, ship_stores=200)

@@ -169,6 +169,8 @@ def run(cfg: Any, workdir: str, log: Callable[[str], None]) -> dict[str, Any]:
     quick = bool(getattr(cfg, "quick", False))
     seed = int(getattr(cfg, "seed", 1))
     reps = {10: 60, 100: 40, 1_000: 15} if quick else {10: 400, 100: 200, 1_000: 60}
+    if getattr(cfg, "smoke", False):
+        reps = {10: 3, 100: 3, 1_000: 2}
     rows = []
     for fmt in FORMATS:
         kind = fmt.split()[0]

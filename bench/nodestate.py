@@ -145,6 +145,8 @@ def whole_node(store: PodStore, pods: int) -> None:
 def run(cfg: Any, workdir: str, log: Callable[[str], None]) -> dict[str, Any]:
     quick = bool(getattr(cfg, "quick", False))
     reps = {10: 40, 100: 20, 1_000: 8} if quick else {10: 200, 100: 80, 1_000: 30}
+    if getattr(cfg, "smoke", False):
+        reps = {10: 3, 100: 3, 1_000: 2}
     rows = []
     for kind in KINDS:
         for pods in SIZES:
@@ -206,7 +208,7 @@ def run(cfg: Any, workdir: str, log: Callable[[str], None]) -> dict[str, Any]:
                 "topology": lambda _i: store.topology(),
                 "v_container_numa": lambda _i: store.query("SELECT * FROM v_container_numa"),
             },
-            20 if quick else 60,
+            3 if getattr(cfg, "smoke", False) else 20 if quick else 60,
             budget_s=5.0,
         )
         rows_numa = len(store.query("SELECT * FROM v_container_numa").rows)

@@ -237,8 +237,6 @@ def machine_lines(meta: dict[str, Any]) -> list[str]:
         f"at end: {', '.join(f'{x:.2f}' for x in meta.get('load_avg_at_end', []))}",
         f"- run: `{meta['command']}`, {meta['duration_s']:.0f} s, seed {meta['seed']}, "
         f"started {meta['started']}",
-        f"- source digest `{meta.get('source_digest', '?')}` (podstore/, migrations/, bench/; "
-        "`python -m bench --check` compares it with the tree)",
     ]
 
 

@@ -50,9 +50,15 @@ class Config:
     open_budget: float
     min_reps: int
     quick: bool
+    #: ``--smoke``: every section at toy sizes, to show the bench still runs (figures meaningless).
+    smoke: bool = False
 
     @classmethod
-    def make(cls, sizes: tuple[int, ...], reps: int | None, quick: bool, seed: int) -> Config:
+    def make(
+        cls, sizes: tuple[int, ...], reps: int | None, quick: bool, seed: int, smoke: bool = False
+    ) -> Config:
+        if smoke:
+            return cls(sizes, seed, 3, 3, 3, 1, 0.5, 0.2, 0.5, 1.0, 1, True, True)
         if quick:
             base = cls(sizes, seed, 300, 300, 3, 1, 3.0, 0.75, 5.0, 10.0, 2, True)
         else:
@@ -781,11 +787,12 @@ def fixture(ctx: RunContext) -> dict[str, Any]:
 def fixture_allocations(cfg: Config) -> list[workload.Allocation]:
     """Exactly FIXTURE_ENTRIES entries: the first ones of a workload large enough."""
     pods = max(cfg.sizes)
+    want = 2_000 if cfg.smoke else FIXTURE_ENTRIES
     allocs = workload.generate(pods, cfg.seed).allocations
-    while len(allocs) < FIXTURE_ENTRIES:
-        pods = int(pods * 1.1 * FIXTURE_ENTRIES / max(len(allocs), 1)) + 100
+    while len(allocs) < want:
+        pods = int(pods * 1.1 * want / max(len(allocs), 1)) + 100
         allocs = workload.generate(pods, cfg.seed).allocations
-    return allocs[:FIXTURE_ENTRIES]
+    return allocs[:want]
 
 
 # ---- the sections (bench/sections.py) -------------------------------------------------------

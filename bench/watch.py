@@ -229,12 +229,12 @@ def _size(n: int, reps: int, seed: int, workdir: str, log: Callable[[str], None]
     }
 
 
-def _idle_cpu(workdir: str, seconds: float, seed: int) -> dict[str, Any]:
+def _idle_cpu(workdir: str, seconds: float, seed: int, size: int) -> dict[str, Any]:
     d = os.path.join(workdir, "watch-idle")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "device-plugins"))
     cp = os.path.join(d, "device-plugins", "kubelet_internal_checkpoint")
-    entries, registered = _entries(TARGET_SIZE, seed)
+    entries, registered = _entries(size, seed)
     with open(cp, "wb") as f:
         f.write(dumps_checkpoint(entries, registered))
     db = os.path.join(d, "idle.db")
@@ -261,7 +261,7 @@ def _idle_cpu(workdir: str, seconds: float, seed: int) -> dict[str, Any]:
         "cpu_s": used,
         "cpu_s_per_hour": used / elapsed * 3600,
         "interval_s": 10,
-        "entries": TARGET_SIZE,
+        "entries": size,
     }
 
 
@@ -269,13 +269,19 @@ def run(cfg: Any, workdir: str, log: Callable[[str], None]) -> dict[str, Any]:
     """Measure the watch section (``cfg``: the bench Config; only ``quick`` and ``seed`` are
     used). Returns JSON-ready results."""
     quick = bool(getattr(cfg, "quick", False))
+    smoke = bool(getattr(cfg, "smoke", False))
     seed = int(getattr(cfg, "seed", 1))
     reps = {100: 15, 1_000: 10, 10_000: 5} if quick else {100: 60, 1_000: 40, 10_000: 20}
     reps[LARGE_SIZE] = 4
+    if smoke:
+        reps[100] = 3
     log("watch: rename → committed sync vs re-import")
-    sizes = [_size(n, reps[n], seed, workdir, log) for n in (QUICK_SIZES if quick else SIZES)]
+    chosen = (100,) if smoke else QUICK_SIZES if quick else SIZES
+    sizes = [_size(n, reps[n], seed, workdir, log) for n in chosen]
     log("watch: idle CPU")
-    idle = _idle_cpu(workdir, 10.0 if quick else 60.0, seed)
+    idle = _idle_cpu(
+        workdir, 1.0 if smoke else 10.0 if quick else 60.0, seed, 100 if smoke else TARGET_SIZE
+    )
     return {"sizes": sizes, "idle": idle}
 
 
