@@ -121,6 +121,12 @@ fleet_events = Table(
     Column("released", Text, nullable=True),
     Column("hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "seq"),
+    # Times Python reads back (revision f0005): no infinity, no year past 9999.
+    CheckConstraint(
+        "ts >= CAST('1970-01-01 00:00:00+00' AS timestamptz) "
+        "AND ts < CAST('9999-01-01 00:00:00+00' AS timestamptz)",
+        name="ts",
+    ),
     CheckConstraint(
         "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
     ),
@@ -232,6 +238,11 @@ fleet_snapshots = Table(
     # The node's chain value at at_seq, which the store's later events chain from.
     Column("anchor_hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "at_seq"),
+    CheckConstraint(
+        "ts >= CAST('1970-01-01 00:00:00+00' AS timestamptz) "
+        "AND ts < CAST('9999-01-01 00:00:00+00' AS timestamptz)",
+        name="ts",
+    ),
 )
 
 fleet_snapshot_devices = Table(

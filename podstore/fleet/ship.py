@@ -206,46 +206,49 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
             shipped = batches = snapshots = missing = 0
             with pg.begin():
                 migrate.check_schema(pg, target)  # asks the database once per process
-                last, _head, refused = pg.execute(text(q.SHIP_OPEN), ids).one()
-                last = int(last)
+                held, _head, refused = pg.execute(text(q.SHIP_OPEN), ids).one()
                 gap_found = False
                 batch: _Batch | None = None
-                if refused is None:
-                    with store.reader() as reader:
-                        batch = _read_batch(reader, last, batch_size)
-                        gap_found = batch.high_water > last and _has_gap(batch, last, batch_size)
-                        snap = _read_snapshot(reader, last) if gap_found else None
-                    if snap is not None:
-                        shipped, missing, refused = _snapshot_call(pg, store_id, node, snap)
-                        if refused is None:
-                            snapshots = 1
-                            log.warning(
-                                "store %s (node %s): %d events after seq %d were pruned before "
-                                "they were shipped; sent a snapshot of the current state at "
-                                "seq %d (%d entries) to %s",
-                                store_id,
-                                node,
-                                missing,
-                                last,
-                                snap.at_seq,
-                                len(snap.entries),
-                                target.shown,
-                            )
-                            last = snap.at_seq
-                    else:
-                        events, hashes = _events_wire(batch.events)
-                        params = {
-                            **ids,
-                            "node_high": batch.high_water,
-                            "prev": batch.prev,
-                            "events": events,
-                            "hashes": hashes,
-                        }
-                        shipped, refused = pg.execute(text(q.SHIP_BATCH), params).one()
-                        shipped = int(shipped)
-                        if refused is None and batch.events:
-                            batches = 1
-                            last = batch.events[-1][0]
+                if refused is not None:
+                    # A refused store's seq is not told (f0005): another node's is not ours.
+                    t.refused = str(refused)
+                    return
+                last = int(held)
+                with store.reader() as reader:
+                    batch = _read_batch(reader, last, batch_size)
+                    gap_found = batch.high_water > last and _has_gap(batch, last, batch_size)
+                    snap = _read_snapshot(reader, last) if gap_found else None
+                if snap is not None:
+                    shipped, missing, refused = _snapshot_call(pg, store_id, node, snap)
+                    if refused is None:
+                        snapshots = 1
+                        log.warning(
+                            "store %s (node %s): %d events after seq %d were pruned before "
+                            "they were shipped; sent a snapshot of the current state at "
+                            "seq %d (%d entries) to %s",
+                            store_id,
+                            node,
+                            missing,
+                            last,
+                            snap.at_seq,
+                            len(snap.entries),
+                            target.shown,
+                        )
+                        last = snap.at_seq
+                else:
+                    events, hashes = _events_wire(batch.events)
+                    params = {
+                        **ids,
+                        "node_high": batch.high_water,
+                        "prev": batch.prev,
+                        "events": events,
+                        "hashes": hashes,
+                    }
+                    shipped, refused = pg.execute(text(q.SHIP_BATCH), params).one()
+                    shipped = int(shipped)
+                    if refused is None and batch.events:
+                        batches = 1
+                        last = batch.events[-1][0]
                 # A refusal leaves the block normally: its count commits, nothing else was
                 # written.
             t.last = last

@@ -126,14 +126,15 @@ def test_a_node_role_ships_its_own_node_and_nothing_else(fleet_url: str) -> None
     # Another node's name: the server refuses the role outright.
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="may not ship for node"):
         _ship(node_a, str(uuid.uuid4()), "rights-b")
-    # Its own node's name on another node's store: refused as another node's, and counted.
+    # Its own node's name on another node's store: refused as another node's (not counted:
+    # that row is not its own to write).
     shipped, refused = _ship(node_a, sid_b, "rights-a.example")
     assert shipped == 0 and refused is not None and "another node, rights-b" in refused
     assert rows(
         fleet_url,
         "SELECT node, last_seq, refusals FROM fleet_stores WHERE store_id = CAST(:s AS uuid)",
         {"s": sid_b},
-    ) == [("rights-b", 10, 1)]
+    ) == [("rights-b", 10, 0)]  # not counted on a store that is not its own
 
 
 def test_the_server_refuses_a_node_role_every_other_write_and_object(
