@@ -39,6 +39,13 @@ SHIP_FUNCTIONS = (
     "json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
+#: Connections a node role may hold at once, and its sessions' limits (role settings).
+NODE_CONNECTIONS = 4
+NODE_SETTINGS = {
+    "statement_timeout": "5min",
+    "lock_timeout": "1min",
+    "idle_in_transaction_session_timeout": "5min",
+}
 
 
 def node_role(node: str) -> str:
@@ -96,6 +103,10 @@ def grant_node_sql(node: str, role: str | None = None) -> list[str]:
     name = _role(role) if role is not None else node_role(node)
     return [
         _role_block(name, login=True),
+        # One node's shippers need a few connections and short statements: no more, so that
+        # one node role cannot take the server from the others.
+        f"ALTER ROLE {_ident(name)} CONNECTION LIMIT {NODE_CONNECTIONS}",
+        *(f"ALTER ROLE {_ident(name)} SET {k} = '{v}'" for k, v in NODE_SETTINGS.items()),
         f"GRANT SELECT ON fleet_alembic_version TO {_ident(name)}",
         f"GRANT EXECUTE ON FUNCTION {', '.join(SHIP_FUNCTIONS)} TO {_ident(name)}",
         "INSERT INTO fleet_node_grants (node, role_name) "
@@ -115,6 +126,7 @@ def grant_reader_sql(role: str, *, login: bool = False) -> list[str]:
     name = _role(role)
     return [
         _role_block(name, login=login),
+        *([f"ALTER ROLE {_ident(name)} LOGIN"] if login else []),
         f"GRANT SELECT ON {', '.join(_reader_relations())} TO {_ident(name)}",
         f"REVOKE EXECUTE ON FUNCTION {SET_CONFIG} FROM PUBLIC",
     ]
@@ -129,12 +141,28 @@ class GrantReport:
     warnings: tuple[str, ...] = ()
 
 
-def _run_grant(url: FleetURL, role: str, statements: list[str]) -> GrantReport:
+def _run_grant(
+    url: FleetURL, role: str, statements: list[str], node: str | None = None
+) -> GrantReport:
     from sqlalchemy import text
 
     warnings: list[str] = []
     with db.transaction(url) as conn:
         migrate.check_schema(conn, url)
+        # One role ships one node: two names that map to one role (gpu-1.zone-a and
+        # gpu-1-zone.a) would share a credential, so the second is refused, never re-pointed.
+        other = conn.execute(
+            text(
+                "SELECT node FROM fleet_node_grants WHERE role_name = :r "
+                "AND (CAST(:n AS text) IS NULL OR node <> :n) ORDER BY node LIMIT 1"
+            ),
+            {"r": role, "n": node},
+        ).scalar()
+        if other is not None:
+            raise InvalidInputError(
+                f"role {role} already ships node {other!r}; a role ships one node: name "
+                "another role with --role"
+            )
         existed = conn.execute(
             text("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = :r)"), {"r": role}
         ).scalar_one()
@@ -169,7 +197,7 @@ def grant_node(url: str | FleetURL | None, node: str, *, role: str | None = None
     target = resolve(url)
     statements = grant_node_sql(node, role)
     name = _role(role) if role is not None else node_role(node)
-    return db.retrying(target, lambda: _run_grant(target, name, statements))
+    return db.retrying(target, lambda: _run_grant(target, name, statements, node))
 
 
 def grant_reader(url: str | FleetURL | None, role: str, *, login: bool = False) -> GrantReport:
@@ -206,6 +234,12 @@ _RENAME = """
 """
 
 
+_NODE_USED = """
+    SELECT EXISTS (SELECT FROM fleet_stores WHERE node = CAST(:node AS text))
+        OR EXISTS (SELECT FROM fleet_node_grants WHERE node = CAST(:node AS text))
+"""
+
+
 def rename_node(url: str | FleetURL | None, old: str, new: str) -> int:
     """Give every store of node ``old`` (retired ones too) the name ``new``, and move the
     node's grants with it; logged per store in ``fleet_store_log``. Returns the number of
@@ -222,12 +256,20 @@ def rename_node(url: str | FleetURL | None, old: str, new: str) -> int:
     def run() -> int:
         with db.transaction(target) as conn:
             migrate.check_schema(conn, target)
-            return int(conn.execute(text(_RENAME), {"old": old, "new": new}).scalar_one())
+            # Checked in the transaction that renames (an exception rolls it all back): a
+            # rename never merges two nodes, and never moves grants without a store.
+            taken = conn.execute(text(_NODE_USED), {"node": new}).scalar_one()
+            if taken:
+                raise InvalidInputError(
+                    f"rename-node: node {new!r} already has stores or grants in the fleet; "
+                    "renaming into it would merge two nodes"
+                )
+            renamed = int(conn.execute(text(_RENAME), {"old": old, "new": new}).scalar_one())
+            if not renamed:
+                raise InvalidInputError(f"rename-node: the fleet holds no store of node {old!r}")
+            return renamed
 
-    renamed = db.retrying(target, run)
-    if not renamed:
-        raise InvalidInputError(f"rename-node: the fleet holds no store of node {old!r}")
-    return renamed
+    return db.retrying(target, run)
 
 
 def _uuid(value: str) -> str:
@@ -249,6 +291,10 @@ _RETIRE = """
     logged AS (
         INSERT INTO fleet_store_log (store_id, action, detail)
         SELECT store_id, 'retired', format('store of node %s retired', node) FROM retired
+    ),
+    -- A retired node's roles ship no new store either (grant-node gives the rights back).
+    ungranted AS (
+        DELETE FROM fleet_node_grants WHERE node = CAST(:node AS text)
     )
     SELECT CAST(store_id AS text), node FROM retired ORDER BY node, store_id
 """
@@ -260,6 +306,7 @@ def retire(
     """Retire the stores of ``node``, or the store ``store_id`` (exactly one of them): kept as
     history, left out of the current-state views and of ``fleet owners`` now; owners at an
     instant before the retirement still see them, and ships of a retired store are refused.
+    Retiring a node also takes its grants: its roles ship no new store until ``grant_node``.
     Returns the (store_id, node) retired. Raises InvalidInputError when nothing matched a
     store still in service."""
     from sqlalchemy import text

@@ -183,7 +183,7 @@ def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> No
         if session_privileged:
             raise FleetError(
                 f"fleet sql: refused: the URL's role {session} is a superuser (or reaches the "
-                f"server's files, programs or sessions) and there is no reader role "
+                f"server's files, programs, sessions or state) and there is no reader role "
                 f"{reader} to run the statement as; create it with `{hint}` (or name "
                 "another with --reader-role)"
             )
@@ -191,7 +191,7 @@ def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> No
     if reader_privileged:
         raise FleetError(
             f"fleet sql: refused: the reader role {reader} is a superuser or reaches the "
-            "server's files, programs or sessions; name a role with SELECT rights only"
+            "server's files, programs, sessions or state; name a role with SELECT rights only"
         )
     if session_privileged and reader_set_config:
         raise FleetError(
@@ -219,7 +219,7 @@ def stream(
     after ``SET LOCAL ROLE reader_role`` (``podstore fleet grant-reader``), as the query of a
     server-side cursor: one query only (SELECT, VALUES, TABLE, WITH ...), no COPY, no LOCK,
     no second statement. Refused (FleetError) when the URL's role is a superuser — or reaches
-    the server's files, programs or sessions — and the reader role does not exist or could
+    the server's files, programs, sessions or state — and the reader role does not exist or could
     switch back with set_config(); an ordinary role without a reader role runs the query with
     its own rights, still read-only. ``:name`` in the text binds ``params[name]``. The
     connection is closed afterwards, never pooled.

@@ -165,7 +165,7 @@ def test_a_node_role_cannot_flood_the_inventory(fleet_url: str) -> None:
         with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="stores in service"):
             a.execute(
                 "SELECT count(*) FROM (SELECT fleet_ship_open(gen_random_uuid(), 'node-a') "
-                "FROM generate_series(1, 200000)) AS x"
+                "FROM generate_series(1, 1000)) AS x"
             )
         a.rollback()
     assert rows(fleet_url, "SELECT count(*) FROM fleet_stores") == [(0,)]
@@ -285,3 +285,80 @@ def test_the_snapshot_function_checks_the_head_against_the_kept_event(fleet_url:
         a.commit()
     assert fleet_event_seqs(fleet_url, sid) == [1, 2, 3, 4]
     _verify_ok(fleet_url)
+
+
+# ---- fleet verify and the alignment view: each rule both ways ---------------------------
+
+
+def test_fleet_verify_compares_the_devices_column_both_ways(fleet_url: str) -> None:
+    sid = str(uuid.uuid4())
+    events, _ = chained(sid, entry_rows(1, 3))
+    with connect(fleet_url) as owner:
+        assert send_batch(owner, sid, "n", events, chain.genesis(sid)) == (3, None)
+    _verify_ok(fleet_url)
+    ((held,),) = rows(
+        fleet_url,
+        "SELECT devices FROM fleet_events WHERE store_id = CAST(:s AS uuid) AND seq = 2",
+        {"s": sid},
+    )
+    assert len(held) == 2
+    for edit in (
+        "devices = devices || ARRAY['GPU-extra']",  # one more than the text names
+        "devices = devices[2:]",  # one fewer
+        "devices = ARRAY[devices[1], devices[1]] || devices[3:]",  # one swapped for a repeat
+    ):
+        with connect(fleet_url) as owner:
+            owner.execute(f"UPDATE fleet_events SET {edit} WHERE store_id = %s AND seq = 2", (sid,))
+            owner.commit()
+            (problem,) = [r["problem"] for r in read.verify(fleet_url).dicts()]
+            assert problem is not None and "devices column differs" in problem, edit
+            owner.execute(
+                "UPDATE fleet_events SET devices = %s WHERE store_id = %s AND seq = 2",
+                (held, sid),
+            )
+            owner.commit()
+    _verify_ok(fleet_url)
+
+
+def _aligned(url: str, memory_numa: list[int], cpus: list[int], device_numa: int | None) -> Any:
+    sid = str(uuid.uuid4())
+    items = [
+        ("node", None, None, "numa:0", "[0, 1]"),
+        ("node", None, None, "numa:1", "[2, 3]"),
+        ("cpu", "p", "c", "cpu", str(cpus)),
+        ("memory", "p", "c", "memory", f'[{{"numaAffinity": {memory_numa}}}]'),
+    ]
+    with connect(url) as owner:
+        owner.execute("INSERT INTO fleet_stores (store_id, node) VALUES (%s, 'n')", (sid,))
+        for kind, pod, container, resource, value in items:
+            owner.execute(
+                "INSERT INTO fleet_node_items (store_id, item_key, kind, pod_uid, container, "
+                "resource, value, seq) VALUES (%s, CAST(jsonb_build_array("
+                "CAST(%s AS text), CAST(%s AS text), CAST(%s AS text)) AS text), %s, %s, %s, "
+                "%s, CAST(%s AS jsonb), 1)",
+                (sid, pod, container, resource, kind, pod, container, resource, value),
+            )
+        if device_numa is not None:
+            owner.execute(
+                "INSERT INTO fleet_allocations (store_id, pod_uid, container, resource, seq, "
+                "numa_node, position, device_id) VALUES (%s, 'p', 'c', 'gpu', 1, %s, 0, 'G')",
+                (sid, device_numa),
+            )
+        owner.commit()
+    (row,) = read.query(
+        url,
+        "SELECT device_numa, cpu_numa, memory_numa, aligned FROM v_fleet_container_numa "
+        "WHERE store_id = CAST(:s AS uuid)",
+        {"s": sid},
+    ).rows
+    return row
+
+
+def test_the_alignment_view_counts_memory(fleet_url: str) -> None:
+    # CPUs and devices on node 0; memory on node 1: misaligned, whatever else agrees.
+    assert _aligned(fleet_url, [1], [0, 1], 0) == ([0], [0], [1], 0)
+    assert _aligned(fleet_url, [1], [0, 1], None) == (None, [0], [1], 0)
+    assert _aligned(fleet_url, [0], [0], 0) == ([0], [0], [0], 1)
+    assert _aligned(fleet_url, [0, 1], [0, 2], 0)[3] == 0  # devices on 0 only
+    listed = read.query(fleet_url, "SELECT count(*) FROM v_fleet_numa_misaligned").rows
+    assert listed == [(3,)]

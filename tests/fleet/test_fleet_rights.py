@@ -22,6 +22,7 @@ from harness.pgserver import PgServer
 from podstore import FleetError, FleetRefusedError, InvalidInputError, ReadOnlyStoreError
 from podstore.cli import cli
 from podstore.fleet import admin, read, schema, views
+from podstore.fleet.sql import SERVER_ROLES
 from podstore.rules import chain
 
 TABLES = [t.name for t in schema.metadata.sorted_tables]
@@ -317,7 +318,7 @@ def test_fleet_sql_refuses_a_superuser_url_without_a_safe_reader_role(empty_url:
         conn.commit()
     with _other_backend(node) as victim:
         kill = f"SELECT pg_terminate_backend({victim.info.backend_pid})"
-        with pytest.raises(FleetError, match="sessions"):
+        with pytest.raises(FleetError, match="sessions or state"):
             read.query(empty_url, kill, reader_role="rights_signals")
         assert victim.execute("SELECT 1").fetchone() == (1,)
     result = read.query(node, "SELECT current_user", reader_role="no_such_reader_role")
@@ -343,3 +344,22 @@ def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> 
         with pytest.raises(FleetRefusedError):
             admin.grant_node(url, "rights-x", role="rights_escalated")
     assert rows(fleet_url, "SELECT node, retired_at FROM fleet_stores") == [("rights-x", None)]
+
+
+@pytest.mark.parametrize("predefined", SERVER_ROLES)
+def test_fleet_sql_refuses_a_reader_role_in_any_predefined_role_that_reaches_the_server(
+    fleet_url: str, predefined: str
+) -> None:
+    role = "rights_" + predefined.removeprefix("pg_")
+    with connect(fleet_url) as conn:
+        if (
+            conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (predefined,)).fetchone()
+            is None
+        ):
+            pytest.skip(f"{predefined}: not in this PostgreSQL version")
+        conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        conn.execute(f"GRANT {predefined} TO {role}")
+        conn.commit()
+    # pg_read_server_files would read this file; pg_read_all_stats another session's query.
+    with pytest.raises(FleetError, match="sessions or state"):
+        read.query(fleet_url, "SELECT pg_read_file('/etc/hostname')", reader_role=role)

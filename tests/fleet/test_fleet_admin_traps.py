@@ -1,0 +1,104 @@
+"""The owner's commands cannot be turned against the record (issue "fleet round 3"): one role
+per node, a rename that never merges or half-happens, a retired node's role shipping nothing,
+and node roles bounded by the server."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from harness.fleetlib import as_role, chained, connect, entry_rows, rows, send_batch
+
+from podstore import InvalidInputError
+from podstore.fleet import admin
+from podstore.rules import chain
+
+
+def _grants(url: str) -> list[tuple[object, ...]]:
+    return rows(url, "SELECT node, role_name FROM fleet_node_grants ORDER BY 1, 2")
+
+
+def _ship(url: str, node: str, sid: str | None = None) -> tuple[int, str | None]:
+    sid = sid or str(uuid.uuid4())
+    events, _ = chained(sid, entry_rows(1, 3))
+    with connect(url) as conn:
+        return send_batch(conn, sid, node, events, chain.genesis(sid))
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("gpu-1.zone-a", "gpu-1-zone.a"), ("NodeA", "XodeB"), ("a.b", "a_b")]
+)
+def test_two_node_names_never_share_one_role(fleet_url: str, first: str, second: str) -> None:
+    role = admin.grant_node(fleet_url, first).role
+    assert admin.node_role(second) == role
+    with pytest.raises(InvalidInputError, match=f"already ships node '{first}'"):
+        admin.grant_node(fleet_url, second)
+    assert _grants(fleet_url) == [(first, role)]
+    # So the one credential ships its own node only.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="may not ship for node"):
+        _ship(as_role(fleet_url, role), second)
+    # Granting the same node again is fine, and a role of its own serves the second node.
+    admin.grant_node(fleet_url, first)
+    admin.grant_node(fleet_url, second, role="podstore_node_second")
+    # A node's role is not made a reader either.
+    with pytest.raises(InvalidInputError, match="already ships"):
+        admin.grant_reader(fleet_url, role)
+
+
+def test_rename_node_never_merges_nor_half_happens(fleet_url: str) -> None:
+    role_a = admin.grant_node(fleet_url, "node-a").role
+    admin.grant_node(fleet_url, "node-b")
+    assert _ship(as_role(fleet_url, role_a), "node-a")[1] is None
+    assert _ship(fleet_url, "node-b")[1] is None
+    before = _grants(fleet_url)
+    stores = rows(fleet_url, "SELECT store_id, node FROM fleet_stores ORDER BY 1")
+    # Into a node that exists: refused, nothing moved (a's role would write b's stores).
+    with pytest.raises(InvalidInputError, match="merge two nodes"):
+        admin.rename_node(fleet_url, "node-a", "node-b")
+    # A node with grants but no store: refused, and its grants stay where they were.
+    admin.grant_node(fleet_url, "node-c", role="podstore_node_c")
+    with pytest.raises(InvalidInputError, match="no store of node 'node-c'"):
+        admin.rename_node(fleet_url, "node-c", "node-d")
+    assert _grants(fleet_url) == sorted([*before, ("node-c", "podstore_node_c")])
+    assert rows(fleet_url, "SELECT store_id, node FROM fleet_stores ORDER BY 1") == stores
+    assert admin.rename_node(fleet_url, "node-a", "node-e") == 1
+    assert ("node-e", role_a) in _grants(fleet_url)
+
+
+def test_a_retired_nodes_role_ships_no_new_store(fleet_url: str) -> None:
+    role = admin.grant_node(fleet_url, "node-a").role
+    assert _ship(as_role(fleet_url, role), "node-a")[1] is None
+    admin.retire(fleet_url, node="node-a")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="may not ship for node"):
+        _ship(as_role(fleet_url, role), "node-a")
+    admin.grant_node(fleet_url, "node-a")  # given back by hand
+    assert _ship(as_role(fleet_url, role), "node-a")[1] is None
+
+
+def test_a_node_role_holds_a_few_connections_and_short_sessions(fleet_url: str) -> None:
+    role = admin.grant_node(fleet_url, "node-a").role
+    url = as_role(fleet_url, role)
+    held = [connect(url) for _ in range(admin.NODE_CONNECTIONS)]
+    try:
+        with pytest.raises(psycopg.OperationalError, match="too many connections"):
+            connect(url)
+        # Everybody else still gets in.
+        with connect(fleet_url) as other:
+            assert other.execute("SELECT 1").fetchone() == (1,)
+        assert held[0].execute("SHOW statement_timeout").fetchone() == ("5min",)
+        assert held[0].execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("5min",)
+    finally:
+        for conn in held:
+            conn.close()
+
+
+def test_grant_reader_login_makes_an_existing_role_log_in(fleet_url: str) -> None:
+    admin.grant_reader(fleet_url, "auditor")
+    assert rows(fleet_url, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'auditor'") == [
+        (False,)
+    ]
+    admin.grant_reader(fleet_url, "auditor", login=True)
+    assert rows(fleet_url, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'auditor'") == [
+        (True,)
+    ]
