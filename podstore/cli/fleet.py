@@ -39,7 +39,33 @@ def fleet_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     url = value or os.environ.get(URL_ENV)
     if not url:
         raise click.BadParameter(f"give a postgresql:// URL or set ${URL_ENV}")
+    if value:
+        warn_argv_password(value)
     return url
+
+
+def warn_argv_password(url: str) -> None:
+    """Warn (stderr) when a URL given on the command line holds a password: every local user
+    reads it in ``ps`` for as long as the command runs."""
+    import importlib.util
+
+    from podstore.errors import InvalidInputError
+    from podstore.fleet.urls import resolve
+
+    if importlib.util.find_spec("psycopg") is None:
+        return  # the command exits 2 for the missing driver, in one line
+
+    try:
+        password = resolve(url).password  # the URL parser's reading, as the driver's
+    except InvalidInputError:
+        return  # reported by the command, with the URL masked
+    if password is not None:
+        click.echo(
+            "podstore: warning: the URL on the command line holds a password, which every "
+            f"local user can read (ps) while this runs; use ${URL_ENV}, ~/.pgpass, or a file "
+            "(ship --to-file)",
+            err=True,
+        )
 
 
 def url_option(*names: str) -> Callable[[F], F]:

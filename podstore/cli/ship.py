@@ -8,11 +8,33 @@ import click
 
 from podstore.cli.context import Context
 from podstore.cli.extras import require
-from podstore.cli.fleet import url_option
+from podstore.cli.fleet import URL_ENV, fleet_url
+
+
+def _to(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # --to-file stands in for --to (and $PODSTORE_FLEET_URL): checked in the command.
+    return fleet_url(ctx, param, value) if value or not ctx.params.get("to_file") else None
 
 
 @click.command()
-@url_option("--to")
+@click.option(
+    "--to-file",
+    "to_file",
+    metavar="FILE",
+    default=None,
+    is_eager=True,
+    help="Read the fleet URL from FILE (one line; not readable by others when it holds a "
+    "password), so that no password stands in the command line.",
+)
+@click.option(
+    "--to",
+    "url",
+    metavar="URL",
+    default=None,
+    callback=_to,
+    help="The fleet database: postgresql://user@host:port/db (or a unix-socket form); "
+    f"default ${URL_ENV}. A password in it is never printed; prefer --to-file.",
+)
 @click.option(
     "--node",
     default=None,
@@ -26,7 +48,9 @@ from podstore.cli.fleet import url_option
     help="Events per PostgreSQL transaction (default 5000).",
 )
 @click.pass_obj
-def ship(ctx: Context, url: str, node: str | None, batch_size: int | None) -> None:
+def ship(
+    ctx: Context, to_file: str | None, url: str | None, node: str | None, batch_size: int | None
+) -> None:
     """Ship every event the fleet database lacks, with the state it produces; exit 0 when done.
 
     Exactly once: a repeated, interrupted or concurrent ship never sends an event twice or
@@ -40,6 +64,10 @@ def ship(ctx: Context, url: str, node: str | None, batch_size: int | None) -> No
     from podstore.fleet.ship import DEFAULT_BATCH
     from podstore.fleet.ship import ship as ship_store
 
+    if url is None and to_file is not None:
+        from podstore.fleet.urls import read_url_file
+
+        url = read_url_file(to_file)
     store = ctx.store(readonly=True)
     report = ship_store(
         store, url, node=node or socket.gethostname(), batch_size=batch_size or DEFAULT_BATCH

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from podstore.errors import InvalidInputError
 from podstore.rules import secrets
@@ -75,10 +76,17 @@ def resolve(url: str | FleetURL | None) -> FleetURL:
     query_password = parsed.query.get("password")
     if password is None and isinstance(query_password, str):
         password = query_password
+    # Shown as the parser read it, not by a pattern over the text: a password holding an
+    # unencoded / ? # or a space is still the password, and is masked whole.
+    shown = parsed
+    if shown.password is not None:
+        shown = shown.set(password="***")
+    if "password" in shown.query:
+        shown = shown.update_query_dict({"password": "***"})
     parsed = parsed.set(drivername="postgresql+psycopg")
     return FleetURL(
         url=parsed.render_as_string(hide_password=False),
-        shown=mask(url),
+        shown=unquote(shown.render_as_string(hide_password=False)),
         password=str(password) if password else None,
     )
 

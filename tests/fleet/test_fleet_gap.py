@@ -73,15 +73,18 @@ def test_pruned_between_two_ships_heals_and_owners_restart_from_the_snapshot(
         store.insert("p0", "c", "gpu", {0: ["G9"]}, None)
         ship(store, fleet_url, node="n")  # seq 1 shipped
         now[0] = at("10:00")
-        store.delete(["p0"])  # seq 2: pruned below, never shipped
-        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 3: kept (p1 live at the cut)
+        # seq 2: kept (live at the cut): the first event the fleet lacks, which proves the
+        # snapshot continues the fleet's chain (test_fleet_hostile_node.py: without it).
+        store.insert("pk", "c", "gpu", {0: ["GK"]}, None)
+        store.delete(["p0"])  # seq 3: pruned below, never shipped
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 4: kept (p1 live at the cut)
         now[0] = at("12:00")
-        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 4
-        assert store.prune_history(at("11:00")) == 2  # seq 1 (shipped) and seq 2 (not)
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 5
+        assert store.prune_history(at("11:00")) == 2  # seq 1 (shipped) and seq 3 (not)
         report = ship(store, fleet_url, node="n")
-        assert (report.snapshots, report.missing, report.shipped) == (1, 1, 2)
+        assert (report.snapshots, report.missing, report.shipped) == (1, 1, 3)
         assert_same_state(fleet_url, store)
-        assert _snapshots(fleet_url, store.store_id) == [(1, 4, 1, 2)]
+        assert _snapshots(fleet_url, store.store_id) == [(1, 5, 1, 3)]
         # Central history still holds p0's insert of G9; the snapshot says p0 is gone, so at
         # any instant from the snapshot on nobody holds G9 (the node says the same).
         for when in ("12:00", "13:00"):
@@ -110,10 +113,11 @@ def test_a_kept_event_edited_on_the_node_is_refused_with_its_snapshot(
         store.insert("p0", "c", "gpu", {0: ["G9"]}, None)
         ship(store, fleet_url, node="n")  # seq 1 shipped
         now[0] = at("10:00")
-        store.delete(["p0"])  # seq 2: pruned below, never shipped
-        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 3: kept
+        store.insert("pk", "c", "gpu", {0: ["GK"]}, None)  # seq 2: kept, the fleet's next
+        store.delete(["p0"])  # seq 3: pruned below, never shipped
+        store.insert("p1", "c", "gpu", {0: ["G1"]}, None)  # seq 4: kept
         now[0] = at("12:00")
-        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 4: kept
+        store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 5: kept
         assert store.prune_history(at("11:00")) == 2
         sid = store.store_id
     with sqlite3.connect(db) as raw:
@@ -122,14 +126,14 @@ def test_a_kept_event_edited_on_the_node_is_refused_with_its_snapshot(
             "WHERE type = 'trigger' AND tbl_name = 'allocation_events'"
         ).fetchall():
             raw.execute(f"DROP TRIGGER {name}")
-        raw.execute("UPDATE allocation_events SET pod_uid = 'someone-else' WHERE seq = 4")
+        raw.execute("UPDATE allocation_events SET pod_uid = 'someone-else' WHERE seq = 5")
     raw.close()
     with (
         PodStore.open(db, readonly=True, verify="off") as store,
         pytest.raises(FleetRefusedError) as info,
     ):
         ship(store, fleet_url, node="n")
-    assert info.value.reason == "diverged" and "seq 4" in str(info.value)
+    assert info.value.reason == "diverged" and "seq 5" in str(info.value)
     assert fleet_event_seqs(fleet_url, sid) == [1]
     assert _snapshots(fleet_url, sid) == []
 
@@ -144,12 +148,14 @@ def test_pruned_newest_events_are_a_gap_too(
         store.insert("p1", "c", "gpu", {0: ["G1"]}, None)
         store.insert("p2", "c", "gpu", {0: ["G2"]}, None)
         ship(store, fleet_url, node="n")
-        store.delete(["p2"])
+        store.insert("p3", "c", "gpu", {0: ["G3"]}, None)  # seq 3: kept, the fleet's next
+        store.insert("p4", "c", "gpu", {0: ["G4"]}, None)
+        store.delete(["p4"])
         now[0] = at("12:00")
         store.prune_history(at("11:00"))
-        assert [e[0] for e in node_events(store)] == [1]
+        assert [e[0] for e in node_events(store)] == [1, 2, 3]
         report = ship(store, fleet_url, node="n")
-        assert (report.snapshots, report.missing) == (1, 1)  # seq 3, the delete of p2
+        assert (report.snapshots, report.missing) == (1, 2)  # seqs 4 and 5: p4 came and went
         assert_same_state(fleet_url, store)
 
 
@@ -197,34 +203,38 @@ def test_snapshots_are_stamped_when_taken_and_owners_at_agree_across_them(
         store.insert("p2", "c", "gpu", {0: ["G2"]}, None)  # seq 2
         ship(store, fleet_url, node="n")
         now[0] = at("10:00")
-        store.delete(["p2"])  # seq 3
+        # Each gap starts after an event kept (live at its cut): the first the fleet lacks,
+        # which proves the snapshot continues the fleet's chain.
+        store.insert("k1", "c", "gpu", {0: ["GK1"]}, None)  # seq 3
+        store.delete(["p2"])  # seq 4
         now[0] = at("10:10")
-        store.insert("p9", "c", "gpu", {0: ["G9"]}, None)  # seq 4
+        store.insert("p9", "c", "gpu", {0: ["G9"]}, None)  # seq 5
         now[0] = at("10:20")
-        store.delete(["p9"])  # seq 5
+        store.delete(["p9"])  # seq 6
         now[0] = at("11:00")
-        store.prune_history(at("10:30"))  # keeps only seq 1 (p1 is live)
+        store.prune_history(at("10:30"))  # keeps seqs 1 and 3 (p1 and k1 are live)
         first = ship(store, fleet_url, node="n")
-        assert (first.snapshots, first.last_seq) == (1, 5)
+        assert (first.snapshots, first.last_seq) == (1, 6)
         now[0] = at("12:00")
-        store.insert("p3", "c", "gpu", {0: ["G3"]}, None)  # seq 6
+        store.insert("p3", "c", "gpu", {0: ["G3"]}, None)  # seq 7
         ship(store, fleet_url, node="n")
         now[0] = at("13:00")
-        store.delete(["p1"])  # seq 7
-        store.insert("p4", "c", "gpu", {0: ["G1"]}, None)  # seq 8
+        store.insert("k2", "c", "gpu", {0: ["GK2"]}, None)  # seq 8
+        store.delete(["p1"])  # seq 9
+        store.insert("p4", "c", "gpu", {0: ["G1"]}, None)  # seq 10
         now[0] = at("13:10")
-        store.delete(["p4"])  # seq 9
+        store.delete(["p4"])  # seq 11
         now[0] = at("14:00")
-        store.prune_history(at("13:30"))  # keeps only seq 6 (p3 is live)
+        store.prune_history(at("13:30"))  # keeps seqs 3, 7 and 8 (k1, p3, k2 are live)
         second = ship(store, fleet_url, node="n")
-        assert (second.snapshots, second.last_seq) == (1, 9)
+        assert (second.snapshots, second.last_seq) == (1, 11)
         stamps = read.query(
             fleet_url,
             "SELECT at_seq, ts FROM fleet_snapshots WHERE store_id = CAST(:s AS uuid) "
             "ORDER BY at_seq",
             {"s": store.store_id},
         ).rows
-        assert stamps == [(5, at("11:00")), (9, at("14:00"))]
+        assert stamps == [(6, at("11:00")), (11, at("14:00"))]
 
         def held(device: str, when: str) -> list[str]:
             return [r[2] for r in read.owners(fleet_url, device, at=at(when)).rows]

@@ -22,7 +22,6 @@ from harness.pgserver import PgServer
 from podstore import FleetError, FleetRefusedError, InvalidInputError, ReadOnlyStoreError
 from podstore.cli import cli
 from podstore.fleet import admin, read, schema, views
-from podstore.fleet.sql import SERVER_ROLES
 from podstore.rules import chain
 
 TABLES = [t.name for t in schema.metadata.sorted_tables]
@@ -346,7 +345,22 @@ def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> 
     assert rows(fleet_url, "SELECT node, retired_at FROM fleet_stores") == [("rights-x", None)]
 
 
-@pytest.mark.parametrize("predefined", SERVER_ROLES)
+@pytest.mark.parametrize(
+    "predefined",
+    [
+        "pg_execute_server_program",
+        "pg_read_server_files",
+        "pg_write_server_files",
+        "pg_signal_backend",
+        "pg_read_all_stats",
+        "pg_read_all_settings",
+        "pg_stat_scan_tables",
+        "pg_monitor",
+        "pg_read_all_data",
+        "pg_write_all_data",
+        "pg_checkpoint",
+    ],
+)
 def test_fleet_sql_refuses_a_reader_role_in_any_predefined_role_that_reaches_the_server(
     fleet_url: str, predefined: str
 ) -> None:

@@ -140,3 +140,58 @@ def test_url_file_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError) as info:
             read_url_file(root_owned)
         assert "owned by" not in str(info.value)
+
+
+@pytest.mark.parametrize("secret", ["p/w", "p?w", "p#w", "p w", "p:w/x?y#z"])
+def test_a_password_with_url_characters_is_masked_whole(secret: str) -> None:
+    from podstore.fleet.urls import resolve
+
+    url = resolve(f"postgresql://fleet:{secret}@db.example:5432/fleet")
+    assert url.password == secret
+    assert url.shown == "postgresql://fleet:***@db.example:5432/fleet"
+    assert url.url.endswith("@db.example:5432/fleet")
+
+
+def test_ship_warns_of_a_password_in_argv_and_takes_the_url_from_a_file(
+    tmp_path: Path, fleet_url: str
+) -> None:
+    import subprocess
+    import sys
+
+    from podstore import PodStore
+
+    secret = "s3/cr?t#x y"
+    with_password = fleet_url.replace("postgres@", f"postgres:{secret}@")
+    db = tmp_path / "n.db"
+    with PodStore.open(db) as store:
+        store.insert("p", "c", "gpu", {0: ["G1"]}, None)
+    cmd = [sys.executable, "-c", "from podstore.cli import main; main()", "--db", str(db), "ship"]
+    argv = subprocess.run(
+        [*cmd, "--node", "n", "--to", with_password], capture_output=True, text=True, timeout=120
+    )
+    assert argv.returncode == 0, argv.stderr
+    assert "holds a password" in argv.stderr and "--to-file" in argv.stderr
+    assert "postgres:***@" in argv.stdout
+    for part in ("s3/cr", "cr?t", "t#x", "x y"):
+        assert part not in argv.stdout + argv.stderr
+    url_file = tmp_path / "fleet-url"
+    url_file.write_text(with_password + "\n")
+    url_file.chmod(0o600)
+    from_file = subprocess.run(
+        [*cmd, "--node", "n", "--to-file", str(url_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert from_file.returncode == 0, from_file.stderr
+    assert "holds a password" not in from_file.stderr and secret not in from_file.stdout
+    assert "shipped 0 events" in from_file.stdout
+    url_file.chmod(0o644)  # a password others can read: refused, naming the file only
+    loose = subprocess.run(
+        [*cmd, "--node", "n", "--to-file", str(url_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert loose.returncode == 1 and "readable by group or others" in loose.stderr
+    assert secret not in loose.stderr
