@@ -141,6 +141,8 @@ def init(url: str) -> None:
     else:
         what = f"already at revision {report.after}"
     click.echo(f"fleet database {target.shown}: schema {what}")
+    for warning in report.warnings:
+        click.echo(f"podstore: warning: {warning}", err=True)
 
 
 @fleet.command()

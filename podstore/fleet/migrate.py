@@ -92,10 +92,12 @@ def forget_all() -> None:
 
 @dataclass(frozen=True, slots=True)
 class InitReport:
-    """What :func:`init` found and left: revisions before and after (None: no schema)."""
+    """What :func:`init` found and left: revisions before and after (None: no schema), and
+    what is unsafe about the owner (docs/fleet.md, "What the owner needs")."""
 
     before: str | None
     after: str | None
+    warnings: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -115,8 +117,40 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
         cfg.attributes["connection"] = conn
         getattr(alembic_command, command)(cfg, target)
         after = current_revision(conn)
+        warnings = owner_warnings(conn)
     forget_schema(url)
-    return InitReport(before, after)
+    return InitReport(before, after, warnings)
+
+
+# The shipping functions run with their owner's rights: an owner that can reach the server's
+# programs makes every node role's call a step away from them.
+_OWNER = """
+    SELECT current_user, r.rolsuper, r.rolcreaterole,
+           pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER'),
+           current_setting('server_version_num')::int
+    FROM pg_roles r WHERE r.rolname = current_user
+"""
+
+
+def owner_warnings(conn: sqlalchemy.Connection) -> tuple[str, ...]:
+    """Why the connection's role should not own the fleet (none: it may)."""
+    from sqlalchemy import text
+
+    role, superuser, createrole, programs, version = conn.execute(text(_OWNER)).one()
+    if superuser:
+        return (
+            f"the fleet's owner {role} is a superuser: the shipping functions run with its "
+            "rights; own the fleet with an ordinary role",
+        )
+    if programs:
+        return (f"the fleet's owner {role} is a member of pg_execute_server_program",)
+    if createrole and version < 160000:
+        return (
+            f"the fleet's owner {role} has CREATEROLE, which on PostgreSQL 15 and older lets "
+            "it grant itself pg_execute_server_program; run grant-node and grant-reader as "
+            "another role (or apply their --print-sql)",
+        )
+    return ()
 
 
 def init(url: str | FleetURL | None) -> InitReport:

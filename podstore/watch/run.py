@@ -303,7 +303,7 @@ class Watch:
             self.follower.on_tick.append(pruner.maybe)
         group = FollowerGroup([self.follower, *self.node_followers])
         _stop_on_signals(group)
-        shipping = f", shipping ({shipper.name})" if shipper is not None else ""
+        shipping = f"; {shipper.name}" if shipper is not None else ""
         log.info(
             "following %s into %s (node %s%s)",
             self.config.checkpoint,

@@ -102,3 +102,31 @@ def test_grant_reader_login_makes_an_existing_role_log_in(fleet_url: str) -> Non
     assert rows(fleet_url, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'auditor'") == [
         (True,)
     ]
+
+
+def test_fleet_init_warns_when_the_owner_can_reach_server_programs(empty_url: str) -> None:
+    from click.testing import CliRunner
+
+    from podstore.cli import cli
+    from podstore.fleet import migrate
+
+    with connect(empty_url) as conn:
+        conn.execute("CREATE ROLE fleet_owner_cr LOGIN CREATEROLE")
+        conn.execute("CREATE ROLE fleet_owner_plain LOGIN")
+        conn.execute("GRANT CREATE ON SCHEMA public TO fleet_owner_cr, fleet_owner_plain")
+        conn.commit()
+    as_superuser = CliRunner().invoke(cli, ["fleet", "init", "--url", empty_url])
+    assert as_superuser.exit_code == 0 and "is a superuser" in as_superuser.output
+    migrate.downgrade(empty_url, "base")
+    with connect(empty_url) as conn:
+        conn.execute("DROP TABLE fleet_alembic_version")  # the next owner makes its own
+        conn.commit()
+    report = migrate.init(as_role(empty_url, "fleet_owner_cr"))
+    version = rows(empty_url, "SELECT current_setting('server_version_num')::int")[0][0]
+    if version < 160000:
+        assert len(report.warnings) == 1 and "CREATEROLE" in report.warnings[0]
+    migrate.downgrade(as_role(empty_url, "fleet_owner_cr"), "base")
+    with connect(as_role(empty_url, "fleet_owner_cr")) as conn:
+        conn.execute("DROP TABLE fleet_alembic_version")
+        conn.commit()
+    assert migrate.init(as_role(empty_url, "fleet_owner_plain")).warnings == ()

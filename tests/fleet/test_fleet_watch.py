@@ -87,3 +87,8 @@ def test_watch_ships_each_sync_and_catches_up_after_an_outage(
     assert code == 0, text
     assert SECRET not in text
     assert "postgres:***@" in text  # the outage was logged, masked
+    # The start line names the shipping once, its brackets balanced (it said "(node …,
+    # shipping (ship to …))").
+    (start,) = [line for line in text.splitlines() if "following" in line]
+    assert "(node node-" in start and "; ship to postgresql://postgres:***@" in start, start
+    assert start.count("(") == start.count(")") and "))" not in start, start
