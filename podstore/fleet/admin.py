@@ -128,6 +128,8 @@ def grant_reader_sql(role: str, *, login: bool = False) -> list[str]:
         _role_block(name, login=login),
         *([f"ALTER ROLE {_ident(name)} LOGIN"] if login else []),
         f"GRANT SELECT ON {', '.join(_reader_relations())} TO {_ident(name)}",
+        # So that `fleet sql` with the granting role's URL can SET ROLE to the reader.
+        f"GRANT {_ident(name)} TO CURRENT_USER",
         f"REVOKE EXECUTE ON FUNCTION {SET_CONFIG} FROM PUBLIC",
     ]
 

@@ -130,3 +130,18 @@ def test_fleet_init_warns_when_the_owner_can_reach_server_programs(empty_url: st
         conn.execute("DROP TABLE fleet_alembic_version")
         conn.commit()
     assert migrate.init(as_role(empty_url, "fleet_owner_plain")).warnings == ()
+
+
+def test_fleet_sql_with_the_owners_url_runs_as_the_reader(empty_url: str) -> None:
+    from podstore.fleet import migrate, read
+
+    with connect(empty_url) as conn:
+        conn.execute("CREATE ROLE fleet_owner_sql LOGIN CREATEROLE")
+        conn.execute("GRANT CREATE ON SCHEMA public TO fleet_owner_sql")
+        conn.commit()
+    owner = as_role(empty_url, "fleet_owner_sql")
+    migrate.init(owner)
+    admin.grant_reader(owner, "podstore_reader")
+    assert read.query(owner, "SELECT current_user").rows == [("podstore_reader",)]
+    with pytest.raises(Exception, match="permission denied for function"):  # as the reader
+        read.query(owner, "SELECT fleet_ship_open(gen_random_uuid(), 'n')")
