@@ -11,6 +11,7 @@ only a query), streamed from it page by page.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -143,17 +144,32 @@ class Rows:
     """The rows of a ``fleet sql`` statement, fetched from its server-side cursor as they are
     iterated (``columns`` names them). Iterate once, inside the ``stream`` block."""
 
-    def __init__(self, url: FleetURL, cursor: Any, max_rows: int | None) -> None:
+    def __init__(
+        self, url: FleetURL, cursor: Any, max_rows: int | None, timeout: float, started: float
+    ) -> None:
         self._url = url
         self._cursor = cursor
         self._max_rows = max_rows
+        self._timeout = timeout
+        self._deadline = started + timeout
         self.columns: tuple[str, ...] = tuple(d.name for d in cursor.description or ())
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         count = 0
         limit = self._max_rows
         while True:
+            # The timeout counts for the whole statement, every fetch and every pause between
+            # them: each fetch may run only what is left of it (the server stops it there).
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise FleetError(
+                    f"fleet sql: the statement ran past its timeout of {self._timeout:g} s "
+                    "(counted over every fetch and pause) and was stopped; nothing was changed"
+                )
             with db.translated(self._url):
+                self._cursor.connection.execute(
+                    q.STATEMENT_TIMEOUT.format(ms=max(1, int(left * 1000)))
+                )
                 page = self._cursor.fetchmany(FETCH_ROWS)
             if not page:
                 return
@@ -248,6 +264,7 @@ def stream(
             conn.begin()
             conn.execute(text(q.READ_ONLY))
             _enter_reader(conn, target, reader)
+            started = time.monotonic()
             conn.exec_driver_sql(q.STATEMENT_TIMEOUT.format(ms=max(1, int(timeout * 1000))))
             compiled = text(sql).compile(dialect=conn.dialect)
             try:
@@ -261,7 +278,7 @@ def stream(
             # protocol, so neither `COMMIT; ...` nor a second statement can follow it.
             with driver.cursor(name="podstore_fleet_sql") as cur:
                 cur.execute(str(compiled), bound)
-                yield Rows(target, cur, max_rows)
+                yield Rows(target, cur, max_rows, timeout, started)
         finally:
             # Never back into the pool: whatever the statement changed stays with the session.
             conn.invalidate()

@@ -145,3 +145,22 @@ def test_fleet_sql_with_the_owners_url_runs_as_the_reader(empty_url: str) -> Non
     assert read.query(owner, "SELECT current_user").rows == [("podstore_reader",)]
     with pytest.raises(Exception, match="permission denied for function"):  # as the reader
         read.query(owner, "SELECT fleet_ship_open(gen_random_uuid(), 'n')")
+
+
+def test_the_fleet_sql_timeout_counts_for_the_whole_statement(fleet_url: str) -> None:
+    """A reader that paces its fetches (each one quick) is stopped once the whole statement
+    has run its timeout, not one fetch's worth of it each time."""
+    import time
+
+    from podstore import FleetError
+    from podstore.fleet import read
+
+    with read.stream(
+        fleet_url, "SELECT g FROM generate_series(1, 100000) AS g", timeout=1.0
+    ) as result:
+        rows_seen = iter(result)
+        assert next(rows_seen) == (1,)
+        time.sleep(1.2)  # the timeout is spent, whatever the load: no fetch may run now
+        with pytest.raises(FleetError, match="past its timeout of 1 s"):
+            for _ in rows_seen:
+                pass
