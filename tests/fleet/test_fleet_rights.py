@@ -345,6 +345,7 @@ def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> 
     assert rows(fleet_url, "SELECT node, retired_at FROM fleet_stores") == [("rights-x", None)]
 
 
+# Spelled out here, not read from fleet/sql.py: a name dropped from the code must fail a case.
 @pytest.mark.parametrize(
     "predefined",
     [
