@@ -734,8 +734,10 @@ class PodStore:
 
         Every present file is read and verified first: one that fails raises (what its reader
         raises) and nothing changes. A kind whose file is absent is left as it was and named
-        in ``report.absent``. A ``sysfs`` without NUMA nodes means no topology (stored so);
-        a missing ``pod_logs`` directory means no names.
+        in ``report.absent``; when none is there, CheckpointNotFoundError (not kubelet's
+        directory). A ``sysfs`` without NUMA nodes means no topology (stored so); one
+        without ``devices/system`` (no sysfs) and a missing ``pod_logs`` directory leave the
+        stored topology or names as they were (``report.topology`` / ``.names`` None).
         """
         device_path = os.path.join(os.path.abspath(os.fspath(kubelet_dir)), FILE_NAMES["devices"])
         state = self._sync_state(device_path)

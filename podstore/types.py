@@ -381,21 +381,26 @@ class NodeSyncReport:
 class NodeImportReport:
     """What ``PodStore.import_node`` did, in one transaction: per checkpoint kind whose file
     was there, its report (``SyncReport`` for devices); the kinds whose file was absent (left
-    as they were); and the topology and names reports."""
+    as they were); and the topology and names reports (None: the source was not there — no
+    sysfs, no pod log directory — and what the store held is left as it was)."""
 
     kubelet_dir: str
     checkpoints: dict[str, SyncReport | NodeSyncReport]
     absent: tuple[str, ...]
-    topology: NodeSyncReport
-    names: NodeSyncReport
+    topology: NodeSyncReport | None
+    names: NodeSyncReport | None
 
     @property
     def events(self) -> int:
-        return (
-            sum(r.events for r in self.checkpoints.values())
-            + self.topology.events
-            + self.names.events
-        )
+        return sum(r.events for r in self._parts())
+
+    @property
+    def changed(self) -> bool:
+        return any(r.changed for r in self._parts())
+
+    def _parts(self) -> list[SyncReport | NodeSyncReport]:
+        parts = (*self.checkpoints.values(), self.topology, self.names)
+        return [r for r in parts if r is not None]
 
 
 @dataclass(frozen=True, slots=True)
