@@ -71,6 +71,7 @@ from podstore.types import (
     ContainerNuma,
     DeviceRunContainerOptions,
     DRAOwner,
+    ExportReport,
     HistoryReport,
     ImportReport,
     NodeImportReport,
@@ -568,9 +569,10 @@ class PodStore:
         *,
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> int:
-        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; returns the
-        number of entries written.
+    ) -> ExportReport:
+        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; the report
+        counts the entries written and names those left out: an entry without an allocation
+        response is not in the file, as kubelet writes only entries with one.
 
         Atomic: a temp file in the same directory, fsync, rename, fsync of the directory;
         mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
@@ -579,9 +581,9 @@ class PodStore:
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
         with self._sessions.snapshot() as conn:
-            data, count = transfer.export_bytes(conn, boot_id, progress)
+            data, count, left_out = transfer.export_bytes(conn, boot_id, progress)
         transfer.write_file(path, data)
-        return count
+        return ExportReport(os.path.abspath(os.fspath(path)), count, tuple(left_out))
 
     # ---- the node's other managers, topology and names (storage/node/, docs/api.md) ----------
 

@@ -119,7 +119,9 @@ class ResourceDeviceInstances(dict[str, dict[str, Device]]):
 
 @dataclass(frozen=True, slots=True)
 class SkippedEntry:
-    """A checkpoint entry that was not imported, and why (kubelet skips these silently)."""
+    """A checkpoint entry that was not imported, or a stored entry not exported (``index``:
+    its position among the file's or the store's entries), and why (kubelet skips these
+    silently)."""
 
     index: int
     pod_uid: str
@@ -142,6 +144,17 @@ class ImportReport:
     registered_resources: int
     merged: bool
     skipped: tuple[SkippedEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """What ``PodStore.export_checkpoint`` wrote: ``entries`` written to ``path``, and the
+    stored entries ``left_out`` of the file because they hold no allocation response (kubelet
+    writes only entries with one, so the file is the bytes kubelet would write)."""
+
+    path: str
+    entries: int
+    left_out: tuple[SkippedEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
