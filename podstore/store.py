@@ -762,10 +762,11 @@ class PodStore:
             return node_topology.summary(conn)
 
     def node_pods(self) -> list[NodePodSummary]:
-        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order."""
+        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order, with
+        its containers of every manager."""
         return [
-            NodePodSummary(str(p), int(c), int(m), int(d))
-            for p, c, m, d in self._rows(node_read_sql.NODE_PODS)
+            NodePodSummary(str(p), int(c), int(m), int(d), int(n))
+            for p, c, m, d, n in self._rows(node_read_sql.NODE_PODS)
         ]
 
     def pod_cpus(self, pod_uid: str) -> dict[str | None, frozenset[int]]:
@@ -939,7 +940,9 @@ class PodStore:
             raise PodStoreError("the store is closed")
 
     def stats(self) -> StoreStats:
-        """Row counts: pods, containers, allocations, device rows, distinct devices."""
+        """Counts: pods and their containers (of every manager: a pod holds device entries,
+        exclusive CPUs, memory blocks or DRA claims), allocations, device rows, distinct
+        devices, registered resources."""
         return StoreStats(*self._rows(q.COUNTS)[0])
 
 

@@ -199,7 +199,10 @@ class SyncReport:
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """Row counts of a store (``podstore status``)."""
+    """Counts of a store (``podstore status``): ``pods`` holding device entries, exclusive
+    CPUs, memory blocks or DRA claims, and their ``containers`` (every manager's, as ``podstore
+    pods`` lists them); the device plugins' allocations, device rows, distinct devices and
+    registered resources."""
 
     pods: int
     containers: int
@@ -462,12 +465,14 @@ class NumaUsage:
 @dataclass(frozen=True, slots=True)
 class NodePodSummary:
     """What one pod holds from the CPU, memory and DRA managers (``PodStore.node_pods``):
-    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims."""
+    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims; and
+    its containers, of every manager (device plugins included)."""
 
     pod_uid: str
     cpus: int
     memory_bytes: int
     claims: int
+    containers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
