@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 from harness import scale_store as ss
-from harness.figures import report
 from harness.scale_store import DEVICE, FORMATS, LATER, LISTINGS, POD, VF
 
 from podstore import PodStore
@@ -326,7 +325,6 @@ def test_export_at_scale_counts_what_it_leaves_out(big_store: Path, tmp_path: Pa
         wall = min(wall, ss.measure(cli_argv).wall_s)
         api_wall = min(api_wall, ss.measure(api_argv).wall_s)
     assert wall < TIME_RATIO * api_wall, f"export: {wall:.2f} s, API {api_wall:.2f} s"
-    report("export", entries=ENTRIES + 1_000, cli_s=round(wall, 3), api_s=round(api_wall, 3))
 
 
 def test_the_downgrade_dry_run_at_scale(big_store: Path) -> None:
