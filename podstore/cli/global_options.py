@@ -164,7 +164,6 @@ class JsonUsageError(click.UsageError):
 
     def __init__(self, cause: click.UsageError) -> None:
         super().__init__(cause.format_message(), cause.ctx)
-        self.exit_code = cause.exit_code
 
     def show(self, file: Any = None) -> None:
         usage = self.ctx.get_usage() if self.ctx is not None else None
