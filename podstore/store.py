@@ -71,6 +71,7 @@ from podstore.types import (
     ContainerNuma,
     DeviceRunContainerOptions,
     DRAOwner,
+    ExportReport,
     HistoryReport,
     ImportReport,
     NodeImportReport,
@@ -568,9 +569,10 @@ class PodStore:
         *,
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> int:
-        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; returns the
-        number of entries written.
+    ) -> ExportReport:
+        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; the report
+        counts the entries written and names those left out: an entry without an allocation
+        response is not in the file, as kubelet writes only entries with one.
 
         Atomic: a temp file in the same directory, fsync, rename, fsync of the directory;
         mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
@@ -579,9 +581,9 @@ class PodStore:
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
         with self._sessions.snapshot() as conn:
-            data, count = transfer.export_bytes(conn, boot_id, progress)
+            data, count, left_out = transfer.export_bytes(conn, boot_id, progress)
         transfer.write_file(path, data)
-        return count
+        return ExportReport(os.path.abspath(os.fspath(path)), count, tuple(left_out))
 
     # ---- the node's other managers, topology and names (storage/node/, docs/api.md) ----------
 
@@ -734,8 +736,10 @@ class PodStore:
 
         Every present file is read and verified first: one that fails raises (what its reader
         raises) and nothing changes. A kind whose file is absent is left as it was and named
-        in ``report.absent``. A ``sysfs`` without NUMA nodes means no topology (stored so);
-        a missing ``pod_logs`` directory means no names.
+        in ``report.absent``; when none is there, CheckpointNotFoundError (not kubelet's
+        directory). A ``sysfs`` without NUMA nodes means no topology (stored so); one
+        without ``devices/system`` (no sysfs) and a missing ``pod_logs`` directory leave the
+        stored topology or names as they were (``report.topology`` / ``.names`` None).
         """
         device_path = os.path.join(os.path.abspath(os.fspath(kubelet_dir)), FILE_NAMES["devices"])
         state = self._sync_state(device_path)
@@ -758,10 +762,11 @@ class PodStore:
             return node_topology.summary(conn)
 
     def node_pods(self) -> list[NodePodSummary]:
-        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order."""
+        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order, with
+        its containers of every manager."""
         return [
-            NodePodSummary(str(p), int(c), int(m), int(d))
-            for p, c, m, d in self._rows(node_read_sql.NODE_PODS)
+            NodePodSummary(str(p), int(c), int(m), int(d), int(n))
+            for p, c, m, d, n in self._rows(node_read_sql.NODE_PODS)
         ]
 
     def pod_cpus(self, pod_uid: str) -> dict[str | None, frozenset[int]]:
@@ -935,7 +940,9 @@ class PodStore:
             raise PodStoreError("the store is closed")
 
     def stats(self) -> StoreStats:
-        """Row counts: pods, containers, allocations, device rows, distinct devices."""
+        """Counts: pods and their containers (of every manager: a pod holds device entries,
+        exclusive CPUs, memory blocks or DRA claims), allocations, device rows, distinct
+        devices, registered resources."""
         return StoreStats(*self._rows(q.COUNTS)[0])
 
 

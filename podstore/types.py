@@ -119,7 +119,9 @@ class ResourceDeviceInstances(dict[str, dict[str, Device]]):
 
 @dataclass(frozen=True, slots=True)
 class SkippedEntry:
-    """A checkpoint entry that was not imported, and why (kubelet skips these silently)."""
+    """A checkpoint entry that was not imported, or a stored entry not exported (``index``:
+    its position among the file's or the store's entries), and why (kubelet skips these
+    silently)."""
 
     index: int
     pod_uid: str
@@ -142,6 +144,17 @@ class ImportReport:
     registered_resources: int
     merged: bool
     skipped: tuple[SkippedEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """What ``PodStore.export_checkpoint`` wrote: ``entries`` written to ``path``, and the
+    stored entries ``left_out`` of the file because they hold no allocation response (kubelet
+    writes only entries with one, so the file is the bytes kubelet would write)."""
+
+    path: str
+    entries: int
+    left_out: tuple[SkippedEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +199,10 @@ class SyncReport:
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """Row counts of a store (``podstore status``)."""
+    """Counts of a store (``podstore status``): ``pods`` holding device entries, exclusive
+    CPUs, memory blocks or DRA claims, and their ``containers`` (every manager's, as ``podstore
+    pods`` lists them); the device plugins' allocations, device rows, distinct devices and
+    registered resources."""
 
     pods: int
     containers: int
@@ -381,21 +397,26 @@ class NodeSyncReport:
 class NodeImportReport:
     """What ``PodStore.import_node`` did, in one transaction: per checkpoint kind whose file
     was there, its report (``SyncReport`` for devices); the kinds whose file was absent (left
-    as they were); and the topology and names reports."""
+    as they were); and the topology and names reports (None: the source was not there — no
+    sysfs, no pod log directory — and what the store held is left as it was)."""
 
     kubelet_dir: str
     checkpoints: dict[str, SyncReport | NodeSyncReport]
     absent: tuple[str, ...]
-    topology: NodeSyncReport
-    names: NodeSyncReport
+    topology: NodeSyncReport | None
+    names: NodeSyncReport | None
 
     @property
     def events(self) -> int:
-        return (
-            sum(r.events for r in self.checkpoints.values())
-            + self.topology.events
-            + self.names.events
-        )
+        return sum(r.events for r in self._parts())
+
+    @property
+    def changed(self) -> bool:
+        return any(r.changed for r in self._parts())
+
+    def _parts(self) -> list[SyncReport | NodeSyncReport]:
+        parts = (*self.checkpoints.values(), self.topology, self.names)
+        return [r for r in parts if r is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,12 +465,14 @@ class NumaUsage:
 @dataclass(frozen=True, slots=True)
 class NodePodSummary:
     """What one pod holds from the CPU, memory and DRA managers (``PodStore.node_pods``):
-    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims."""
+    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims; and
+    its containers, of every manager (device plugins included)."""
 
     pod_uid: str
     cpus: int
     memory_bytes: int
     claims: int
+    containers: int = 0
 
 
 @dataclass(frozen=True, slots=True)

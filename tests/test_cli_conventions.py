@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 import pytest
+import yaml
 from harness.cli import commands
 
 from podstore import ImportRefusedError, PodStore
@@ -159,6 +160,27 @@ def test_sql_limits(
     assert message in err
     if code == 0:
         assert len(list(csv.reader(io.StringIO(out)))) == 1 + 4
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml", "csv", "table"])
+def test_rows_before_a_limit_make_a_whole_document(
+    node: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """A statement stopped by --max-rows exits 1 and says so, and the rows before the stop
+    are printed as a document of their format (not a lone ``[``)."""
+    query = "SELECT uid FROM pods ORDER BY uid"
+    code, out, err = run(capsys, "--db", node, "sql", query, "--max-rows", "3", "-o", fmt)
+    assert code == 1 and "more than 3 rows" in err
+    _, whole, _ = run(capsys, "--db", node, "sql", query, "-o", "json")
+    first = [r["uid"] for r in json.loads(whole)][:3]
+    if fmt == "json":
+        assert [r["uid"] for r in json.loads(out)] == first
+    elif fmt == "yaml":
+        assert [r["uid"] for r in yaml.safe_load(out)] == first
+    elif fmt == "csv":
+        assert [r[0] for r in csv.reader(io.StringIO(out))] == ["uid", *first]
+    else:
+        assert len(out.splitlines()) == 1 + 3
 
 
 def test_a_closed_pipe_ends_the_listing_quietly(node: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 from harness.cli import on_a_terminal, without_paths
 
 from podstore import PodStore
+from podstore.checkpoint import PodName
 from podstore.cli import main
 from podstore.sqlite.migrate import HEAD_REVISION
 
@@ -126,6 +127,25 @@ def test_downgrade_to_a_newer_revision_is_refused(run: Callable[..., Ran], node:
         "podstore: error: revision 0002 is newer than the store's revision 0001; "
         "use `podstore migrate upgrade 0002`\n"
     )
+
+
+def test_the_rows_a_downgrade_drops_are_named_in_numeric_order(
+    run: Callable[..., Ran], tmp_path: Path
+) -> None:
+    """Node events (revision 0007) at seqs 3, 10 and 11 among device events: the listing
+    names them 3, 10, 11, not as text (10, 11, 3)."""
+    db = tmp_path / "s.db"
+    with PodStore.open(db) as store:
+        for i in range(2):
+            store.insert(f"p{i}", "c", "r", {0: [f"d{i}"]}, None)  # seqs 1, 2
+        store.set_pod_names({"p0": PodName("ns", "a")})  # 3
+        for i in range(2, 8):
+            store.insert(f"p{i}", "c", "r", {0: [f"d{i}"]}, None)  # 4..9
+        names = {"p0": PodName("ns", "a"), "p1": PodName("ns", "b"), "p2": PodName("ns", "c")}
+        store.set_pod_names(names)  # 10, 11
+    out = run("--db", db, "migrate", "downgrade", "0006", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "  3 rows of table allocation_events: seq=3, seq=10, seq=11" in out.stderr.splitlines()
 
 
 def test_a_downgrade_that_drops_data_says_what_and_needs_yes(

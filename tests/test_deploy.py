@@ -74,6 +74,11 @@ def test_watch_unit() -> None:
     # The fleet URL as a credential (a file only this service sees), never on the command
     # line; other settings from an optional root-only file.
     assert service["LoadCredential"] == ["fleet-url:/etc/podstore/fleet-url"]
+    # ... and the file optional: systemd falls back to the SetCredential= of the same ID when
+    # it cannot read the file (systemd.exec(5)), here a comment line, which means no fleet
+    # (tests/test_deploy_units.py runs the command line with it).
+    (fallback,) = service["SetCredential"]
+    assert fallback.startswith("fleet-url:#")
     assert params["ship_to_file"] == "${CREDENTIALS_DIRECTORY}/fleet-url"
     assert params["ship_to"] is None and not params["ship_to_env"]
     assert service["EnvironmentFile"] == ["-/etc/podstore/podstore.env"]

@@ -7,6 +7,7 @@ watch unit's with the URL from its ``LoadCredential=`` file."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -302,12 +303,59 @@ def test_watch_unit_ships_with_the_url_from_its_credential(pg: PgServer, tmp_pat
         high = reader.high_water()
     assert int(pg.psql("SELECT max(seq) FROM fleet_events", database="ops_watch")) == high
 
-    # An empty credential: no fleet; the sync is done and nothing is shipped.
+    # No /etc/podstore/fleet-url: systemd writes the SetCredential= fallback of the same ID,
+    # which means no fleet; the sync is done and nothing is shipped.
+    (fallback,) = service["SetCredential"]
+    fallback_name, _, fallback_value = fallback.partition(":")
+    assert fallback_name == name
     (credentials / name).chmod(0o600)
-    (credentials / name).write_text("")
+    (credentials / name).write_text(fallback_value)
     (plugins / "kubelet_internal_checkpoint").unlink()
     write_checkpoint_file(plugins / "kubelet_internal_checkpoint", dumps_checkpoint([], {}))
     run = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     assert "holds no fleet URL: not shipping" in run.stderr
     assert int(pg.psql("SELECT max(seq) FROM fleet_events", database="ops_watch")) == high
+
+
+def _shell_blocks(text: str, after: str) -> list[list[str]]:
+    """The ```sh blocks of ``text`` from the line holding ``after`` to the next heading."""
+    start = text.index(after)
+    end = text.find("\n#", start)
+    part = text[start : end if end != -1 else len(text)]
+    return [
+        [ln.strip() for ln in block.splitlines() if ln.strip()]
+        for block in re.findall(r"```sh\n(.*?)```", part, re.S)
+    ]
+
+
+@pytest.mark.parametrize("optional", [True, False], ids=["with-optional", "without-optional"])
+@pytest.mark.parametrize(
+    ("doc", "after"), [("README.md", "- **systemd**"), ("docs/deploy.md", "## systemd")]
+)
+def test_the_documented_systemd_steps_work_on_a_fresh_node(
+    tmp_path: Path, doc: str, after: str, optional: bool
+) -> None:
+    """The install steps of README and docs/deploy.md, run as written into an empty root (a
+    fresh node: /etc/systemd/system and nothing of podstore's), with or without the steps
+    marked optional; systemctl and pip are left out (no systemd here, no index)."""
+    repo = DEPLOY.parent
+    root = tmp_path / "node"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    steps = [
+        line
+        for block in _shell_blocks((repo / doc).read_text(), after)
+        for line in block
+        if line.startswith("install ") and (optional or "# optional" not in line)
+    ]
+    assert any("/etc/podstore" in s for s in steps)
+    for step in steps:
+        argv = [
+            str(root) + a if a.startswith("/etc/") else a
+            for a in shlex.split(step.split("#", 1)[0])
+        ]
+        res = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, f"{doc}: {step}\n{res.stderr}"
+    assert (root / "etc/podstore").stat().st_mode & 0o777 == 0o700
+    assert (root / "etc/systemd/system/podstore-watch.service").is_file()
+    assert (root / "etc/podstore/fleet-url").exists() == optional

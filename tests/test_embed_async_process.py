@@ -97,8 +97,8 @@ def test_20000_entries_import_and_export_barely_stall_the_loop(
         async with await AsyncPodStore.open(db) as astore:
             lag_in, report = await worst_lag(astore.import_checkpoint(files["large"]))
             assert report.entries == LARGE
-            lag_out, count = await worst_lag(astore.export_checkpoint(out))
-            assert count == LARGE
+            lag_out, exported = await worst_lag(astore.export_checkpoint(out))
+            assert exported.entries == LARGE
             return lag_in, lag_out, _worker_pid(astore)
 
     with monkeypatch.context() as patch:
@@ -332,7 +332,7 @@ def test_a_readonly_store_opens_readonly_in_the_worker(
 
     async def main() -> None:
         async with await AsyncPodStore.open(db, readonly=True) as astore:
-            assert await astore.export_checkpoint(tmp_path / "async.out") == MEDIUM
+            assert (await astore.export_checkpoint(tmp_path / "async.out")).entries == MEDIUM
             assert _worker_pid(astore) is not None
             with pytest.raises(ReadOnlyStoreError):
                 await astore.import_checkpoint(files["large"])

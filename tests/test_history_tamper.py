@@ -42,9 +42,9 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def verify(db: Path) -> tuple[int, list[dict[str, str]]]:
+def verify(db: Path, *args: str) -> tuple[int, list[dict[str, str]]]:
     run = subprocess.run(
-        podstore_argv("--db", str(db), "verify", "-o", "json"),
+        podstore_argv("--db", str(db), "verify", "-o", "json", *args),
         capture_output=True,
         text=True,
         timeout=120,
@@ -77,6 +77,17 @@ def test_the_untouched_store_passes(history: Path) -> None:
         report = store.verify_history()
     assert report.ok and report.events == 9 and report.head_seq == 9
     assert report.first_broken_seq is None and len(report.head_hash) == 32
+
+
+def test_a_dropped_append_only_trigger_is_reported(history: Path, tmp_path: Path) -> None:
+    """The chain still catches a later edit, but the guard against one is gone: a warning,
+    so ``verify --strict`` fails."""
+    db = tampered(history, tmp_path, UNLOCK)
+    code, findings = verify(db)
+    assert code == 0
+    assert [(f["severity"], f["check"]) for f in findings] == [("warning", "schema")]
+    assert "tr_allocation_events_append_only is missing" in findings[0]["message"]
+    assert verify(db, "--strict") == (1, findings)
 
 
 CASES = {

@@ -107,6 +107,35 @@ def test_text_stays_the_default(tmp_path: Path) -> None:
     assert " INFO applied " in line
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["--log-format", "json", "sql"], None, "Missing argument 'QUERY'"),
+        (["pods", "--log-format", "json", "--bogus"], None, "No such option '--bogus'"),
+        (["--log-format=json", "nope"], None, "No such command 'nope'"),
+        (["export"], {"PODSTORE_LOG_FORMAT": "json"}, "Missing argument 'FILE'"),
+        (["--log-format", "json", "fleet", "nodes", "--bogus"], None, "--bogus"),
+        (["export", "--kind", "cpu", "--boot-id", "x", "f", "--log-format", "json"], None,
+         "--boot-id is for device checkpoints"),
+    ],
+)  # fmt: skip
+def test_usage_errors_follow_the_log_format(
+    tmp_path: Path, args: list[str], env: dict[str, str] | None, words: str
+) -> None:
+    """A usage error is one JSON object too (exit 2 as ever), also when it stops the parse
+    before the option that asked for JSON was applied."""
+    db = tmp_path / "s.db"
+    assert podstore("--db", str(db), "migrate", "upgrade", cwd=tmp_path).returncode == 0
+    run = podstore("--db", str(db), *args, cwd=tmp_path, env=env)
+    assert run.returncode == 2
+    (obj,) = objects(run.stderr)
+    assert obj["level"] == "error" and obj["error"] == "UsageError", obj
+    assert words in obj["message"] and obj["usage"].startswith("Usage: podstore")
+    text = podstore("--db", str(db), *[a for a in args if "json" not in a and a != "--log-format"],
+                    cwd=tmp_path)  # fmt: skip
+    assert text.returncode == 2 and "{" not in text.stderr and words in text.stderr
+
+
 def test_a_bad_log_format_is_a_usage_error(tmp_path: Path) -> None:
     run = podstore("--log-format", "xml", "pods", cwd=tmp_path)
     assert run.returncode == 2 and "'xml' is not one of" in run.stderr

@@ -20,7 +20,7 @@ from harness.watch_support import podstore_command
 
 from podstore import PodStore, check_store
 from podstore.checkpoint import FILE_NAMES, KINDS, dumps_cpu_state
-from podstore.errors import CheckpointCorruptError, PodStoreError
+from podstore.errors import CheckpointCorruptError, CheckpointNotFoundError, PodStoreError
 
 
 def _load(node: Node, root: Path, **kw: Any) -> tuple[Path, Any]:
@@ -75,6 +75,7 @@ NUMA_SQL = (
 def test_views_say_what_the_node_holds(node: Node, tmp_path: Path) -> None:
     db, report = _load(node, tmp_path)
     assert set(report.checkpoints) == set(KINDS) and report.absent == ()
+    assert report.topology is not None and report.names is not None
     assert report.topology.items == node.numa and report.names.items == node.pods
     assert _rows(db, NUMA_SQL) == _expected_numa(node)
     misaligned = sorted(pod_uid(i) for i in node.misaligned)
@@ -139,12 +140,13 @@ def test_no_topology_leaves_the_numa_of_cpus_unknown(tmp_path: Path) -> None:
     node = Node(4, misaligned={1})
     kubelet = node.write_kubelet_dir(tmp_path / "kubelet")
     logs = node.write_pod_logs(tmp_path / "pods")
+    # A sysfs of a machine without NUMA support: devices/system, and no node directory.
     empty = tmp_path / "sys"
-    empty.mkdir()
+    (empty / "devices" / "system" / "cpu").mkdir(parents=True)
     db = tmp_path / "s.db"
     with PodStore.open(db) as store:
         report = store.import_node(kubelet, sysfs=empty, pod_logs=logs)
-    assert report.topology.items == 0
+    assert report.topology is not None and report.topology.items == 0
     assert _rows(db, "SELECT DISTINCT numa_node FROM v_cpu_assignments") == [(None,)]
     assert _rows(db, "SELECT DISTINCT numa_node FROM v_shared_cpus") == [(None,)]
     # Devices and memory still say where they are: two known sets, so the rule still applies.
@@ -195,6 +197,43 @@ def test_a_missing_file_leaves_its_kind_as_it_was(missing: str, tmp_path: Path) 
                                    pod_logs=tmp_path / "pods")  # fmt: skip
     assert report.absent == (missing,) and missing not in report.checkpoints
     assert report.events == 0
+    assert table_dump(db) == before
+
+
+def test_a_mistyped_sysfs_or_pod_logs_leaves_the_stored_facts(tmp_path: Path) -> None:
+    """A source that is not there (a typo) is like an absent file: its facts stay as they
+    were, the report says so, and the command succeeds for what was there."""
+    node = Node(3, misaligned={0})
+    db, _ = _load(node, tmp_path)
+    before = table_dump(db)
+    typo_sys, typo_logs = tmp_path / "sys-typo", tmp_path / "pods-typo"
+    with PodStore.open(db) as store:
+        report = store.import_node(tmp_path / "kubelet", sysfs=typo_sys, pod_logs=typo_logs)
+    assert report.topology is None and report.names is None and report.events == 0
+    assert table_dump(db) == before
+    res = _cli(db, "import-node", str(tmp_path / "kubelet"), "--sysfs", str(typo_sys),
+               "--pod-logs", str(typo_logs))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert f"absent: NUMA topology: {typo_sys} is no sysfs (left as it was)" in res.stdout
+    assert f"absent: pod names: {typo_logs} is no directory (left as it was)" in res.stdout
+    assert table_dump(db) == before
+    assert _rows(db, "SELECT pod_uid FROM v_numa_misaligned") == [(pod_uid(0),)]
+
+
+def test_a_directory_without_any_checkpoint_is_refused(tmp_path: Path) -> None:
+    """``import-node /mistyped/kubelet``: no source of kubelet's at all is an error, and the
+    local sysfs and pod logs are not read into the store either."""
+    node = Node(3)
+    db, _ = _load(node, tmp_path)
+    before = table_dump(db)
+    other = Node(5, numa=4)
+    sysfs, logs = other.write_sysfs(tmp_path / "sys2"), other.write_pod_logs(tmp_path / "pods2")
+    for kubelet in (tmp_path / "mistyped", tmp_path / "pods"):  # missing; holding no file
+        with PodStore.open(db) as store, pytest.raises(CheckpointNotFoundError):
+            store.import_node(kubelet, sysfs=sysfs, pod_logs=logs)
+        res = _cli(db, "import-node", str(kubelet), "--sysfs", str(sysfs), "--pod-logs", str(logs))
+        assert res.returncode == 1 and res.stdout == ""
+        assert "none of kubelet's checkpoint files" in res.stderr
     assert table_dump(db) == before
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,26 @@ def cpu_states(draw: st.DrawFn) -> CPUManagerState:
         version=version,
         type_name=type_name,
     )
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_pod_entry_without_cpus_is_written_as_kubelet_writes_it(version: int) -> None:
+    """``PodEntry.MarshalJSON`` leaves an empty set out: ``{}``, never ``{"cpuSet":""}``. Both
+    read back to the same state and checksum (the hash is over the decoded set), so only the
+    bytes tell; kubelet's are what an export must give."""
+    state = CPUManagerState(
+        "static",
+        frozenset(range(4)),
+        pod_entries={"a": frozenset({4}), "z": frozenset()},
+        version=version,
+    )
+    data = dumps_cpu_state(state)
+    pods = '{"a":{"cpuSet":"4"},"z":{}}'
+    assert f'"podEntries":{pods}' in data.decode()
+    if version == 4:  # the data string holds it too, escaped
+        assert f'"podEntries":{pods}'.replace('"', '\\"') in data.decode()
+    assert b'"cpuSet":""' not in data.replace(b'\\"', b'"')  # nor in v4's escaped data
+    assert read_cpu_state(data).pod_entries == state.pod_entries
 
 
 @settings(max_examples=150, deadline=None)

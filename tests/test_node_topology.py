@@ -75,6 +75,20 @@ def test_junk_entries_are_skipped_and_named(tmp_path: Path) -> None:
     assert all("\n" not in s for s in topo.skipped)
 
 
+def test_a_cpu_listed_twice_stays_with_the_lower_node_id(tmp_path: Path) -> None:
+    """Nodes are visited by number, not by name: ``node10`` sorts before ``node2`` as text,
+    yet CPU 5, listed by both, is node 2's (the lower id), and node 10 is named skipped."""
+    _node(tmp_path, "node2", "4-5\n")
+    _node(tmp_path, "node10", "5-6\n")
+    _node(tmp_path, "node1", "0-3\n")
+    topo = read_numa_topology(tmp_path)
+    assert topo is not None
+    assert topo.nodes == {1: {0, 1, 2, 3}, 2: {4, 5}, 10: {6}}
+    reasons = dict(s.split(": ", 1) for s in topo.skipped)
+    assert set(reasons) == {"node10"} and "[5]" in reasons["node10"]
+    assert topo.cpu_nodes()[5] == 2 and topo.node_of(5) == 2
+
+
 def test_an_oversized_cpulist_is_skipped(tmp_path: Path) -> None:
     _node(tmp_path, "node0", "0\n")
     _node(tmp_path, "node1", "1," * 40000)

@@ -23,11 +23,14 @@ from podstore import (
     CheckpointError,
     CheckpointFormatError,
     ContainerAllocateResponse,
+    ExportReport,
     InvalidInputError,
     PodDevicesEntry,
     PodStore,
+    SkippedEntry,
 )
 from podstore.checkpoint import dumps_checkpoint, read_checkpoint
+from podstore.storage.transfer import NO_RESPONSE
 
 VECTORS = Path(__file__).parent / "vectors"
 MANIFEST: list[dict[str, Any]] = json.loads((VECTORS / "MANIFEST.json").read_text())["vectors"]
@@ -112,9 +115,27 @@ def test_kubelet_files_round_trip_byte_for_byte(
     source = VECTORS / vector["file"]
     report = store.import_checkpoint(source)
     out = tmp_path / "kubelet_internal_checkpoint"
-    count = store.export_checkpoint(out, boot_id=report.boot_id)
-    assert count == report.imported
+    exported = store.export_checkpoint(out, boot_id=report.boot_id)
+    assert exported.entries == report.imported and exported.left_out == ()
     assert out.read_bytes() == source.read_bytes()
+
+
+def test_export_reports_the_entries_it_leaves_out(store: PodStore, tmp_path: Path) -> None:
+    """The README's quick start: pod-uid-2's GPU-0 has no allocation response, so kubelet's
+    file would not list it; the export writes those bytes and names the entry it left out."""
+    store.insert("pod-uid-1", "a", "nvidia.com/gpu", {0: ["GPU-1"]}, b"")
+    store.insert("pod-uid-2", "c", "nvidia.com/gpu", {-1: ["GPU-0"]}, None)
+    store.insert("pod-uid-3", "b", "example.com/nic", {1: ["NIC-0"]}, b"\x12\x00")
+    report = store.export_checkpoint(tmp_path / "out")
+    assert report == ExportReport(
+        str(tmp_path / "out"),
+        2,
+        (SkippedEntry(1, "pod-uid-2", "c", "nvidia.com/gpu", NO_RESPONSE),),
+    )
+    listed = store.to_checkpoint_data()
+    assert len(listed) == 2
+    assert (tmp_path / "out").read_bytes() == dumps_checkpoint(listed, {})
+    assert store.export_checkpoint(tmp_path / "again").left_out == report.left_out
 
 
 def test_round_trip_survives_reopening(db_path: Path, tmp_path: Path) -> None:

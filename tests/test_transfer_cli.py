@@ -12,6 +12,7 @@ import pytest
 from harness.cli import column, on_a_terminal, without_paths
 
 from podstore import PodStore
+from podstore.cli.checkpoint import SKIPPED_SHOWN
 
 VECTORS = Path(__file__).parent / "vectors"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "kubelet_internal_checkpoint"
@@ -39,6 +40,28 @@ def test_import_then_export_round_trips(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "exported 11 entries" in res.stdout
     assert (tmp_path / "out").read_bytes() == (VECTORS / "v2-small.json").read_bytes()
+
+
+def test_export_says_what_it_left_out(tmp_path: Path) -> None:
+    """Entries without an allocation response are not in the file (kubelet writes only those
+    with one): the file keeps kubelet's bytes, and the command counts and names the rest."""
+    db = tmp_path / "s.db"
+    with PodStore.open(db) as s:
+        s.insert("pod-uid-1", "trainer", "nvidia.com/gpu", {0: ["GPU-1"]}, b"")
+        for i in range(SKIPPED_SHOWN + 2):
+            s.insert(f"pod-uid-{i + 2}", "c", "nvidia.com/gpu", {-1: [f"GPU-{i + 2}"]}, None)
+        s.export_checkpoint(tmp_path / "api")
+    res = podstore("--db", db, "export", tmp_path / "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"exported 1 entries to {tmp_path / 'out'}"
+    assert lines[1] == (
+        f"left out {SKIPPED_SHOWN + 2} entries without an allocation response "
+        "(kubelet writes only entries with one):"
+    )
+    assert lines[2].startswith("  left out entry 1 (pod-uid-2/c/nvidia.com/gpu): no allocation")
+    assert lines[-1] == "  ... and 2 more" and len(lines) == 2 + SKIPPED_SHOWN + 1
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "api").read_bytes()
 
 
 def test_bundled_example_is_a_valid_checkpoint(tmp_path: Path) -> None:

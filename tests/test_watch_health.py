@@ -91,10 +91,14 @@ def test_a_following_watch_is_live_and_ready_and_says_so_in_json(
     assert follower["checkpoint"] == str(cp)
     assert follower["last_result"] == "applied" and follower["alive"] is True
     assert 0 <= follower["last_good_sync_age_seconds"] < 60
-    # The same server still serves the metrics (any other path, as before), a HEAD of a
-    # health path has no body, and nothing but GET and HEAD is taken there.
+    # The same server still serves the metrics on /metrics and on no other path (a mistyped
+    # scrape path fails rather than looking right), a HEAD of a health path has no body, and
+    # nothing but GET and HEAD is taken there.
     status, metrics = http(base + "/metrics")
     assert status == 200 and b"podstore_checkpoint_syncs_total" in metrics
+    for other in ("/", "/metric", "/metrics/", "/healthz/x", "/favicon.ico"):
+        status, body = http(base + other)
+        assert status == 404 and b"podstore_" not in body, other
     assert http(base + "/healthz", "HEAD") == (200, b"")
     assert http(base + "/healthz", "POST")[0] == 405
     assert w.stop() == 0, w.log()

@@ -4,9 +4,12 @@ with a fake sysfs and /var/log/pods tree."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +17,7 @@ from typing import Any
 
 import pytest
 from harness.nodegen import NIC, Node, pod_uid, replace_file
+from harness.refmodel import table_dump
 from harness.watch_support import podstore_command, wait_for
 
 from podstore import PodStore, PodStoreError, check_store
@@ -36,7 +40,14 @@ _SYNCS = re.compile(
 
 
 class NodeWatch:
-    def __init__(self, root: Path, node: Node, *, kinds: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        node: Node,
+        *,
+        kinds: tuple[str, ...] | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.root = root
         self.node = node
         self.kubelet = node.write_kubelet_dir(
@@ -50,7 +61,7 @@ class NodeWatch:
         self.proc = subprocess.Popen(
             [*podstore_command(), "--db", str(self.db), "watch", "--kubelet-dir",
              str(self.kubelet), "--sysfs", str(self.sysfs), "--pod-logs", str(self.logs),
-             "--interval", "1", "--textfile", str(self.textfile)],
+             "--interval", "1", "--textfile", str(self.textfile), *extra],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
         )  # fmt: skip
@@ -228,6 +239,57 @@ def test_a_file_absent_at_the_start_is_followed_until_it_appears(start: Any) -> 
     w.wait(lambda: w.query(named) == [("pod",)], "the new name")
     assert w.stop() == 0
     assert "Traceback" not in w.log()
+
+
+def test_a_node_without_dra_turns_ready(start: Any) -> None:
+    """A file absent since the start is no error (docs/watch.md), so readiness must not wait
+    for its first sync: a node without DRA never writes one, and its pod would never be
+    Ready. Once the present files are synced, /readyz answers 200."""
+    w = start(Node(3), kinds=("devices", "cpu", "memory"), extra=("--metrics-addr", "127.0.0.1:0"))
+    w.started(("devices", "cpu", "memory"))
+    serving = re.compile(r"serving metrics on (http://\S+)/metrics")
+    w.wait(lambda: serving.search(w.log()), "the metrics endpoint")
+    base = serving.findall(w.log())[0]
+
+    def readyz() -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(base + "/readyz", timeout=30) as r:
+                return int(r.status), json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), json.loads(exc.read())
+
+    w.wait(lambda: readyz()[0] == 200, "/readyz 200")
+    assert readyz() == (200, {"status": "ready", "problems": []})
+    assert w.syncs()[("dra", "missing")] == 0  # still not counted as a sync
+    assert w.stop() == 0
+
+
+def _once(db: Path, kubelet: Path, sysfs: Path, logs: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*podstore_command(), "--db", str(db), "watch", "--once", "--kubelet-dir", str(kubelet),
+         "--sysfs", str(sysfs), "--pod-logs", str(logs)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_mistyped_source_leaves_the_watched_facts(tmp_path: Path) -> None:
+    """watch's path: a --sysfs or --pod-logs that is not there leaves the stored topology and
+    names (and says so); a --kubelet-dir without any file fails --once and writes nothing."""
+    node = Node(3, misaligned={1})
+    kubelet, sysfs, logs = node.write_all(tmp_path)
+    db = tmp_path / "s.db"
+    assert _once(db, kubelet, sysfs, logs).returncode == 0
+    before = table_dump(db)
+    res = _once(db, kubelet, tmp_path / "sys-typo", tmp_path / "pods-typo")
+    assert res.returncode == 0, res.stderr
+    assert f"{tmp_path / 'sys-typo'}: not there" in res.stderr
+    assert f"{tmp_path / 'pods-typo'}: not there" in res.stderr
+    assert table_dump(db) == before
+    other = Node(5, numa=4)
+    res = _once(db, tmp_path / "mistyped", other.write_sysfs(tmp_path / "sys2"),
+                other.write_pod_logs(tmp_path / "pods2"))  # fmt: skip
+    assert res.returncode == 1 and "none of kubelet's checkpoint files" in res.stderr
+    assert table_dump(db) == before
 
 
 def test_checkpoint_and_kubelet_dir_together_is_a_usage_error(tmp_path: Path) -> None:

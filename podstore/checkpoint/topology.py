@@ -3,6 +3,8 @@
 Linux lists each NUMA node as a directory ``devices/system/node/nodeN`` under sysfs (``/sys``)
 whose ``cpulist`` file holds the node's CPUs as a CPU list (``0-3,8-11``). A machine without
 NUMA support has no such directory: it then has no topology (``None``), which is not an error.
+A root without ``devices/system`` is no sysfs at all (:func:`is_sysfs`: a mistyped path), and
+callers leave what they stored from a real one as it was.
 Entries that are not a node directory with a readable, valid ``cpulist`` are skipped and
 named in :attr:`NumaTopology.skipped`, never fatal.
 """
@@ -39,6 +41,12 @@ class NumaTopology:
             if cpu in self.nodes[node]:
                 return node
         return None
+
+
+def is_sysfs(sysfs: str | os.PathLike[str] = DEFAULT_SYSFS) -> bool:
+    """Whether ``sysfs`` is a sysfs root: every Linux sysfs has ``devices/system``, with or
+    without NUMA nodes under it."""
+    return os.path.isdir(os.path.join(os.fspath(sysfs), "devices", "system"))
 
 
 def read_numa_topology(sysfs: str | os.PathLike[str] = DEFAULT_SYSFS) -> NumaTopology | None:

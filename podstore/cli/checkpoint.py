@@ -14,7 +14,7 @@ from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
 from podstore.cli.progress import progress
 from podstore.errors import CheckpointCorruptError, CheckpointError, ImportRefusedError
-from podstore.types import NodeSyncReport
+from podstore.types import NodeSyncReport, SkippedEntry
 
 #: How many skipped entries the import report names one by one before it says "and N more".
 SKIPPED_SHOWN = 20
@@ -125,20 +125,24 @@ def import_(
         + ("; merged" if report.merged else "")
         + "]"
     )
-    skipped = report.skipped
-    if skipped:
+    _list_skipped(
+        report.skipped, "skipped", "whose AllocResp does not decode (kubelet skips them too)"
+    )
+
+
+def _list_skipped(skipped: tuple[SkippedEntry, ...], verb: str, why: str) -> None:
+    """Say how many entries an import skipped or an export left out, and name the first."""
+    if not skipped:
+        return
+    click.echo(f"{verb} {len(skipped)} {'entry' if len(skipped) == 1 else 'entries'} {why}:")
+    for s in skipped[:SKIPPED_SHOWN]:
         click.echo(
-            f"skipped {len(skipped)} {'entry' if len(skipped) == 1 else 'entries'} whose "
-            "AllocResp does not decode (kubelet skips them too):"
+            f"  {verb} entry {s.index} ({escape_controls(s.pod_uid)}/"
+            f"{escape_controls(s.container_name)}/{escape_controls(s.resource_name)}): "
+            f"{escape_controls(s.reason)}"
         )
-        for s in skipped[:SKIPPED_SHOWN]:
-            click.echo(
-                f"  skipped entry {s.index} ({escape_controls(s.pod_uid)}/"
-                f"{escape_controls(s.container_name)}/{escape_controls(s.resource_name)}): "
-                f"{escape_controls(s.reason)}"
-            )
-        if len(skipped) > SKIPPED_SHOWN:
-            click.echo(f"  ... and {len(skipped) - SKIPPED_SHOWN} more")
+    if len(skipped) > SKIPPED_SHOWN:
+        click.echo(f"  ... and {len(skipped) - SKIPPED_SHOWN} more")
 
 
 @click.command("export")
@@ -155,6 +159,8 @@ def import_(
 def export(ctx: Context, file: Path, kind: str, boot_id: str | None) -> None:
     """Write the store as the kubelet checkpoint FILE of --kind (atomic, mode 0600): exactly
     the bytes kubelet writes for that state, in the format the loaded file was written in.
+    Device entries without an allocation response are left out, as kubelet leaves them out;
+    the command says how many, and names the first.
 
     Reads the store read-only: write access to the store is not needed, only to FILE's
     directory.
@@ -167,8 +173,13 @@ def export(ctx: Context, file: Path, kind: str, boot_id: str | None) -> None:
         click.echo(f"exported {count} entries of the {KIND_NAMES[kind]} to {file}")
         return
     with progress("reading entries") as bar:
-        count = store.export_checkpoint(file, boot_id=boot_id, progress=bar)
-    click.echo(f"exported {count} entries to {file}")
+        report = store.export_checkpoint(file, boot_id=boot_id, progress=bar)
+    click.echo(f"exported {report.entries} entries to {file}")
+    _list_skipped(
+        report.left_out,
+        "left out",
+        "without an allocation response (kubelet writes only entries with one)",
+    )
 
 
 @click.command("verify-checkpoint")

@@ -10,7 +10,8 @@ value given after the command wins over one given before it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -144,9 +145,65 @@ def add_global_options(command: click.Command) -> None:
             add_global_options(sub)
 
 
+def asked_log_format(args: Sequence[str]) -> str:
+    """The ``--log-format`` a command line asks for (its last), else the environment's, else
+    the one in force: a usage error can stop the parse before the option's callback ran."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--log-format" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--log-format="):
+            found = arg.partition("=")[2]
+    return found or os.environ.get("PODSTORE_LOG_FORMAT") or logs.current()
+
+
+class JsonUsageError(click.UsageError):
+    """A usage error shown as one JSON object on stderr (``--log-format json``), exit 2."""
+
+    def __init__(self, cause: click.UsageError) -> None:
+        super().__init__(cause.format_message(), cause.ctx)
+
+    def show(self, file: Any = None) -> None:
+        usage = self.ctx.get_usage() if self.ctx is not None else None
+        logs.set_format("json")  # asked for on a command line whose parse this error stopped
+        logs.say("error", self.format_message(), error="UsageError", usage=usage)
+
+
+_ARGS_KEY = "podstore.args"
+
+
 class PodstoreGroup(click.Group):
-    """A group whose commands all accept the global options after their name too."""
+    """A group whose commands all accept the global options after their name too, and whose
+    usage errors follow ``--log-format``."""
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         add_global_options(cmd)
         super().add_command(cmd, name)
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            ctx = super().make_context(info_name, list(args), parent, **extra)
+        except click.UsageError as exc:
+            raise _shown(exc, args) from None
+        ctx.meta.setdefault(_ARGS_KEY, list(args))
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _shown(exc, ctx.meta.get(_ARGS_KEY, [])) from None
+
+
+def _shown(exc: click.UsageError, args: Sequence[str]) -> click.UsageError:
+    if isinstance(exc, JsonUsageError) or asked_log_format(args) != "json":
+        return exc
+    return JsonUsageError(exc)

@@ -90,7 +90,9 @@ def import_node(
 
     Each writes only what differs, each change a history event. Every present file is
     verified first: one that fails refuses the whole command (exit 1, nothing changed). A
-    kind whose file is absent is left as it was and reported. Exit status 0 when loaded.
+    kind whose file is absent is left as it was and reported, and so are the topology and
+    names when --sysfs or --pod-logs is not there; a KUBELET_DIR without any of the files is
+    refused (exit 1). Exit status 0 when loaded.
     """
     report = ctx.store().import_node(
         kubelet_dir, sysfs=sysfs, pod_logs=pod_logs, max_bytes=max_bytes
@@ -102,12 +104,19 @@ def import_node(
             click.echo("imported " + node_report_line(part))
     for kind in report.absent:
         click.echo(f"absent: {KIND_NAMES[kind]} (left as it was)")
-    for part, what in ((report.topology, "NUMA topology"), (report.names, "pod names")):
-        click.echo("imported " + _facts_line(part, what))
-        for reason in part.skipped[:SKIPPED_SHOWN]:
+    sources = (
+        (report.topology, "NUMA topology", f"{sysfs} is no sysfs"),
+        (report.names, "pod names", f"{pod_logs} is no directory"),
+    )
+    for facts, what, why in sources:
+        if facts is None:
+            click.echo(f"absent: {what}: {escape_controls(why)} (left as it was)")
+            continue
+        click.echo("imported " + _facts_line(facts, what))
+        for reason in facts.skipped[:SKIPPED_SHOWN]:
             click.echo(f"  skipped {escape_controls(reason)}")
-        if len(part.skipped) > SKIPPED_SHOWN:
-            click.echo(f"  ... and {len(part.skipped) - SKIPPED_SHOWN} more")
+        if len(facts.skipped) > SKIPPED_SHOWN:
+            click.echo(f"  ... and {len(facts.skipped) - SKIPPED_SHOWN} more")
 
 
 def _usage_row(u: NumaUsage) -> dict[str, Any]:

@@ -52,7 +52,8 @@ def _pod_rows(
         name = names.get(uid)
         return {
             "pod_uid": uid,
-            "containers": pod.containers if pod else 0,
+            # Every manager's containers, where the others know the pod.
+            "containers": held.containers if held else pod.containers if pod else 0,
             "entries": pod.entries if pod else 0,
             "devices": pod.devices if pod else 0,
             "resources": list(pod.resources) if pod else [],

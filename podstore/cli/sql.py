@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import click
 
 from podstore.cli.context import Context
 from podstore.cli.output import F, emit, output_option
+from podstore.errors import QueryLimitError
 
 
 def _params(_ctx: click.Context, _p: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -97,6 +98,25 @@ def sql(
     the rows printed before that are an incomplete answer.
     """
     store = ctx.store(readonly=True)
+    stopped: list[QueryLimitError] = []
     with store.stream(query, params, timeout=timeout or None, max_rows=max_rows) as rows:
         columns = unique_columns(rows.columns)
-        emit((dict(zip(columns, map(_value, row), strict=True)) for row in rows), columns, output)
+        emit(
+            (
+                dict(zip(columns, map(_value, row), strict=True))
+                for row in _until_limit(rows, stopped)
+            ),
+            columns,
+            output,
+        )
+    if stopped:
+        raise stopped[0]
+
+
+def _until_limit(rows: Iterable[Any], stopped: list[QueryLimitError]) -> Iterator[Any]:
+    """``rows`` until a limit stops them: the rows before it still make a whole document
+    (a JSON array closed, the last table window printed), and the error is raised after."""
+    try:
+        yield from rows
+    except QueryLimitError as exc:
+        stopped.append(exc)

@@ -68,6 +68,9 @@ Route = Callable[[], tuple[int, bytes]]
 
 _REASONS = {200: "200 OK", 503: "503 Service Unavailable"}
 
+#: The one path the metrics are served on.
+METRICS_PATH = "/metrics"
+
 
 class _Server(ThreadingMixIn, WSGIServer):
     """One thread per request, so that a health probe never waits behind a scrape (which
@@ -82,14 +85,19 @@ class _Quiet(WSGIRequestHandler):
 
 
 def _app(registry: CollectorRegistry, routes: Mapping[str, Route]) -> Any:
-    """The WSGI application: ``routes`` by path, the metrics for any other path (as
-    prometheus_client serves them: GET, gzip when asked, OpenMetrics when asked)."""
+    """The WSGI application: the metrics on ``/metrics`` (as prometheus_client serves them:
+    GET, gzip when asked, OpenMetrics when asked), ``routes`` by path, 404 for any other
+    path (a mistyped scrape path must fail, not look like the metrics)."""
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        route = routes.get(environ.get("PATH_INFO", ""))
-        if route is None:
+        path = environ.get("PATH_INFO", "")
+        if path == METRICS_PATH:
             return metrics(environ, start_response)  # type: ignore[no-any-return]
+        route = routes.get(path)
+        if route is None:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: the metrics are on /metrics\n"]
         if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
             start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
             return [b""]

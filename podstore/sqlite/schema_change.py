@@ -182,7 +182,7 @@ class _RollBack(Exception):
 class _Table:
     rows: int
     columns: dict[str, int]  # column → non-null values
-    keys: set[str] | None  # single-column primary key values, when the table is small
+    keys: set[object] | None  # single-column primary key values, when the table is small
     key_column: str | None
 
 
@@ -210,11 +210,18 @@ def _snapshot(conn: sqlalchemy.Connection) -> tuple[dict[str, _Table], set[str]]
         keys = None
         if key_column is not None and rows <= NAMED_ROWS:
             quoted = '"' + key_column.replace('"', '""') + '"'
-            keys = {str(r[0]) for r in q(f"SELECT {quoted} FROM {ident}")}
+            keys = {r[0] for r in q(f"SELECT {quoted} FROM {ident}")}
         values = {c: int(str(n)) for c, n in zip(columns, counts[1:], strict=True)}
         tables[str(name)] = _Table(rows, values, keys, key_column)
     views = {str(r[0]) for r in q("SELECT name FROM sqlite_master WHERE type = 'view'")}
     return tables, views
+
+
+def _key_order(value: object) -> tuple[int, float, str]:
+    """Numbers (seqs, ids) in numeric order, then text in code point order."""
+    if isinstance(value, int | float):
+        return (0, value, "")
+    return (1, 0.0, str(value))
 
 
 def _diff(
@@ -233,7 +240,8 @@ def _diff(
         if kept.rows < table.rows:
             gone: tuple[str, ...] = ()
             if table.keys is not None and kept.keys is not None:
-                gone = tuple(f"{table.key_column}={k}" for k in sorted(table.keys - kept.keys))
+                lost = sorted(table.keys - kept.keys, key=_key_order)
+                gone = tuple(f"{table.key_column}={k}" for k in lost)
             out.append(Loss("rows", name, table.rows - kept.rows, gone))
     out.extend(Loss("view", v) for v in sorted(old_views - new_views))
     return out

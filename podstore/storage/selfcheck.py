@@ -33,6 +33,7 @@ from podstore.storage import chain, responses
 from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import checks as sql
 from podstore.storage.sql import node_checks as node_sql
+from podstore.storage.sql import views as views_sql
 
 Severity = Literal["error", "warning"]
 
@@ -177,6 +178,19 @@ def _schema(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     missing = [t for t in _STORE_TABLES if t not in tables]
     if missing:
         out.append(Finding("error", "schema", f"missing tables: {', '.join(missing)}"))
+    triggers = {str(r[0]) for r in conn.execute(sql.TRIGGER_NAMES)}
+    # The hash chain still catches an edit made without the trigger; the guard against
+    # making one is what is gone.
+    for name, _create in views_sql.TRIGGERS:
+        if name not in triggers:
+            out.append(
+                Finding(
+                    "warning",
+                    "schema",
+                    f"trigger {name} is missing: nothing stops an UPDATE of the history "
+                    "(the history-chain check still finds one)",
+                )
+            )
     return out
 
 

@@ -127,14 +127,25 @@ def counted(
     progress(done, max(done, total))
 
 
+#: Why ``export_bytes`` leaves an entry out.
+NO_RESPONSE = "no allocation response: kubelet writes only entries with one"
+
+
 def export_bytes(
     conn: sqlite3.Connection, boot_id: str | None, progress: Progress | None
-) -> tuple[bytes, int]:
-    """The checkpoint file for the store's state, read in the caller's snapshot, and the
-    number of entries it lists."""
-    listed: Iterable[PodDevicesEntry] = (
-        e.checkpoint_entry(file_form=True) for e in entries.read_entries(conn, with_response=True)
-    )
+) -> tuple[bytes, int, list[SkippedEntry]]:
+    """The checkpoint file for the store's state, read in the caller's snapshot, the number of
+    entries it lists, and the entries left out of it (no allocation response)."""
+    left_out: list[SkippedEntry] = []
+
+    def listed_only(stored: Iterable[entries.StoredEntry]) -> Iterator[PodDevicesEntry]:
+        for i, e in enumerate(stored):
+            if e.alloc_resp is None:
+                left_out.append(SkippedEntry(i, *e.key, NO_RESPONSE))
+            else:
+                yield e.checkpoint_entry(file_form=True)
+
+    listed: Iterable[PodDevicesEntry] = listed_only(entries.read_entries(conn))
     if progress is not None:
         total = int(conn.execute(sql.COUNTS).fetchone()[2])
         listed = counted(listed, total, progress)
@@ -146,7 +157,7 @@ def export_bytes(
     null_registered = entries.meta(conn, "registered_json_null") == "1"
     registered_out = None if not registered and null_registered else registered
     data = dumps_checkpoint(listed or empty_form, registered_out, boot_id or None)
-    return data, len(listed)
+    return data, len(listed), left_out
 
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:

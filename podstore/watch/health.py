@@ -15,8 +15,9 @@ Live (``/healthz`` 200) unless one of these holds for a follower:
 
 A missing or bad checkpoint file is not a liveness problem (a restart would not mend it; the
 metrics and alerts say so), nor is a fleet database that is down. Ready (``/readyz`` 200)
-once every follower's first sync ended with anything but a store error, until the watch
-stops (then the store is about to close).
+once every follower's first sync ended with anything but a store error — a ``--kubelet-dir``
+file absent since the start has nothing to sync and counts as done (a node without DRA never
+writes its file) —, until the watch stops (then the store is about to close).
 
 Both answers are small JSON objects: ``{"status": "ok"|"unhealthy"|"ready"|"not ready",
 "problems": [...], "followers": [{"checkpoint", "last_good_sync_age_seconds", "last_result",
@@ -78,6 +79,11 @@ class Pulse:
             self.errors_since = self.sync_since if self.sync_since is not None else now
         self.sync_since = None
         self.loop_at = now
+
+    def nothing_to_sync(self) -> None:
+        """The file is absent since the start: no sync to wait for (not a result either)."""
+        self.first_ok = True
+        self.loop_at = self.clock()
 
     def stopped(self) -> None:
         """The loop ended (the follower calls this in a ``finally``: an exception that ends

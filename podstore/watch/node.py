@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from podstore.checkpoint import FILE_NAMES, KINDS, read_numa_topology, read_pod_names
+from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import PodStoreError
 from podstore.metrics.stats import SyncStats
 from podstore.store import PodStore
@@ -71,6 +72,7 @@ class NodeFollower(Follower):
                 log.info("%s: absent; following its directory until it appears", self.path)
                 self._said_absent = True
             self._seen = signature(self.path)
+            self.pulse.nothing_to_sync()
             return SyncOutcome("missing", 0.0, problem="absent since the start")
         self._been_there = True
         return super().sync()
@@ -96,26 +98,46 @@ class NodeFollower(Follower):
 
 
 class NodeFacts:
-    """The topology and pod names, read again when asked and written when they differ."""
+    """The topology and pod names, read again when asked and written when they differ; a
+    source that is not there (no sysfs, no pod log directory: a mistyped path) leaves what
+    the store holds as it was, and says so once."""
 
     def __init__(self, store: PodStore, dirs: NodeDirs) -> None:
         self.store = store
         self.dirs = dirs
         self._lock = threading.Lock()
-        self._seen: tuple[object, object] | None = None
+        self._seen: tuple[object, ...] | None = None
+        self._said: set[str] = set()
+
+    def _there(self, ok: bool, path: str, what: str) -> bool:
+        if ok:
+            self._said.discard(path)
+        elif path not in self._said:
+            self._said.add(path)
+            log.warning("%s: not there; the stored %s are left as they were", path, what)
+        return ok
 
     def refresh(self) -> None:
         """Read both and write what differs (never raises: a store error is logged)."""
         with self._lock:
-            topology = read_numa_topology(self.dirs.sysfs)
-            names = read_pod_names(self.dirs.pod_logs)
-            seen = (None if topology is None else topology.nodes, names.pods)
+            has_sysfs = self._there(is_sysfs(self.dirs.sysfs), self.dirs.sysfs, "NUMA nodes")
+            has_logs = self._there(os.path.isdir(self.dirs.pod_logs), self.dirs.pod_logs, "names")
+            topology = read_numa_topology(self.dirs.sysfs) if has_sysfs else None
+            names = read_pod_names(self.dirs.pod_logs) if has_logs else None
+            seen = (
+                None if topology is None else topology.nodes,
+                has_sysfs,
+                None if names is None else names.pods,
+            )
             if seen == self._seen:
                 return
             try:
                 with self.store.transaction():
-                    changed = self.store.set_numa_topology(topology).events
-                    changed += self.store.set_pod_names(names).events
+                    changed = 0
+                    if has_sysfs:
+                        changed += self.store.set_numa_topology(topology).events
+                    if names is not None:
+                        changed += self.store.set_pod_names(names).events
             except PodStoreError as exc:
                 log.error("recording the topology and pod names failed: %s", exc)
                 return

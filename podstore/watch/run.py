@@ -265,6 +265,14 @@ class Watch:
         for f in self.node_followers:
             if not f.sync().ok and not f.absent:
                 failed = True
+        if self.node_followers and all(_absent(f) for f in (self.follower, *self.node_followers)):
+            # No file of kubelet's at all: a mistyped --kubelet-dir, whose sysfs and pod logs
+            # are not read into the store either.
+            log.error(
+                "%s: none of kubelet's checkpoint files is there (not kubelet's directory?)",
+                self.config.kubelet_dir,
+            )
+            return EXIT_FAILED
         if self.facts is not None:
             self.facts.refresh()
         if failed:

@@ -3,9 +3,11 @@ pod names, verified first and then loaded in one transaction.
 
 :func:`prepare` reads and verifies every file that is there (before the write lock): one that
 fails verification raises, and nothing is written. A kind whose file is absent is left as it
-was. :func:`apply` then writes every kind, the topology and the names, each writing only what
-differs with its history events (the device manager's file as ``sync_checkpoint`` does), in the
-caller's transaction.
+was, and so are the topology when ``sysfs`` is no sysfs and the names when ``pod_logs`` is no
+directory (a mistyped path must not delete what a real one gave); a directory without any
+of the four files is no kubelet directory, and raises. :func:`apply` then writes every kind,
+the topology and the names, each writing only what differs with its history events (the
+device manager's file as ``sync_checkpoint`` does), in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from podstore.checkpoint import (
     read_numa_topology,
     read_pod_names,
 )
+from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import CheckpointNotFoundError
 from podstore.storage import sync as device_sync
 from podstore.storage.node import facts
@@ -40,9 +43,12 @@ class PreparedWholeNode:
     kinds: dict[str, node_sync.PreparedNode] = field(default_factory=dict)
     absent: list[str] = field(default_factory=list)
     sysfs: str = ""
+    #: Read from ``sysfs`` (None: it is no sysfs, the stored topology stays).
     topology: NumaTopology | None = None
+    has_sysfs: bool = False
     pod_logs: str = ""
-    names: PodNames = field(default_factory=lambda: PodNames({}))
+    #: Read from ``pod_logs`` (None: it is no directory, the stored names stay).
+    names: PodNames | None = None
 
 
 def prepare(
@@ -55,7 +61,8 @@ def prepare(
 ) -> PreparedWholeNode:
     """Read and verify every present checkpoint of ``kubelet_dir``, the topology under
     ``sysfs`` and the names under ``pod_logs``. Raises the first file's error (unreadable,
-    corrupt, not of its kind, values the store cannot hold)."""
+    corrupt, not of its kind, values the store cannot hold), and CheckpointNotFoundError
+    when none of the files is there."""
     root = os.path.abspath(os.fspath(kubelet_dir))
     out = PreparedWholeNode(root, None)
     for kind in KINDS:
@@ -68,10 +75,17 @@ def prepare(
                 out.kinds[kind] = node_sync.prepare(path, kind, max_bytes=max_bytes)
         except CheckpointNotFoundError:
             out.absent.append(kind)
+    if len(out.absent) == len(KINDS):
+        raise CheckpointNotFoundError(
+            f"{root}: none of kubelet's checkpoint files is there (not kubelet's directory?)"
+        )
     out.sysfs = os.path.abspath(os.fspath(sysfs))
-    out.topology = read_numa_topology(sysfs)
+    out.has_sysfs = is_sysfs(sysfs)
+    if out.has_sysfs:
+        out.topology = read_numa_topology(sysfs)
     out.pod_logs = os.path.abspath(os.fspath(pod_logs))
-    out.names = read_pod_names(pod_logs)
+    if os.path.isdir(pod_logs):
+        out.names = read_pod_names(pod_logs)
     return out
 
 
@@ -86,22 +100,20 @@ def apply(
         reports["devices"] = device_sync.apply(conn, prepared.devices, device_state)
     for kind, kind_prepared in prepared.kinds.items():
         reports[kind] = node_sync.apply(conn, kind_prepared)
-    topology = node_sync.apply_facts(
-        conn,
-        "topology",
-        facts.TOPOLOGY,
-        facts.topology_items(prepared.topology),
-        prepared.sysfs,
-    )
-    if prepared.topology is not None and prepared.topology.skipped:
-        topology = _with_skipped(topology, prepared.topology.skipped)
-    names = node_sync.apply_facts(
-        conn, "names", facts.NAMES, facts.name_items(prepared.names), prepared.pod_logs
-    )
-    if prepared.names.skipped:
-        names = _with_skipped(names, prepared.names.skipped)
+    topology = names = None
+    if prepared.has_sysfs:
+        topology = node_sync.apply_facts(
+            conn,
+            "topology",
+            facts.TOPOLOGY,
+            facts.topology_items(prepared.topology),
+            prepared.sysfs,
+        )
+        if prepared.topology is not None:
+            topology = replace(topology, skipped=prepared.topology.skipped)
+    if prepared.names is not None:
+        names = node_sync.apply_facts(
+            conn, "names", facts.NAMES, facts.name_items(prepared.names), prepared.pod_logs
+        )
+        names = replace(names, skipped=prepared.names.skipped)
     return NodeImportReport(prepared.kubelet_dir, reports, tuple(prepared.absent), topology, names)
-
-
-def _with_skipped(report: NodeSyncReport, skipped: tuple[str, ...]) -> NodeSyncReport:
-    return replace(report, skipped=skipped)

@@ -6,6 +6,8 @@ from __future__ import annotations
 # From an allocation ``a`` to the names of its entry (``p.uid``, ``c.name``).
 _NAMES = "JOIN containers c ON c.id = a.container_id JOIN pods p ON p.id = c.pod_id"
 
+TRIGGER_NAMES = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+
 ORPHAN_CONTAINERS = """
     SELECT c.id, c.pod_id, c.name
     FROM containers c

@@ -6,6 +6,8 @@ statement cache. The tables are defined in ``storage/schema.py``.
 
 from __future__ import annotations
 
+from podstore.storage.sql import pods
+
 # The path from a pod uid down to one container's allocations.
 _CONTAINER_ALLOCATIONS = """
     FROM pods p
@@ -292,9 +294,10 @@ REGISTERED = """
 
 ENTRY_COUNT = "SELECT count(*) FROM allocations"
 
-COUNTS = """
-    SELECT (SELECT count(*) FROM pods),
-           (SELECT count(*) FROM containers),
+# Pods and containers of every manager (storage/sql/pods.py: one definition of a pod).
+COUNTS = f"""
+    SELECT ({pods.POD_COUNT}),
+           ({pods.CONTAINER_COUNT}),
            (SELECT count(*) FROM allocations),
            (SELECT count(*) FROM allocation_device_spans WHERE until_seq IS NULL),
            (SELECT count(DISTINCT device_id) FROM allocation_device_spans

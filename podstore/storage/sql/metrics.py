@@ -5,12 +5,14 @@ collector fills in the zeros for every resource that is held or registered)."""
 
 from __future__ import annotations
 
+from podstore.storage.sql import pods
+
 # Held devices are counted in one grouping pass rather than through v_device_owners and
 # v_double_allocations (whose self-join costs three times as much at 20,000 entries); the
 # counts are the views' (tests/test_metrics.py compares them on random stores): a device is
 # double-allocated when entries of more than one pod list it, pod ids standing for the unique
 # pod uids.
-GAUGES = """
+GAUGES = f"""
     WITH held (resource, device_id, pods) AS (
         SELECT a.resource, d.device_id, count(DISTINCT c.pod_id)
         FROM allocation_device_spans d
@@ -30,7 +32,7 @@ GAUGES = """
     SELECT 'double_allocated_devices', resource, count(*) FROM held WHERE pods > 1
     GROUP BY resource
     UNION ALL
-    SELECT 'pods', NULL, count(*) FROM pods
+    SELECT 'pods', NULL, ({pods.POD_COUNT})
     UNION ALL
     SELECT 'run_option_conflicts', NULL, count(*) FROM v_run_option_conflicts
     UNION ALL

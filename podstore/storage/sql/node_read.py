@@ -3,6 +3,8 @@ the ``topology`` summary, one pod's CPUs, memory and claims, names beside listin
 
 from __future__ import annotations
 
+from podstore.storage.sql import pods
+
 _NUMA_COLUMNS = (
     "pod_uid, namespace, pod_name, container, device_numa, cpu_numa, memory_numa, aligned"
 )
@@ -95,8 +97,9 @@ DRA_OWNERS = """
 
 # ---- per pod, for listings ------------------------------------------------------------------
 
-NODE_PODS = """
-    SELECT pod_uid, sum(cpus), sum(mem), sum(claims) FROM (
+NODE_PODS = f"""
+    SELECT x.pod_uid, sum(cpus), sum(mem), sum(claims), {pods.containers_of("x.pod_uid")}
+    FROM (
         SELECT a.pod_uid AS pod_uid, count(c.cpu) AS cpus, 0 AS mem, 0 AS claims
         FROM cpu_assignments a
         LEFT JOIN cpu_assignment_cpus c ON c.assignment_id = a.id
@@ -109,9 +112,9 @@ NODE_PODS = """
         WHERE a.container IS NOT NULL
         GROUP BY a.pod_uid
         UNION ALL
-        SELECT pod_uid, 0, 0, count(*) FROM dra_claim_pods GROUP BY pod_uid)
-    GROUP BY pod_uid
-    ORDER BY pod_uid
+        SELECT pod_uid, 0, 0, count(*) FROM dra_claim_pods GROUP BY pod_uid) x
+    GROUP BY x.pod_uid
+    ORDER BY x.pod_uid
 """
 # Names of pods no longer named: the newest pod-name event of each (the history keeps them).
 PAST_NAMES = """
