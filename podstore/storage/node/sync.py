@@ -150,6 +150,21 @@ def fill_pending(conn: sqlite3.Connection) -> None:
     conn.execute(sql.PENDING_CLEAR)
 
 
+def items_disagreeing(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(part, item_key) of each item where ``node_items`` and the stored rows disagree (for
+    ``podstore verify``; none while the table waits for its first fill)."""
+    if conn.execute(sql.PENDING).fetchone() is not None:
+        return []
+    out = []
+    for part in _ALL_PARTS:
+        kept = {str(k): tuple(rest) for k, *rest in conn.execute(sql.ITEMS_OF, (part.name,))}
+        rows = {key_text(k): _put_row(part, "", item)[2:] for k, item in part.stored(conn).items()}
+        out += [
+            (part.name, k) for k in sorted(kept.keys() | rows.keys()) if kept.get(k) != rows.get(k)
+        ]
+    return out
+
+
 def apply_items(
     conn: sqlite3.Connection, part: Part, wanted: Mapping[Key, Item]
 ) -> tuple[int, int]:
