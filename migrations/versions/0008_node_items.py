@@ -5,7 +5,7 @@ Revises: 0007
 Create Date: 2026-12-06
 
 ``node_items`` holds, per item of the CPU, memory and DRA managers, the topology and the pod
-names (docs/node-files.md, "Items"), its canonical text, its payload and its devices, so that a
+names (storage/node/items.py), its canonical text, its payload and its devices, so that a
 sync finds what differs with one query instead of reading every item back
 (storage/node/sync.py). ``node_files.digest`` is the digest of the file bytes a kind was last
 brought to (NULL: set otherwise), so that a follower skips a rewrite of the same bytes.

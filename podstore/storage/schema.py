@@ -486,7 +486,7 @@ pod_names = Table(
 
 # Revision 0008: each item of the tables above (its ``part``: cpu, memory, dra, topology, names;
 # its key as the JSON text of ``[pod_uid, container, resource]``) with its canonical text
-# (docs/node-files.md, "Items"), its payload and its devices (JSON array, NULL when none): a
+# (storage/node/items.py), its payload and its devices (JSON array, NULL when none): a
 # sync finds what differs with one query (storage/node/sync.py). Empty with
 # ``node_items_pending`` set in ``store_meta`` until the first node write after the upgrade
 # fills it.

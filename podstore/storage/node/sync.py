@@ -33,6 +33,7 @@ from podstore.checkpoint import (
     MemoryManagerState,
     read_node_checkpoint,
 )
+from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.cpu_state import parse_cpu_state
 from podstore.checkpoint.dra_state import parse_dra_state
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
@@ -100,9 +101,10 @@ def file_digest(text: str) -> str:
 
 
 def _prepared_text(kind: str, text: str, origin: str, path: str | os.PathLike[str]) -> PreparedNode:
-    state = _PARSE[kind](text, origin)
     where = os.path.abspath(os.fspath(path))
-    return prepared_state(kind, state, where, file_digest(text))
+    # Thousands of items, none in a cycle: a collector pass would rescan them all.
+    with collector_paused():
+        return prepared_state(kind, _PARSE[kind](text, origin), where, file_digest(text))
 
 
 def prepare(
@@ -124,7 +126,8 @@ def prepare(
             f"{os.fspath(path)!s} is a device manager checkpoint; import it as kind devices"
         )
     state_read: Any = found.state
-    return prepared_state(found.kind, state_read, os.path.abspath(os.fspath(path)))
+    with collector_paused():
+        return prepared_state(found.kind, state_read, os.path.abspath(os.fspath(path)))
 
 
 def _old_item(payload: str | None, devices: str | None) -> Item:
