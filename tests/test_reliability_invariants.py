@@ -215,13 +215,10 @@ CASES: dict[str, tuple[str, list[str], str]] = {
         ],
         "claim id 3 'd'",
     ),
-    # Revision 0008: node_items holds each item as its rows say (filled: no pending marker).
+    # Revision 0008: node_items holds each item as its rows say.
     "node-items": (
         "error",
-        [
-            "DELETE FROM store_meta WHERE key = 'node_items_pending'",
-            "INSERT INTO pod_names (pod_uid, namespace, name) VALUES ('pa', 'ns', 'n')",
-        ],
+        ["INSERT INTO pod_names (pod_uid, namespace, name) VALUES ('pa', 'ns', 'n')"],
         'names ["pa",null,"pod-name"]',
     ),
     "schema": ("error", ["UPDATE alembic_version SET version_num = '0000'"], "revision 0000"),

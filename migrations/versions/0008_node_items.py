@@ -11,9 +11,10 @@ sync finds what differs with one query instead of reading every item back
 brought to (NULL: set otherwise), so that a follower skips a rewrite of the same bytes.
 
 The upgrade does not compute the items (that is podstore's code, not a frozen copy of it): it
-leaves ``node_items`` empty and sets ``node_items_pending`` in ``store_meta``; the first node
-write after it fills the table from the stored rows, in its own transaction, and clears the
-key. The downgrade drops the table, the column and the key; nothing else changes.
+leaves ``node_items`` empty and, when the store holds node items, sets ``node_items_pending``
+in ``store_meta``; the first node write after it fills the table from the stored rows, in its
+own transaction, and clears the key. The downgrade drops the table, the column and the key;
+nothing else changes.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ _NODE_ITEMS = """CREATE TABLE node_items (
 def upgrade() -> None:
     op.execute(_NODE_ITEMS)
     op.execute("ALTER TABLE node_files ADD COLUMN digest TEXT")
+    # Only a store that holds node items has any to fill.
     op.execute(
-        f"INSERT INTO store_meta (key, value) VALUES ('{_PENDING}', '1') "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        f"INSERT INTO store_meta (key, value) SELECT '{_PENDING}', '1' "
+        "WHERE EXISTS (SELECT 1 FROM node_files) OR EXISTS (SELECT 1 FROM numa_cpus) "
+        "OR EXISTS (SELECT 1 FROM pod_names)"
     )
 
 
