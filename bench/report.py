@@ -205,8 +205,8 @@ def _restart_rows(
 def targets_table(targets: list[Target], fmt: str) -> str:
     rows = []
     for t in targets:
-        value = "–" if t.measured is None else f"{t.measured:,.2f}×"
-        limit = f"{'≥' if t.higher_is_better else '≤'} {t.limit:g}"
+        value = "–" if t.measured is None else f"{t.measured:,.2f}{t.unit}"
+        limit = f"{'≥' if t.higher_is_better else '≤'} {t.limit:g}{t.unit if t.unit != '×' else ''}"
         rows.append([t.name, value, limit, t.verdict, t.detail])
     return tabulate(
         rows,

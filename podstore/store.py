@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from podstore.checkpoint import (
-    FILE_NAMES,
     CPUManagerState,
     DRAClaim,
     DRAState,
@@ -56,8 +55,6 @@ from podstore.storage.node import cpu as node_cpu
 from podstore.storage.node import dra as node_dra
 from podstore.storage.node import export as node_export
 from podstore.storage.node import facts as node_facts
-from podstore.storage.node import held as node_held
-from podstore.storage.node import incremental as node_incremental
 from podstore.storage.node import memory as node_memory
 from podstore.storage.node import read as node_read
 from podstore.storage.node import sync as node_sync
@@ -108,19 +105,6 @@ class PodStore:
             raise PodStoreError("create a PodStore with PodStore.open(path), not PodStore(...)")
         self._sessions = sessions
         self._store_id: str | None = None
-        # sync_checkpoint: per checkpoint path, what its last sync read and loaded.
-        self._sync_states: dict[str, sync.SyncState] = {}
-        # CPU, memory and DRA syncs: per kind, the items the last committed one left.
-        self._node_items = _held_kinds()
-        # import_node_checkpoint: per (kind, checkpoint path), what its last read decoded.
-        self._node_states: dict[tuple[str, str], node_incremental.NodeReadState] = {}
-        sessions.on_fork_child(self._forget_sync_states)
-
-    def _forget_sync_states(self) -> None:
-        # In a forked child: another thread may have held a state's lock at the fork.
-        self._sync_states = {}
-        self._node_items = _held_kinds()
-        self._node_states = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -547,21 +531,7 @@ class PodStore:
         (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
         store is unchanged then.
         """
-        key = os.path.abspath(os.fspath(path)) if isinstance(path, str | os.PathLike) else ""
-        state = self._sync_state(key)
-        with state.lock:
-            prepared = sync.prepare(path, max_bytes=max_bytes, state=state)
-            with self._sessions.write() as conn:
-                return sync.apply(conn, prepared, state)
-
-    def _sync_state(self, key: str) -> sync.SyncState:
-        """What repeated syncs of the device checkpoint at ``key`` (an absolute path) keep."""
-        state = self._sync_states.get(key)
-        if state is None:
-            if len(self._sync_states) >= 4:  # a follower reads one file; bound the rest
-                self._sync_states.clear()
-            state = self._sync_states[key] = sync.SyncState()
-        return state
+        return sync.sync_file(self._sessions, path, max_bytes=max_bytes)
 
     def export_checkpoint(
         self,
@@ -607,24 +577,8 @@ class PodStore:
         device manager checkpoint (:meth:`import_checkpoint` loads those) or for values the
         store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
         """
-        state = self._node_state(kind, path)
-        prepared = node_sync.prepare(path, kind, max_bytes=max_bytes, state=state)
+        prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
         return self._apply_node(prepared)
-
-    def _node_state(
-        self, kind: str, path: str | os.PathLike[str]
-    ) -> node_incremental.NodeReadState | None:
-        """What repeated reads of the ``kind`` file at ``path`` keep (None: ``auto`` or not
-        a path)."""
-        if kind not in node_sync.KINDS or not isinstance(path, str | os.PathLike):
-            return None
-        key = (kind, os.path.abspath(os.fspath(path)))
-        state = self._node_states.get(key)
-        if state is None:
-            if len(self._node_states) >= 6:  # a node has three such files; bound the rest
-                self._node_states.clear()
-            state = self._node_states[key] = node_incremental.NodeReadState()
-        return state
 
     def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
         """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as the checkpoint file
@@ -681,16 +635,8 @@ class PodStore:
         return self._apply_node(prepared)
 
     def _apply_node(self, prepared: node_sync.PreparedNode) -> NodeSyncReport:
-        """Bring the store's ``prepared.kind`` to ``prepared`` in one transaction, from the
-        items the kind's last sync left when the store still holds them (storage/node/held.py);
-        what it leaves is held only once its own transaction has committed."""
-        slot = self._node_items[prepared.kind]
-        joined = self._sessions.in_write()  # committed (or not) with the caller's block
         with self._sessions.write() as conn:
-            report, after = node_sync.apply_held(conn, prepared, slot.take())
-        if not joined:
-            slot.keep(after)
-        return report
+            return node_sync.apply(conn, prepared)
 
     def numa_topology(self) -> NumaTopology | None:
         """The node's CPU → NUMA node topology as loaded (None: unknown)."""
@@ -741,18 +687,9 @@ class PodStore:
         without ``devices/system`` (no sysfs) and a missing ``pod_logs`` directory leave the
         stored topology or names as they were (``report.topology`` / ``.names`` None).
         """
-        device_path = os.path.join(os.path.abspath(os.fspath(kubelet_dir)), FILE_NAMES["devices"])
-        state = self._sync_state(device_path)
-        with state.lock:
-            prepared = node_whole.prepare(
-                kubelet_dir,
-                sysfs,
-                pod_logs,
-                max_bytes=max_bytes,
-                device_state=lambda _path: state,
-            )
-            with self._sessions.write() as conn:
-                return node_whole.apply(conn, prepared, state)
+        prepared = node_whole.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
+        with self._sessions.write() as conn:
+            return node_whole.apply(conn, prepared)
 
     def topology(self) -> list[NumaUsage]:
         """The node's picture per NUMA node: CPUs (exclusive by container, the shared pool),
@@ -946,8 +883,10 @@ class PodStore:
         return StoreStats(*self._rows(q.COUNTS)[0])
 
 
-def _held_kinds() -> dict[str, node_held.HeldItems]:
-    return {kind: node_held.HeldItems() for kind in node_sync.KINDS}
+def sessions_of(store: PodStore) -> Sessions:
+    """The store's connections, for the syncs a follower owns (``watch/``): they write
+    through storage/ directly, never back through the facade."""
+    return store._sessions
 
 
 def _node_kind(kind: object) -> str:

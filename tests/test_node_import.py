@@ -21,6 +21,7 @@ from harness.watch_support import podstore_command
 from podstore import PodStore, check_store
 from podstore.checkpoint import FILE_NAMES, KINDS, dumps_cpu_state
 from podstore.errors import CheckpointCorruptError, CheckpointNotFoundError, PodStoreError
+from podstore.storage.node import sync as node_sync
 
 
 def _load(node: Node, root: Path, **kw: Any) -> tuple[Path, Any]:
@@ -403,6 +404,8 @@ PLANTS = {
     "dra-device-two-claims": ["UPDATE dra_devices SET device = 'nic-0'"],
     "orphan-block-numa": ["DELETE FROM memory_blocks"],
     "orphan-dra-devices": ["PRAGMA foreign_keys = OFF", "DELETE FROM dra_claim_drivers"],
+    # A change of the rows behind node_items' back that breaks no other rule.
+    "node-items": ["UPDATE pod_names SET name = name || '-renamed'"],
 }
 
 
@@ -411,6 +414,13 @@ def clean_node(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("verify")
     db, _ = _load(Node(3), root)
     return db
+
+
+def _items_refilled(conn: sqlite3.Connection) -> None:
+    """node_items made to hold what raw SQL left (as the first write after revision 0008's
+    upgrade fills it): a store as consistent as a podstore write would leave it."""
+    conn.execute("INSERT INTO store_meta (key, value) VALUES ('node_items_pending', '1')")
+    node_sync.fill_pending(conn)
 
 
 @pytest.mark.parametrize("check", sorted(PLANTS))
@@ -424,7 +434,9 @@ def test_verify_finds_each_planted_break(check: str, clean_node: Path, tmp_path:
     conn.commit()
     conn.close()
     found = check_store(db)
-    assert [f.check for f in found if f.severity == "error"] == [check], found
+    # Every plant changes an item's rows without podstore, so node_items disagrees too.
+    expected = [check] if check == "node-items" else [check, "node-items"]
+    assert [f.check for f in found if f.severity == "error"] == expected, found
     res = _cli(db, "verify")
     assert res.returncode == 1 and check in res.stdout + res.stderr
 
@@ -434,6 +446,7 @@ def test_a_shared_device_with_share_ids_is_no_break(clean_node: Path, tmp_path: 
     shutil.copy(clean_node, db)
     conn = sqlite3.connect(db)
     conn.execute("UPDATE dra_devices SET device = 'nic-0', share_id = 'share-' || claim_id")
+    _items_refilled(conn)
     conn.commit()
     conn.close()
     assert check_store(db) == []
@@ -453,6 +466,7 @@ def test_containers_of_one_pod_may_share_cpus(clean_node: Path, tmp_path: Path) 
         "ON a.id = c.assignment_id WHERE a.container = 'main' AND a.pod_uid = "
         "(SELECT pod_uid FROM cpu_assignments WHERE container = 'init')"
     )
+    _items_refilled(conn)
     conn.commit()
     conn.close()
     assert check_store(db) == []

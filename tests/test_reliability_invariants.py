@@ -215,6 +215,12 @@ CASES: dict[str, tuple[str, list[str], str]] = {
         ],
         "claim id 3 'd'",
     ),
+    # Revision 0008: node_items holds each item as its rows say.
+    "node-items": (
+        "error",
+        ["INSERT INTO pod_names (pod_uid, namespace, name) VALUES ('pa', 'ns', 'n')"],
+        'names ["pa",null,"pod-name"]',
+    ),
     "schema": ("error", ["UPDATE alembic_version SET version_num = '0000'"], "revision 0000"),
     "journal_mode": ("warning", ["PRAGMA journal_mode = DELETE"], "'delete'"),
 }

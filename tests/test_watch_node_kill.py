@@ -6,7 +6,10 @@ Each round starts the real command (forked from a warm fork server,
 tests/harness/watch_follower.py) on a kubelet directory holding the CPU, memory and DRA
 managers' files, rewrites some of them by rename zero to three times at random moments —
 some while the start-up syncs run, some while event-driven syncs run — and SIGKILLs the
-follower after a random delay. Then, on the store as the kill left it:
+follower. Rounds take turns in when the kill lands, each set by what the test sees rather than by
+how long the machine takes: after a random delay (anywhere, mid-sync included); once the store
+holds every file on disk (caught up); or with the follower stopped (SIGSTOP) and a file
+rewritten under it (behind). Then, on the store as the kill left it:
 
 - every kind's stored state is one of the files written for it (this round or before): never
   a mixture;
@@ -42,6 +45,9 @@ from podstore.storage.node import cpu, dra, memory
 from podstore.storage.selfcheck import check_connection
 
 ROUNDS = int(os.environ.get("PODSTORE_NODE_WATCH_KILLS", "40"))
+#: How long a round waits for the follower to catch up (a follower that never does fails).
+CATCH_UP_S = 120.0
+WHEN = ("random", "caught-up", "behind")
 SEED = int(os.environ.get("PODSTORE_NODE_WATCH_KILL_SEED", "20261204"))
 KINDS = ("cpu", "memory", "dra")
 
@@ -93,6 +99,27 @@ def _errors(db: Path) -> list[str]:
         conn.close()
 
 
+def _caught_up(db: Path, kubelet: Path) -> bool:
+    """The store exists and holds every kind's file as it is on disk."""
+    try:
+        store = PodStore.open(db, readonly=True, verify="off")
+    except (InvalidInputError, SchemaError):
+        return False  # not created yet
+    with store:
+        return all(
+            (state := KIND[kind][3](store)) is not None
+            and KIND[kind][1](state) == (kubelet / FILE_NAMES[kind]).read_bytes()
+            for kind in KINDS
+        )
+
+
+def _wait_caught_up(db: Path, kubelet: Path) -> None:
+    deadline = time.monotonic() + CATCH_UP_S
+    while not _caught_up(db, kubelet):
+        assert time.monotonic() < deadline, "the follower did not catch up with the files"
+        time.sleep(0.01)
+
+
 def _check(db: Path, kind: str, held: Any, written: list[bytes]) -> None:
     """The store's ``held`` state of ``kind`` is one of the ``written`` files, and its
     history agrees with it, with no change repeated."""
@@ -126,7 +153,8 @@ def test_kill9_of_the_whole_node_follower_keeps_each_file_whole_and_the_history_
     started = time.monotonic()
     server = ForkServer("watch_follower.py")
     try:
-        for _ in range(ROUNDS):
+        for round_ in range(ROUNDS):
+            when = WHEN[round_ % len(WHEN)]
             stats["rounds"] += 1
             server.send(f"node {db} {kubelet}")
             pid = int(server.until_line("p ")[1].split()[1])
@@ -138,7 +166,20 @@ def test_kill9_of_the_whole_node_follower_keeps_each_file_whole_and_the_history_
                     replace_file(kubelet / FILE_NAMES[kind], data)
                     written[kind].append(data)
                     stats["files"] += 1
-            time.sleep(rng.uniform(0, 0.08))
+            if when == "random":
+                time.sleep(rng.uniform(0, 0.08))
+            else:
+                _wait_caught_up(db, kubelet)
+            if when == "behind":
+                # Stopped, it cannot sync the rewrite: the kill leaves the store one file behind.
+                os.kill(pid, signal.SIGSTOP)
+                kind = rng.choice(KINDS)
+                data = KIND[kind][1](KIND[kind][0](_random_node(rng)))
+                while data == (kubelet / FILE_NAMES[kind]).read_bytes():
+                    data = KIND[kind][1](KIND[kind][0](_random_node(rng)))
+                replace_file(kubelet / FILE_NAMES[kind], data)
+                written[kind].append(data)
+                stats["files"] += 1
             os.kill(pid, signal.SIGKILL)
             code = int(server.until_line(f"x {pid} ")[1].split()[2])
             assert code == -signal.SIGKILL, f"the follower exited by itself ({code})"
@@ -170,5 +211,5 @@ def test_kill9_of_the_whole_node_follower_keeps_each_file_whole_and_the_history_
     stats["seconds"] = round(time.monotonic() - started, 1)
     report("watch-node-kill9", seed=SEED, **stats)
     assert stats["kills"] == ROUNDS
-    # Kills landed both before and after the syncs caught up (else the timing tests nothing).
+    # Kills landed both before and after the syncs caught up (the rounds make sure of both).
     assert 0 < stats["behind_after_kill"] < stats["kills"]

@@ -113,7 +113,7 @@ def current_revision(conn: sqlite3.Connection) -> str | None:
 #: without loading Alembic, whose import and script scan cost ~140 ms per process start
 #: (docs/performance.md, "open-to-first-answer"). Bump it with every new migration; a test
 #: pins it to Alembic's head: assert HEAD_REVISION == head_revision().
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 
 
 def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", "too-new"]:

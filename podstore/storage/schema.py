@@ -326,6 +326,9 @@ node_files = Table(
     Column("version", Text, nullable=False),
     Column("policy_name", Text, nullable=True),
     Column("form", Text, nullable=False),
+    # Revision 0008: the digest of the file bytes the kind was last brought to (NULL: set
+    # otherwise), so that a follower skips a rewrite of the same bytes.
+    Column("digest", Text, nullable=True),
     PrimaryKeyConstraint("kind"),
     CheckConstraint("kind IN ('cpu', 'memory', 'dra')", name="kind"),
     **_CLUSTERED,
@@ -481,7 +484,26 @@ pod_names = Table(
     **_CLUSTERED,
 )
 
-#: The tables revision 0007 added.
+# Revision 0008: each item of the tables above (its ``part``: cpu, memory, dra, topology, names;
+# its key as the JSON text of ``[pod_uid, container, resource]``) with its canonical text
+# (storage/node/items.py), its payload and its devices (JSON array, NULL when none): a
+# sync finds what differs with one query (storage/node/sync.py). Empty with
+# ``node_items_pending`` set in ``store_meta`` until the first node write after the upgrade
+# fills it.
+node_items = Table(
+    "node_items",
+    metadata,
+    Column("part", Text, nullable=False),
+    Column("item_key", Text, nullable=False),
+    Column("canon", Text, nullable=False),
+    Column("payload", Text, nullable=True),
+    Column("devices", Text, nullable=True),
+    PrimaryKeyConstraint("part", "item_key"),
+    CheckConstraint("part IN ('cpu', 'memory', 'dra', 'topology', 'names')", name="part"),
+    **_CLUSTERED,
+)
+
+#: The tables revisions 0007 and 0008 added.
 NODE_TABLES = (
     "node_files",
     "cpu_assignments",
@@ -498,4 +520,5 @@ NODE_TABLES = (
     "dra_devices",
     "numa_cpus",
     "pod_names",
+    "node_items",
 )

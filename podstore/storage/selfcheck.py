@@ -31,6 +31,7 @@ from podstore.sqlite.migrate import head_revision
 from podstore.sqlite.translate import translate
 from podstore.storage import chain, responses
 from podstore.storage.node import codec as node_codec
+from podstore.storage.node import sync as node_sync
 from podstore.storage.sql import checks as sql
 from podstore.storage.sql import node_checks as node_sql
 from podstore.storage.sql import views as views_sql
@@ -564,6 +565,21 @@ _INVARIANTS += [
     ),
 ]
 
+
+def _node_items(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+    if "node_items" not in tables:
+        return []
+    try:
+        found = node_sync.items_disagreeing(conn)
+    except (KeyError, ValueError, TypeError) as exc:  # rows no podstore write leaves
+        return [Finding("error", "node-items", f"the items cannot be read back: {exc!r}")]
+    if not found:
+        return []
+    listed = _listed(found, lambda r: f"{r[0]} {r[1]}")
+    return [Finding("error", "node-items", f"items node_items does not hold as stored: {listed}")]
+
+
+_INVARIANTS.append(("node-items", _node_items))
 _INVARIANTS.append(("responses", _responses))
 _INVARIANTS.append(("store-id", _store_id))
 _INVARIANTS.append(("event-devices", _event_devices))

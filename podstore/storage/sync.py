@@ -2,9 +2,10 @@
 
 The file is read and verified exactly as an import reads it (``rows.read_verified``, which
 ``prepare_import`` uses too), before the write lock; entries the last read of the same
-file decoded are reused (``checkpoint/incremental.py``, same result). Inside the caller's
-transaction its rows go into temporary tables (kept between syncs of one file: only entries
-that came or went are loaded, see :class:`SyncState`) and SQL set differences against the
+file decoded are reused when the caller keeps a :class:`SyncState` (a follower does;
+``checkpoint/incremental.py``, same result). Inside the caller's transaction its rows go into
+temporary tables (with a state, kept between syncs of one file: only entries that came or went
+are loaded) and SQL set differences against the
 store (``sql/sync.py``) name the entries to insert, replace and delete and the registered
 resources that changed; only those are written, through the
 same entry writers as every other change (``storage/entries.py``), so decoded responses,
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 from podstore.checkpoint import Checkpoint
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.incremental import EntryCache
+from podstore.sqlite.sessions import Sessions
 from podstore.storage import entries, events, responses, rows, spans
 from podstore.storage.entries import Key
 from podstore.storage.rows import Row
@@ -57,8 +58,9 @@ class PreparedSync:
 
 @dataclass
 class SyncState:
-    """What repeated syncs of one file keep between calls: the entries the last read decoded
-    (``cache``), and which of them the connection's file tables hold, under which ``ord``.
+    """What a follower's repeated syncs of one file keep between calls (one thread uses it):
+    the entries the last read decoded (``cache``), and which of them the connection's file
+    tables hold, under which ``ord``.
 
     The file tables (entries, device rows, empty-list markers) stay filled from one sync to
     the next, and each sync adds and removes only the entries that came and went. A token row
@@ -68,8 +70,6 @@ class SyncState:
     """
 
     cache: EntryCache = field(default_factory=EntryCache)
-    #: Held for a whole sync (prepare and apply): syncs of one file from two threads take turns.
-    lock: threading.Lock = field(default_factory=threading.Lock)
     token: str = ""
     loaded: dict[int, tuple[int, PodDevicesEntry]] = field(default_factory=dict)
     next_ord: int = 0
@@ -85,6 +85,20 @@ def prepare(
     ``state``, the entries the last read of the file decoded are reused)."""
     cache = None if state is None else state.cache
     return PreparedSync(*rows.read_verified(path, max_bytes, cache))
+
+
+def sync_file(
+    sessions: Sessions,
+    path: str | os.PathLike[str],
+    state: SyncState | None = None,
+    *,
+    max_bytes: int | None = None,
+) -> SyncReport:
+    """Bring the store to the file at ``path`` in one transaction of its own (read and
+    verified before the write lock)."""
+    prepared = prepare(path, max_bytes=max_bytes, state=state)
+    with sessions.write() as conn:
+        return apply(conn, prepared, state)
 
 
 class _File:

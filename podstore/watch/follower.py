@@ -1,10 +1,12 @@
 """The follower: sync at start, then on every change of the checkpoint file, until stopped.
 
-One sync is ``PodStore.sync_checkpoint``: one transaction, or nothing when the file is
-missing or fails verification. Wake-ups that arrive during a sync collapse into one more sync
-of whatever the file is then, so a burst of rewrites costs a few syncs and the last good file
-wins. Between events nothing runs but a stat every ``interval`` seconds (the polling fallback,
-which also catches a change whose event was lost), so an idle follower costs next to no CPU.
+One sync is what ``PodStore.sync_checkpoint`` does — one transaction, or nothing when the file
+is missing or fails verification — run by the follower through storage/ with the state it owns
+(``storage/sync.SyncState``: the entries its last read decoded, the file tables it loaded).
+Wake-ups that arrive during a sync collapse into one more sync of whatever the file is then, so
+a burst of rewrites costs a few syncs and the last good file wins. Between events nothing runs
+but a stat every ``interval`` seconds (the polling fallback, which also catches a change whose
+event was lost), so an idle follower costs next to no CPU.
 
 A problem (missing file, bad file, store error) is logged once, when it first appears or
 differs from the previous one, and again when it clears; every sync is counted by result.
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 
 from podstore.errors import CheckpointError, CheckpointNotFoundError, PodStoreError
 from podstore.metrics.stats import SyncStats
-from podstore.store import PodStore
+from podstore.storage import sync
+from podstore.store import PodStore, sessions_of
 from podstore.types import NodeSyncReport, SyncReport
 from podstore.watch.failures import Backoff, ProblemLog
 from podstore.watch.health import Pulse
@@ -79,6 +82,8 @@ class Follower:
     ) -> None:
         self.store = store
         self.path = path
+        self._sessions = sessions_of(store)
+        self._sync_state = sync.SyncState()
         self.interval = interval
         self.stats = stats if stats is not None else SyncStats()
         self.on_sync = list(on_sync or ())
@@ -119,7 +124,7 @@ class Follower:
 
     def _apply(self) -> SyncReport | NodeSyncReport:
         """One sync of the file (``watch/node.py`` follows the other managers' files)."""
-        return self.store.sync_checkpoint(self.path)
+        return sync.sync_file(self._sessions, self.path, self._sync_state)
 
     def _log(self, outcome: SyncOutcome) -> None:
         if outcome.ok:

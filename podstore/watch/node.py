@@ -4,13 +4,13 @@ rename, and the node's facts (NUMA topology, pod names) kept with them.
 One :class:`NodeFollower` per kind (the device manager's file and the CPU, memory and DRA
 managers'), each the follower of ``follower.py`` with its own trigger, wake-up and counters,
 syncing its file with the store's sync of that kind (diffs only, one transaction, history
-events). A file absent since the start is not a problem — a node without the memory manager
-never writes its file —: it is logged once at INFO, not counted as a sync, and followed (its
-directory is watched) until it appears. One that was there and went is ``missing`` as usual.
-:class:`NodeFacts` reads the topology and the pod names again after every sync and at every
-polling tick, and writes them when they differ. :class:`FollowerGroup` runs the followers
-together: the first in the caller's thread, the others in threads of their own.
-"""
+events; a rewrite of the same bytes is skipped, ``storage/node/sync.FileSync``). A file absent
+since the start is not a problem — a node without the memory manager never writes its file —: it
+is logged once at INFO, not counted as a sync, and followed (its directory is watched) until it
+appears. One that was there and went is ``missing`` as usual. :class:`NodeFacts` reads the
+topology and the pod names again after every sync and at every polling tick, and writes them
+when they differ. :class:`FollowerGroup` runs the followers together: the first in the caller's
+thread, the others in threads of their own."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from podstore.checkpoint import FILE_NAMES, KINDS, read_numa_topology, read_pod_
 from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import PodStoreError
 from podstore.metrics.stats import SyncStats
+from podstore.storage.node import sync as node_sync
 from podstore.store import PodStore
 from podstore.types import NodeSyncReport, SyncReport
 from podstore.watch.follower import Follower, SyncOutcome
@@ -58,6 +59,7 @@ class NodeFollower(Follower):
     ) -> None:
         super().__init__(store, path, interval=interval, stats=stats)
         self.kind = kind
+        self._file_sync = node_sync.FileSync(kind, path)
         self._been_there = False
         self._said_absent = False
 
@@ -79,8 +81,8 @@ class NodeFollower(Follower):
 
     def _apply(self) -> SyncReport | NodeSyncReport:
         if self.kind == "devices":
-            return self.store.sync_checkpoint(self.path)
-        return self.store.import_node_checkpoint(self.path, kind=self.kind)
+            return super()._apply()
+        return node_sync.sync_file(self._sessions, self._file_sync)
 
     def _log(self, outcome: SyncOutcome) -> None:
         report = outcome.report

@@ -12,7 +12,7 @@ from typing import Any
 
 from podstore.checkpoint import CPUManagerState
 from podstore.storage.node import files
-from podstore.storage.node.items import Item, Items, Key, Part, plain
+from podstore.storage.node.items import Item, Items, Key, Part, int_list, plain
 from podstore.storage.sql import node as sql
 
 KIND = FAMILY = "cpu"
@@ -24,7 +24,7 @@ POLICY_KEY: Key = (None, None, POLICY)
 
 
 def cpus_item(cpus: frozenset[int]) -> Item:
-    return plain(sorted(cpus))
+    return int_list(sorted(cpus))
 
 
 def wanted(state: CPUManagerState) -> tuple[Items, str, dict[str, Any]]:
@@ -55,8 +55,8 @@ def _stored(conn: sqlite3.Connection) -> Items:
         entry = by_id.setdefault(aid, ((pod, container, RESOURCE), []))
         if cpu is not None:
             entry[1].append(int(cpu))
-    items: Items = {key: plain(cpus) for key, cpus in by_id.values()}
-    items[SHARED_KEY] = plain([int(r[0]) for r in conn.execute(sql.CPU_SHARED)])
+    items: Items = {key: int_list(cpus) for key, cpus in by_id.values()}
+    items[SHARED_KEY] = int_list([int(r[0]) for r in conn.execute(sql.CPU_SHARED)])
     items[POLICY_KEY] = plain(found.policy_name or "")
     return items
 
@@ -87,7 +87,7 @@ def _write(conn: sqlite3.Connection, key: Key, item: Item, old: Item | None) -> 
         files.set_policy(conn, KIND, item.value)
 
 
-PART = Part(FAMILY, _stored, _remove, _write)
+PART = Part(KIND, FAMILY, _stored, _remove, _write)
 
 
 def read_state(conn: sqlite3.Connection) -> CPUManagerState | None:

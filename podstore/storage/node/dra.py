@@ -268,7 +268,7 @@ def _write(conn: sqlite3.Connection, key: Key, item: Item, old: Item | None) -> 
     )
 
 
-PART = Part(FAMILY, _stored, _remove, _write)
+PART = Part(KIND, FAMILY, _stored, _remove, _write)
 
 
 def read_state(conn: sqlite3.Connection) -> DRAState | None:

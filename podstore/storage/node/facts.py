@@ -68,8 +68,8 @@ def _write_name(conn: sqlite3.Connection, key: Key, item: Item, old: Item | None
     conn.execute(sql.NAME_INSERT, (key[0], item.value["namespace"], item.value["name"]))
 
 
-TOPOLOGY = Part(FAMILY, _stored_topology, _remove_topology, _write_topology)
-NAMES = Part(FAMILY, _stored_names, _remove_name, _write_name)
+TOPOLOGY = Part("topology", FAMILY, _stored_topology, _remove_topology, _write_topology)
+NAMES = Part("names", FAMILY, _stored_names, _remove_name, _write_name)
 
 
 def read_topology(conn: sqlite3.Connection) -> NumaTopology | None:

@@ -1,7 +1,8 @@
 """``node_files``: per checkpoint kind the store holds, the format its file was written in, the
 manager's policy, and the file's *form* — what writing it back byte for byte needs beyond the
-items (JSON; each kind says what it keeps there). A file's checksum is not kept: export
-computes the one kubelet would write."""
+items (JSON; each kind says what it keeps there), and the digest of the file bytes the kind was
+last brought to (revision 0008; NULL when it was set otherwise). A file's checksum is not kept:
+export computes the one kubelet would write."""
 
 from __future__ import annotations
 
@@ -29,13 +30,24 @@ def get(conn: sqlite3.Connection, kind: str) -> FileRow | None:
     return FileRow(str(version), policy, json.loads(form))
 
 
-def put(conn: sqlite3.Connection, kind: str, version: str, form: dict[str, Any]) -> bool:
-    """Record the kind's format and form; whether either differs from what was there."""
+def put(
+    conn: sqlite3.Connection, kind: str, version: str, form: dict[str, Any], digest: str | None
+) -> bool:
+    """Record the kind's format, form and file digest; whether format or form differ from
+    what was there."""
     old = get(conn, kind)
-    if old is not None and (old.version, old.form) == (version, form):
-        return False
-    conn.execute(sql.SET_FILE, (kind, version, dumps(form)))
-    return True
+    changed = old is None or (old.version, old.form) != (version, form)
+    if changed:
+        conn.execute(sql.SET_FILE, (kind, version, dumps(form)))
+    conn.execute(sql.SET_DIGEST, (digest, kind))
+    return changed
+
+
+def digest(conn: sqlite3.Connection, kind: str) -> str | None:
+    """The digest of the file bytes ``kind`` was last brought to (None: none, or set
+    otherwise)."""
+    row = conn.execute(sql.DIGEST, (kind,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def set_policy(conn: sqlite3.Connection, kind: str, policy: str) -> None:

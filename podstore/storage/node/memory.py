@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from json.encoder import encode_basestring
 from typing import Any
 
 from podstore.checkpoint import MemoryBlock, MemoryManagerState, MemoryTable, NUMANodeState
@@ -27,8 +28,11 @@ POLICY_KEY: Key = (None, None, POLICY)
 Blocks = list[MemoryBlock] | None
 
 
-def _block_json(b: MemoryBlock) -> dict[str, Any]:
-    return {"numaAffinity": b.numa_affinity, "type": b.type, "size": b.size}
+def _block_text(affinity: list[int] | None, b: MemoryBlock) -> str:
+    """A block as :func:`dumps` writes ``{"numaAffinity","type","size"}``, made faster (a
+    1,000-pod memory file has thousands)."""
+    numa = "null" if affinity is None else "[" + ",".join(map(str, affinity)) + "]"
+    return f'{{"numaAffinity":{numa},"type":{encode_basestring(b.type)},"size":{b.size}}}'
 
 
 def _sorted(values: list[int] | None) -> list[int] | None:
@@ -38,11 +42,14 @@ def _sorted(values: list[int] | None) -> list[int] | None:
 def blocks_item(blocks: Blocks, where: str) -> Item:
     if blocks is None:
         return Item("null", "null", None)
+    listed = []
+    canon = []
     for i, b in enumerate(blocks):
         check_integer(b.size, f"{where}[{i}].size")
-    listed = [_block_json(b) for b in blocks]
-    canon = sorted(dumps({**x, "numaAffinity": _sorted(x["numaAffinity"])}) for x in listed)
-    return Item(dumps(listed), "[" + ",".join(canon) + "]", blocks)
+        listed.append(_block_text(b.numa_affinity, b))
+        canon.append(_block_text(_sorted(b.numa_affinity), b))
+    canon.sort()
+    return Item("[" + ",".join(listed) + "]", "[" + ",".join(canon) + "]", blocks)
 
 
 _TABLE_FIELDS = ("total", "systemReserved", "allocatable", "reserved", "free")
@@ -210,7 +217,7 @@ def _write(conn: sqlite3.Connection, key: Key, item: Item, old: Item | None) -> 
         files.set_policy(conn, KIND, item.value)
 
 
-PART = Part(FAMILY, _stored, _remove, _write)
+PART = Part(KIND, FAMILY, _stored, _remove, _write)
 
 
 def read_state(conn: sqlite3.Connection) -> MemoryManagerState | None:

@@ -1,25 +1,30 @@
 """Bringing one kind of the node's state to a wanted state, writing only what differs.
 
-The wanted items are computed before the write lock (:func:`prepare` reads and verifies a
-file; :func:`prepared_state` takes a state given in Python). Inside the caller's transaction
-:func:`apply` reads the stored items (:func:`apply_held` starts from those the last sync left
-when the store provably still holds them, ``held.py``), and for each key writes the rows and
-one history event where the item is new or its ``canon`` differs (``<family>-set``, the new
-payload) and removes the rows with one event where it went (``<family>-delete``, the last
-payload); an item whose canon is the same is left as stored, rows and order alike. Events go
-out deletes and changes first (in key order), then new items in the source's order (where a
-new DRA claim goes in the list). ``node_files`` takes the file's format and form without an
-event.
+The wanted items are computed before the write lock (:func:`prepare` reads and verifies a file;
+:func:`prepared_state` takes a state given in Python). Inside the caller's transaction
+:func:`apply_items` loads the wanted keys and their canonical text into a TEMP table, and one
+query against ``node_items`` (each stored item's canonical text, payload and devices) names the
+keys that are new, differ or went. For each it writes the rows and one history event where the
+item is new or its ``canon`` differs (``<family>-set``, the new payload) and removes the rows
+with one event where it went (``<family>-delete``, the last payload); an item whose canon is the
+same is left as stored, rows and order alike. Events go out deletes and changes first (in key
+order), then new items in the source's order (where a new DRA claim goes in the list).
+``node_files`` takes the file's format, form and digest without an event.
+
+A follower's sync of one file (:class:`FileSync`, :func:`sync_file`) skips the parse and the
+write when the file's bytes have the digest its last sync read and the store still says its
+kind was brought to those bytes (``node_files.digest``, which every other writer of the kind
+changes in the same transaction).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import attrgetter, ne
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from podstore.checkpoint import (
@@ -28,25 +33,37 @@ from podstore.checkpoint import (
     MemoryManagerState,
     read_node_checkpoint,
 )
+from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.cpu_state import parse_cpu_state
+from podstore.checkpoint.dra_state import parse_dra_state
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
+from podstore.checkpoint.memory_state import parse_memory_state
 from podstore.errors import InvalidInputError
+from podstore.sqlite.sessions import Sessions
 from podstore.storage import events
-from podstore.storage.node import cpu, dra, facts, files, held, incremental, memory
-from podstore.storage.node.delta import Delta
-from podstore.storage.node.incremental import NodeReadState
-from podstore.storage.node.items import Item, Items, Key, Part, key_order
+from podstore.storage.node import cpu, dra, facts, files, memory
+from podstore.storage.node.items import Item, Items, Key, Part, dumps, key_order, key_text
+from podstore.storage.sql import node as sql
 from podstore.types import NodeSyncReport
 
 #: The kinds this package keeps (the device manager's is storage/sync.py's).
 KINDS = ("cpu", "memory", "dra")
 _PARTS: dict[str, Part] = {"cpu": cpu.PART, "memory": memory.PART, "dra": dra.PART}
+_ALL_PARTS = (*_PARTS.values(), facts.TOPOLOGY, facts.NAMES)
+#: The reader of each kind's text (what ``read_node_checkpoint`` runs for it).
+_PARSE: dict[str, Callable[[str, str], Any]] = {
+    "cpu": parse_cpu_state,
+    "memory": parse_memory_state,
+    "dra": parse_dra_state,
+}
 
 NodeState = CPUManagerState | MemoryManagerState | DRAState
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedNode:
-    """A kind's wanted state, verified and turned into items before the write lock."""
+    """A kind's wanted state, verified and turned into items before the write lock;
+    ``digest``: of the file bytes it was read from (None: not read from a file by kind)."""
 
     kind: str
     path: str | None
@@ -55,12 +72,12 @@ class PreparedNode:
     verified: bool
     items: Mapping[Key, Item]
     form: dict[str, Any]
-    #: A fast read's keys that can differ from the read before it (None: a full read). Not
-    #: part of what was read: two reads of one file compare equal with or without it.
-    delta: Delta | None = field(default=None, compare=False)
+    digest: str | None = None
 
 
-def prepared_state(kind: str, state: NodeState, path: str | None = None) -> PreparedNode:
+def prepared_state(
+    kind: str, state: NodeState, path: str | None = None, digest: str | None = None
+) -> PreparedNode:
     """The items of a state (read from a file, or given). Raises InvalidInputError for a
     state of another kind, or values the store cannot hold."""
     if kind == "cpu" and isinstance(state, CPUManagerState):
@@ -74,144 +91,149 @@ def prepared_state(kind: str, state: NodeState, path: str | None = None) -> Prep
         verified = True
     else:
         raise InvalidInputError(f"state: expected the {kind} manager's state, got {state!r:.80}")
-    return PreparedNode(kind, path, version, int(state.checksum), verified, items, form)
+    return PreparedNode(kind, path, version, int(state.checksum), verified, items, form, digest)
+
+
+def file_digest(text: str) -> str:
+    """The digest of a file's bytes, from the text ``read_source`` gave for them."""
+    data = text.encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _prepared_text(kind: str, text: str, origin: str, path: str | os.PathLike[str]) -> PreparedNode:
+    where = os.path.abspath(os.fspath(path))
+    # Thousands of items, none in a cycle: a collector pass would rescan them all.
+    with collector_paused():
+        return prepared_state(kind, _PARSE[kind](text, origin), where, file_digest(text))
 
 
 def prepare(
-    path: str | os.PathLike[str],
-    kind: str = "auto",
-    *,
-    max_bytes: int | None = None,
-    state: NodeReadState | None = None,
+    path: str | os.PathLike[str], kind: str = "auto", *, max_bytes: int | None = None
 ) -> PreparedNode:
     """Read and verify a CPU, memory or DRA checkpoint (``auto``: by its content).
 
-    With ``state`` (the same object for every read of one kind's file) and an explicit
-    ``kind``, what the last read decoded is reused (:mod:`.incremental`; same result, same
-    errors). Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device
-    manager checkpoint (``import_checkpoint`` loads those) or values the store cannot hold.
+    Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device manager
+    checkpoint (``import_checkpoint`` loads those) or values the store cannot hold.
     """
     if kind not in ("auto", *KINDS):
         raise InvalidInputError(f"kind must be auto, cpu, memory or dra, not {kind!r}")
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
-    if state is not None and kind in KINDS:
-        with state.lock:
-            text, origin = read_source(path, limit)
-            where = os.path.abspath(os.fspath(path))
-            fast = incremental.read(kind, text, state)
-            if fast is not None:
-                return PreparedNode(kind, where, *fast)
-            return prepared_state(kind, incremental.FULL[kind](text, origin), where)
+    if kind in KINDS and isinstance(path, str | os.PathLike):
+        return _prepared_text(kind, *read_source(path, limit), path)
     found = read_node_checkpoint(path, kind, max_bytes=limit)
     if found.kind not in KINDS:
         raise InvalidInputError(
             f"{os.fspath(path)!s} is a device manager checkpoint; import it as kind devices"
         )
     state_read: Any = found.state
-    return prepared_state(found.kind, state_read, os.path.abspath(os.fspath(path)))
+    with collector_paused():
+        return prepared_state(found.kind, state_read, os.path.abspath(os.fspath(path)))
 
 
-class _Absent:
-    """What ``have`` gives for a key it lacks: a canon no item has."""
-
-    __slots__ = ()
-    canon = object()
+def _old_item(payload: str | None, devices: str | None) -> Item:
+    """A stored item as its events need it: its payload and devices."""
+    return Item(payload, "", None, () if devices is None else tuple(json.loads(devices)))
 
 
-_ABSENT: Any = _Absent()
-_CANON = attrgetter("canon")
+def _put_row(part: Part, text: str, item: Item) -> tuple[str, str, str, str | None, Any]:
+    devices = dumps(item.devices) if item.devices else None
+    return (part.name, text, item.canon, item.payload, devices)
+
+
+def fill_pending(conn: sqlite3.Connection) -> None:
+    """After revision 0008's upgrade: ``node_items`` from the stored rows (once)."""
+    if conn.execute(sql.PENDING).fetchone() is None:
+        return
+    conn.execute(sql.ITEMS_CLEAR)
+    for part in _ALL_PARTS:
+        conn.executemany(
+            sql.ITEM_PUT,
+            [_put_row(part, key_text(k), item) for k, item in part.stored(conn).items()],
+        )
+    conn.execute(sql.PENDING_CLEAR)
+
+
+def items_disagreeing(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(part, item_key) of each item where ``node_items`` and the stored rows disagree (for
+    ``podstore verify``; none while the table waits for its first fill)."""
+    if conn.execute(sql.PENDING).fetchone() is not None:
+        return []
+    out = []
+    for part in _ALL_PARTS:
+        kept = {str(k): tuple(rest) for k, *rest in conn.execute(sql.ITEMS_OF, (part.name,))}
+        rows = {key_text(k): _put_row(part, "", item)[2:] for k, item in part.stored(conn).items()}
+        out += [
+            (part.name, k) for k in sorted(kept.keys() | rows.keys()) if kept.get(k) != rows.get(k)
+        ]
+    return out
 
 
 def apply_items(
-    conn: sqlite3.Connection,
-    part: Part,
-    wanted: Mapping[Key, Item],
-    have: Items | None = None,
-    delta: Delta | None = None,
+    conn: sqlite3.Connection, part: Part, wanted: Mapping[Key, Item]
 ) -> tuple[int, int]:
     """Make ``part``'s items equal ``wanted``; (items written, items deleted), one history
-    event each. ``have``: the items the store holds (read back when None), updated in place to
-    those it holds after (an unchanged item keeps its stored value, a written one is
-    ``wanted``'s). ``delta``: what a read knows of ``wanted`` against the read whose items
-    ``have`` holds — only its keys can differ, and it has their items — so no other key is
-    looked at; when counting says otherwise, every key is compared."""
-    if have is None:
-        have = part.stored(conn)
-    source: Mapping[Key, Item] = wanted
-    if delta is not None and delta.keys is not None:
-        source = new = delta.items
-        differ = [
-            (key, old)
-            for key in delta.keys
-            if key in new and (old := have.get(key, _ABSENT)).canon != new[key].canon
-        ]
-        gone = sorted((k for k in delta.keys if k in have and k not in new), key=key_order)
-        added = [key for key, old in differ if old is _ABSENT]
-        if len(have) - len(gone) + len(added) != len(wanted):
-            # Not the items the delta is against: compare them all.
-            return apply_items(conn, part, wanted, have)
-    else:
-        # The keys whose canon differs (or is absent), compared in C: a sync of thousands
-        # of items that changed one would spend more on a Python loop over them than on the
-        # write.
-        olds = list(map(have.get, wanted, repeat(_ABSENT)))
-        unequal = map(ne, map(_CANON, olds), map(_CANON, wanted.values()))
-        differ = list(compress(zip(wanted, olds, strict=True), unequal))
-        added = [key for key, old in differ if old is _ABSENT]
-        # Every stored key is wanted when as many are as are stored: no scan for the gone.
-        if len(have) > len(wanted) - len(added):
-            gone = sorted((k for k in have if k not in wanted), key=key_order)
-        else:
-            gone = []
-    changed = [key for key, old in differ if old is not _ABSENT]
-    if not (gone or changed or added):
+    event each."""
+    fill_pending(conn)
+    keys = list(wanted)
+    texts = [key_text(k) for k in keys]
+    for statement in sql.SETUP:
+        conn.execute(statement)
+    conn.execute(sql.WANTED_CLEAR)  # a failed sync's rows, if its rollback did not take them
+    conn.executemany(
+        sql.WANTED_LOAD,
+        [
+            (t, i, item.canon)
+            for i, (t, item) in enumerate(zip(texts, wanted.values(), strict=True))
+        ],
+    )
+    found = conn.execute(sql.ITEMS_DIFFER, {"part": part.name}).fetchall()
+    conn.execute(sql.WANTED_CLEAR)
+    if not found:
         return 0, 0
-    changed.sort(key=key_order)
+    gone: list[tuple[Key, Item]] = []
+    changed: list[tuple[Key, Item]] = []
+    added: list[int] = []
+    for text, had, payload, devices, ord_ in found:
+        if had == 0:
+            added.append(int(ord_))
+        elif had == 1:
+            changed.append((keys[int(ord_)], _old_item(payload, devices)))
+        else:
+            found_key: Any = tuple(json.loads(text))
+            gone.append((found_key, _old_item(payload, devices)))
+    gone.sort(key=lambda g: key_order(g[0]))
+    changed.sort(key=lambda c: key_order(c[0]))
+    added.sort()
     pending = events.Pending()
-    for key in gone:
-        old = have.pop(key)
+    puts = []
+    for key, old in gone:
         part.remove(conn, key, old)
         pending.node(f"{part.family}-delete", key, old.payload, old.devices)
-    for key in changed:
-        old, item = have[key], source[key]
+    conn.executemany(sql.ITEM_DELETE, [(part.name, key_text(k)) for k, _old in gone])
+    for key, old in changed:
+        item = wanted[key]
         part.write(conn, key, item, old)
         released = sorted(set(old.devices) - set(item.devices))
         pending.node(f"{part.family}-set", key, item.payload, item.devices, released)
-        have[key] = item
-    for key in added:
-        item = source[key]
+        puts.append(_put_row(part, key_text(key), item))
+    for i in added:
+        key = keys[i]
+        item = wanted[key]
         part.write(conn, key, item, None)
         pending.node(f"{part.family}-set", key, item.payload, item.devices)
-        have[key] = item
+        puts.append(_put_row(part, texts[i], item))
+    conn.executemany(sql.ITEM_PUT, puts)
     pending.write(conn)
     return len(changed) + len(added), len(gone)
 
 
 def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeSyncReport:
     """Bring the store's ``prepared.kind`` to ``prepared`` inside the caller's transaction."""
-    return apply_held(conn, prepared, None)[0]
-
-
-def apply_held(
-    conn: sqlite3.Connection, prepared: PreparedNode, last: held.Held | None
-) -> tuple[NodeSyncReport, held.Held | None]:
-    """:func:`apply`, starting from ``last`` — the items a sync of this kind left — when the
-    store still holds them (``held.still_held``), else from the items read back; also returns
-    what the store holds of the kind after it, to hold once the transaction has committed."""
     kind = prepared.kind
-    part = _PARTS[kind]
     # The file row first: the policy item writes into it.
-    form_changed = files.put(conn, kind, prepared.version, prepared.form)
-    have = held.still_held(conn, part, last)
-    delta = prepared.delta
-    known = None
-    if have is None:
-        have = part.stored(conn)
-    elif last is not None and delta is not None and delta.base == last.generation:
-        known = delta  # ``have`` holds the items of the read the delta is against
-    written, deleted = apply_items(conn, part, prepared.items, have, known)
-    at = held.mark(conn)
-    report = NodeSyncReport(
+    form_changed = files.put(conn, kind, prepared.version, prepared.form, prepared.digest)
+    written, deleted = apply_items(conn, _PARTS[kind], prepared.items)
+    return NodeSyncReport(
         kind=kind,
         path=prepared.path,
         version=prepared.version,
@@ -222,8 +244,38 @@ def apply_held(
         deleted=deleted,
         form_changed=form_changed,
     )
-    generation = None if delta is None else delta.generation
-    return report, None if at is None else held.Held(have, at, generation)
+
+
+@dataclass
+class FileSync:
+    """What a follower's syncs of one kind's file keep: the digest of the bytes its last
+    sync read, and that sync's report."""
+
+    kind: str
+    path: str
+    last: tuple[str, NodeSyncReport] | None = None
+
+
+def sync_file(
+    sessions: Sessions, state: FileSync, *, max_bytes: int | None = None
+) -> NodeSyncReport:
+    """Bring the store's ``state.kind`` to its file, in one transaction of its own; nothing is
+    parsed or written when the bytes are those of the last sync and the store still holds
+    the kind as that sync left it."""
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    text, origin = read_source(state.path, limit)
+    digest = file_digest(text)
+    if state.last is not None and state.last[0] == digest:
+        with sessions.snapshot() as conn:
+            same = files.digest(conn, state.kind) == digest
+        if same:
+            return replace(state.last[1], written=0, deleted=0, form_changed=False)
+    prepared = _prepared_text(state.kind, text, origin, state.path)
+    del text
+    with sessions.write() as conn:
+        report = apply(conn, prepared)
+    state.last = (digest, report)
+    return report
 
 
 def read_state(conn: sqlite3.Connection, kind: str) -> NodeState | None:
@@ -256,7 +308,7 @@ def current_items(conn: sqlite3.Connection) -> list[ItemRow]:
     is the one the item's latest event carries, so the fleet holds what replaying the history
     would give)."""
     out: list[ItemRow] = []
-    for part in (*_PARTS.values(), facts.TOPOLOGY, facts.NAMES):
+    for part in _ALL_PARTS:
         items = part.stored(conn)
         for key in sorted(items, key=key_order):
             out.append((part.family, *key, items[key].payload))

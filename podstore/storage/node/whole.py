@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from podstore.checkpoint import (
@@ -57,7 +56,6 @@ def prepare(
     pod_logs: str | os.PathLike[str],
     *,
     max_bytes: int | None = None,
-    device_state: Callable[[str], device_sync.SyncState] | None = None,
 ) -> PreparedWholeNode:
     """Read and verify every present checkpoint of ``kubelet_dir``, the topology under
     ``sysfs`` and the names under ``pod_logs``. Raises the first file's error (unreadable,
@@ -69,8 +67,7 @@ def prepare(
         path = os.path.join(root, FILE_NAMES[kind])
         try:
             if kind == "devices":
-                state = device_state(path) if device_state is not None else None
-                out.devices = device_sync.prepare(path, max_bytes=max_bytes, state=state)
+                out.devices = device_sync.prepare(path, max_bytes=max_bytes)
             else:
                 out.kinds[kind] = node_sync.prepare(path, kind, max_bytes=max_bytes)
         except CheckpointNotFoundError:
@@ -89,15 +86,11 @@ def prepare(
     return out
 
 
-def apply(
-    conn: sqlite3.Connection,
-    prepared: PreparedWholeNode,
-    device_state: device_sync.SyncState | None = None,
-) -> NodeImportReport:
+def apply(conn: sqlite3.Connection, prepared: PreparedWholeNode) -> NodeImportReport:
     """Load ``prepared`` in the caller's transaction."""
     reports: dict[str, SyncReport | NodeSyncReport] = {}
     if prepared.devices is not None:
-        reports["devices"] = device_sync.apply(conn, prepared.devices, device_state)
+        reports["devices"] = device_sync.apply(conn, prepared.devices)
     for kind, kind_prepared in prepared.kinds.items():
         reports[kind] = node_sync.apply(conn, kind_prepared)
     topology = names = None

@@ -6,11 +6,11 @@ so that the statement uses that way's partial unique index.
 
 from __future__ import annotations
 
-from podstore.storage.sql import events as events_sql
-
 # ---- node_files ----------------------------------------------------------------------------
 
 FILE = "SELECT version, policy_name, form FROM node_files WHERE kind = ?"
+DIGEST = "SELECT digest FROM node_files WHERE kind = ?"
+SET_DIGEST = "UPDATE node_files SET digest = ? WHERE kind = ?"
 FILES = "SELECT kind, version FROM node_files ORDER BY kind"
 SET_FILE = """
     INSERT INTO node_files (kind, version, policy_name, form) VALUES (?, ?, NULL, ?)
@@ -139,24 +139,38 @@ NAME_ROWS = "SELECT pod_uid, namespace, name FROM pod_names ORDER BY pod_uid"
 NAME_INSERT = "INSERT INTO pod_names (pod_uid, namespace, name) VALUES (?, ?, ?)"
 NAME_DELETE = "DELETE FROM pod_names WHERE pod_uid = ?"
 
-# ---- what the last sync of a kind left (storage/node/held.py) --------------------------------
+# ---- node_items: each item's canon hash, payload and devices (storage/node/sync.py) ----------
 
-# The schema cookie and the newest kept event: where a sync leaves the store.
-HELD_MARK = """
-    SELECT (SELECT schema_version FROM pragma_schema_version), e.seq, e.hash
-    FROM (SELECT 1)
-    LEFT JOIN (SELECT seq, hash FROM allocation_events ORDER BY seq DESC LIMIT 1) e
+# The wanted items of one sync, in the source's order (``ord``), in the connection's TEMP schema.
+SETUP = (
+    "CREATE TEMP TABLE IF NOT EXISTS node_wanted "
+    "(item_key TEXT PRIMARY KEY, ord INTEGER NOT NULL, canon TEXT NOT NULL) WITHOUT ROWID",
+)
+WANTED_LOAD = "INSERT INTO temp.node_wanted (item_key, ord, canon) VALUES (?, ?, ?)"
+WANTED_CLEAR = "DELETE FROM temp.node_wanted"
+# What differs between the wanted items and the part's stored ones: a new key (``had`` 0, in
+# the source's order, ``ord``), a key whose canon differs (1), a key that went (2); with the stored
+# payload and devices (the old item's, for its events).
+ITEMS_DIFFER = """
+    SELECT w.item_key, n.item_key IS NOT NULL, n.payload, n.devices, w.ord
+    FROM temp.node_wanted w
+    LEFT JOIN node_items n ON n.part = :part AND n.item_key = w.item_key
+    WHERE n.canon IS NOT w.canon
+    UNION ALL
+    SELECT n.item_key, 2, n.payload, n.devices, NULL
+    FROM node_items n
+    WHERE n.part = :part
+      AND NOT EXISTS (SELECT 1 FROM temp.node_wanted w WHERE w.item_key = n.item_key)
 """
-# Where the store stands against a mark: the schema cookie, the hash of the mark's event if it
-# is still kept, and the newest seq ever handed out (the floor prune_history leaves counts).
-HELD_SINCE = f"""
-    SELECT (SELECT schema_version FROM pragma_schema_version),
-           (SELECT hash FROM allocation_events WHERE seq = :seq),
-           ({events_sql.HIGH_WATER})
+ITEM_PUT = """
+    INSERT INTO node_items (part, item_key, canon, payload, devices) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (part, item_key) DO UPDATE SET canon = excluded.canon,
+        payload = excluded.payload, devices = excluded.devices
 """
-# The events after the mark's (at most :limit of them, a range of the rowid B-tree), and how
-# many of them are of the kind's family.
-HELD_EVENTS_SINCE = """
-    SELECT count(*), coalesce(sum(op IN (:set_op, :delete_op)), 0)
-    FROM allocation_events WHERE seq > :seq AND seq <= :seq + :limit
-"""
+ITEM_DELETE = "DELETE FROM node_items WHERE part = ? AND item_key = ?"
+ITEMS_OF = "SELECT item_key, canon, payload, devices FROM node_items WHERE part = ?"
+ITEMS_CLEAR = "DELETE FROM node_items"
+# Set by revision 0008's upgrade: node_items is to be filled from the stored rows.
+_PENDING_KEY = "node_items_pending"
+PENDING = f"SELECT 1 FROM store_meta WHERE key = '{_PENDING_KEY}'"
+PENDING_CLEAR = f"DELETE FROM store_meta WHERE key = '{_PENDING_KEY}'"

@@ -1,21 +1,23 @@
-"""CPU, memory and DRA syncs that start from the items the kind's last sync left
-(storage/node/held.py) write exactly what syncs that read the store back write.
+"""A follower's CPU, memory and DRA syncs (storage/node/sync.py: ``FileSync``, which skips a
+rewrite of the bytes its last sync read while the store still holds them) write exactly what
+a fresh import of the same file writes, whatever was written between them.
 
-Every scenario runs twice on real store files: once through one long-lived PodStore, whose
-syncs use the held items, and once with a fresh PodStore for every sync (nothing held, every
-sync reads the store back). Other writes between syncs — another process, a second PodStore,
-``set_*_state``, ``import_node``, ``prune_history``, a sync that fails in its transaction, a
-``transaction()`` block that raises, a migration down and up, ``reset_identity``, a copy of
-the store restored over it — are made the same way in both. After every step both stores must
-hold the same: each kind's state and checkpoint bytes, the whole history (seq, op, key,
-payload, released devices), ``podstore verify``'s findings (none) and an intact chain; and the
-items the long-lived store holds must be what reading the store back gives.
+Every scenario runs twice on real store files: once through one long-lived PodStore and the
+follower's sync objects (``watch --kubelet-dir``'s path), and once with a fresh PodStore and
+``import_node_checkpoint`` for every sync. Other writes between syncs — another process, a
+second PodStore, ``set_*_state``, ``import_node``, ``prune_history``, a sync that fails in its
+transaction, a ``transaction()`` block that raises, a migration down and up,
+``reset_identity``, a copy of the store restored over it — are made the same way in both.
+After every step both stores must hold the same: each kind's state and checkpoint bytes, the
+whole history (seq, op, key, payload, released devices), ``podstore verify``'s findings (none:
+``node_items`` agrees with the rows) and an intact chain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import sqlite3
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,14 @@ from typing import Any
 import pytest
 from harness import tinyfs
 
-from podstore import AsyncPodStore, PodStore, StoreFullError, aio_process, check_store
+from podstore import (
+    AsyncPodStore,
+    PodStore,
+    StoreBusyError,
+    StoreFullError,
+    aio_process,
+    check_store,
+)
 from podstore.checkpoint import (
     FILE_NAMES,
     CPUManagerState,
@@ -47,8 +56,9 @@ from podstore.checkpoint import (
     dumps_memory_state,
 )
 from podstore.storage.node import codec, cpu, dra, memory
-from podstore.storage.node import held as node_held
+from podstore.storage.node import sync as node_sync
 from podstore.storage.node.items import Part
+from podstore.store import sessions_of
 
 KINDS = ("cpu", "memory", "dra")
 PARTS: dict[str, Part] = {"cpu": cpu.PART, "memory": memory.PART, "dra": dra.PART}
@@ -215,13 +225,15 @@ def set_state(store: PodStore, kind: str, state: State) -> None:
 
 @dataclass
 class Run:
-    """One of the two runs of a scenario: its store file, and how it syncs."""
+    """One of the two runs of a scenario: its store file, and how it syncs (``follows``:
+    one long-lived store and a follower's sync object per kind)."""
 
     dir: Path
-    held: bool
+    follows: bool
     store: PodStore | None = None
     #: where its checkpoint files are written (default: beside the store)
     files: Path | None = None
+    syncs: dict[str, node_sync.FileSync] = field(default_factory=dict)
 
     @property
     def db(self) -> Path:
@@ -229,7 +241,7 @@ class Run:
 
     @contextlib.contextmanager
     def syncing(self) -> Iterator[PodStore]:
-        if self.held:
+        if self.follows:
             if self.store is None:
                 self.store = PodStore.open(self.db, verify="off")
             yield self.store
@@ -243,7 +255,11 @@ class Run:
         tmp.write_bytes(file_bytes(kind, state))
         os.replace(tmp, path)
         with self.syncing() as store:
-            store.import_node_checkpoint(path, kind=kind)
+            if self.follows:
+                follower = self.syncs.setdefault(kind, node_sync.FileSync(kind, str(path)))
+                node_sync.sync_file(sessions_of(store), follower)
+            else:
+                store.import_node_checkpoint(path, kind=kind)
 
     def set(self, kind: str, state: State) -> None:
         with self.syncing() as store:
@@ -292,30 +308,9 @@ def stored(db: Path, kind: str) -> dict[Any, tuple[Any, ...]]:
     return {k: (i.payload, i.canon, i.devices) for k, i in items.items()}
 
 
-def held_items(run: Run, kind: str) -> dict[Any, tuple[Any, ...]] | None:
-    assert run.store is not None
-    held = run.store._node_items[kind].held
-    if held is None:
-        return None
-    return {k: (i.payload, i.canon, i.devices) for k, i in held.items.items()}
-
-
-def accepted_items(run: Run, kind: str) -> dict[Any, tuple[Any, ...]] | None:
-    """The held items if the check would use them now, else None."""
-    assert run.store is not None
-    conn = sqlite3.connect(run.db)
-    try:
-        items = node_held.still_held(conn, PARTS[kind], run.store._node_items[kind].held)
-    finally:
-        conn.close()
-    if items is None:
-        return None
-    return {k: (i.payload, i.canon, i.devices) for k, i in items.items()}
-
-
 @pytest.fixture
 def runs(tmp_path: Path) -> Iterator[tuple[Run, Run]]:
-    pair = (Run(tmp_path / "held", True), Run(tmp_path / "fresh", False))
+    pair = (Run(tmp_path / "follows", True), Run(tmp_path / "fresh", False))
     for run in pair:
         run.dir.mkdir()
     yield pair
@@ -326,22 +321,15 @@ def runs(tmp_path: Path) -> Iterator[tuple[Run, Run]]:
 Step = Callable[[Run], None]
 
 
-def play(runs: tuple[Run, Run], kind: str, steps: list[Step], *, always_held: bool = False) -> None:
-    """Each step on both runs, then the same picture; and whenever the check would accept
-    the long-lived store's held items, they are the stored ones."""
-    held, fresh = runs
+def play(runs: tuple[Run, Run], kind: str, steps: list[Step]) -> None:
+    """Each step on both runs, then the same picture."""
+    follows, fresh = runs
     for i, step in enumerate(steps):
         for run in runs:
             step(run)
-        a, b = picture(held.db), picture(fresh.db)
+        a, b = picture(follows.db), picture(fresh.db)
         assert a["verify"] == [] and a["chain"], f"step {i}"
         assert a == b, f"step {i}: the long-lived store differs from the fresh one"
-        if held.store is not None:
-            # Whenever the check accepts the held items, they are what the store holds.
-            accepted = accepted_items(held, kind)
-            assert accepted is not None or not always_held, f"step {i}: nothing held"
-            if accepted is not None:
-                assert accepted == stored(held.db, kind), f"step {i}: stale items accepted"
 
 
 def sync(kind: str, state: State, *, by_file: bool = True) -> Step:
@@ -363,11 +351,37 @@ def test_repeated_syncs_write_what_fresh_stores_write(kind: str, runs: tuple[Run
     steps = [sync(kind, s, by_file=i % 3 != 2) for i, s in enumerate(seq)]
     # Back and forth between two states, as the benchmark does.
     steps += [sync(kind, seq[-1 - (i % 2)]) for i in range(6)]
-    # Each sync leaves items the next one starts from.
-    play(runs, kind, steps, always_held=True)
+    # The same bytes again, after a set_state of them and after a sync of them.
+    steps += [sync(kind, seq[-1], by_file=False), sync(kind, seq[-1]), sync(kind, seq[-1])]
+    play(runs, kind, steps)
 
 
-# ---- writes the held items never saw -------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_same_bytes_again_are_skipped_without_the_write_lock(kind: str, tmp_path: Path) -> None:
+    """A rewrite of the bytes the last sync read, the store unchanged since, needs no write
+    transaction: it succeeds while another connection holds the write lock; a change does not."""
+    s = states(kind, 2)
+    path, db = tmp_path / "state", tmp_path / "s.db"
+    path.write_bytes(file_bytes(kind, s[0]))
+    with PodStore.open(db, verify="off", busy_timeout=0.05) as store:
+        follower = node_sync.FileSync(kind, str(path))
+        first = node_sync.sync_file(sessions_of(store), follower)
+        assert first.written > 0
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            again = node_sync.sync_file(sessions_of(store), follower)
+            assert again == dataclasses.replace(first, written=0, deleted=0, form_changed=False)
+            path.write_bytes(file_bytes(kind, s[1]))
+            with pytest.raises(StoreBusyError):
+                node_sync.sync_file(sessions_of(store), follower)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert node_sync.sync_file(sessions_of(store), follower).changed
+
+
+# ---- writes the follower never saw ------------------------------------------------------------
 
 FOREIGN = r"""
 import sys
@@ -431,12 +445,12 @@ def test_a_write_elsewhere_is_seen(
         sync(kind, s[0]),
         sync(kind, s[1]),
         writer(kind, s[4]),
-        sync(kind, s[1]),  # what the held items say: all of the other write must be undone
+        sync(kind, s[1]),  # the bytes the follower read last: all of the other write is undone
         a_device_write("a"),
         writer(kind, s[5]),
         a_device_write("b"),
         sync(kind, s[2]),
-        writer(kind, s[2]),  # the same state: no event, the held items stay good
+        writer(kind, s[2]),  # the same state: no event
         sync(kind, s[3]),
     ]
     play(runs, kind, steps)
@@ -516,7 +530,7 @@ def test_prune_history_removing_events_after_the_mark_is_seen(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_transaction_block_that_raises_leaves_nothing_held(
+def test_a_transaction_block_that_raises_is_undone_by_the_next_sync(
     kind: str, runs: tuple[Run, Run]
 ) -> None:
     s = states(kind, 4)
@@ -526,15 +540,11 @@ def test_a_transaction_block_that_raises_leaves_nothing_held(
             set_state(store, kind, s[3])
             store.insert("txn", "c", "example.com/gpu", {0: ["g"]}, None)
             raise RuntimeError("the caller's block fails")
-        if run.held:
-            assert held_items(run, kind) is None
 
     def committed(run: Run) -> None:
         with run.syncing() as store, store.transaction():
             set_state(store, kind, s[2])
             store.insert("txn", "c", "example.com/gpu", {0: ["g"]}, None)
-        if run.held:
-            assert held_items(run, kind) is None  # joined: held only after its own commit
 
     steps = [
         sync(kind, s[0]),
@@ -576,7 +586,7 @@ def test_reset_identity_and_a_restored_copy_are_seen(kind: str, runs: tuple[Run,
         sync(kind, s[0]),
         copy,
         sync(kind, s[1]),
-        restore,  # the store is back at s[0]; the held items say s[1]
+        restore,  # the store is back at s[0]; the follower read s[1] last
         sync(kind, s[1]),
         reset,
         sync(kind, s[2]),
@@ -666,7 +676,7 @@ def tiny(tmp_path: Path) -> Iterator[Path]:
         yield mnt
 
 
-def test_a_sync_that_fails_in_its_transaction_leaves_nothing_held(
+def test_a_sync_that_fails_in_its_transaction_is_made_whole_by_the_next(
     tiny: Path, tmp_path: Path
 ) -> None:
     kind = "cpu"
@@ -676,29 +686,26 @@ def test_a_sync_that_fails_in_its_transaction_leaves_nothing_held(
         frozenset({0, 1}),
         {_uid(i): {f"c{k}": frozenset({k, i % 64}) for k in range(40)} for i in range(300)},
     )
-    held = Run(tiny, True, files=tmp_path)
+    follows = Run(tiny, True, files=tmp_path)
     fresh = Run(tmp_path / "fresh", False)
     fresh.dir.mkdir()
     try:
-        for run in (held, fresh):
+        for run in (follows, fresh):
             run.sync_file(kind, s[0])
             run.sync_file(kind, s[1])
-        assert held_items(held, kind) is not None
         ballast = tiny / "ballast"
         tinyfs.fill(ballast)
         for _ in range(2):
             with pytest.raises(StoreFullError):
-                held.sync_file(kind, big)
-            assert held_items(held, kind) is None
+                follows.sync_file(kind, big)
         ballast.unlink()
         for state in (s[1], s[2], s[1]):
-            for run in (held, fresh):
+            for run in (follows, fresh):
                 run.sync_file(kind, state)
-            a, b = picture(held.db), picture(fresh.db)
+            a, b = picture(follows.db), picture(fresh.db)
             assert a["verify"] == [] and a == b
-            assert held_items(held, kind) == stored(held.db, kind)
     finally:
-        held.close()
+        follows.close()
 
 
 # ---- threads of one store --------------------------------------------------------------------
@@ -752,8 +759,6 @@ def test_threads_syncing_through_one_store_keep_history_and_tables_agreeing(
             ours = [e for e in run.store.history() if e.op.startswith(f"{kind}-")]
             now = stored(run.db, kind)
             assert codec.replay(ours) == {k: v[0] for k, v in now.items()}
-            accepted = accepted_items(run, kind)
-            assert accepted is None or accepted == now
         fresh = Run(tmp_path / "fresh", False)
         fresh.dir.mkdir()
         fresh.sync_file(kind, seq[-1])
@@ -767,7 +772,7 @@ def test_threads_syncing_through_one_store_keep_history_and_tables_agreeing(
 
 def test_an_async_stores_worker_process_write_is_seen_by_its_thread_side(tmp_path: Path) -> None:
     """``AsyncPodStore`` runs a large file's import in its worker process (a PodStore of its
-    own on the same file) and small calls on ``astore.sync``, which holds items."""
+    own on the same file) and small calls on ``astore.sync``, its thread side."""
     s = states("cpu", 3)
     big = CPUManagerState(
         "static", frozenset({0, 1}), {_uid(i): {"main": frozenset({8 + i})} for i in range(4000)}
@@ -784,10 +789,9 @@ def test_an_async_stores_worker_process_write_is_seen_by_its_thread_side(tmp_pat
             here = astore.sync
             here.set_cpu_state(s[0])
             here.set_cpu_state(s[1])
-            assert here._node_items["cpu"].held is not None
             await astore.import_node_checkpoint(big_file, kind="cpu")
             assert astore._process.pid is not None  # it ran in the worker
-            here.set_cpu_state(s[1])  # what the thread side holds: the big state must go
+            here.set_cpu_state(s[1])  # what the thread side wrote last: the big state goes
             here.set_cpu_state(s[2])
 
     asyncio.run(main())
