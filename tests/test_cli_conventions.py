@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 import pytest
-from harness.cli import commands
+from harness.cli import commands, subcommand
 
 from podstore import ImportRefusedError, PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
@@ -37,7 +37,7 @@ def leaf(path: str) -> click.Command:
     command: click.Command = cli
     for name in path.split()[1:]:
         assert isinstance(command, click.Group)
-        command = command.commands[name]
+        command = subcommand(command, name)
     return command
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from podstore.errors import ReadOnlyStoreError
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, ConnectOptions, database_path
-from podstore.store import PodStore
+
+if TYPE_CHECKING:
+    from podstore.store import PodStore
 
 #: The store when neither --db nor $PODSTORE_DB names one.
 DEFAULT_DB = "podstore.db"
@@ -36,6 +39,8 @@ class Context:
             self.require_writable()
         store = self._stores.get(readonly)
         if store is None:
+            from podstore.store import PodStore  # not for --help or --version
+
             store = self._stores[readonly] = PodStore.open(
                 self.db,
                 readonly=readonly,

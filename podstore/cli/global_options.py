@@ -10,7 +10,8 @@ value given after the command wins over one given before it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from importlib import import_module
 from typing import Any
 
 import click
@@ -145,7 +146,26 @@ def add_global_options(command: click.Command) -> None:
 
 
 class PodstoreGroup(click.Group):
-    """A group whose commands all accept the global options after their name too."""
+    """A group whose commands all accept the global options after their name too.
+
+    Commands named in ``lazy`` (name → ``"module:attribute"``) are imported when first asked
+    for, so that a command loads its own module and no other (docs/performance.md,
+    "Start-up"); ``--help`` asks for all of them.
+    """
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = self.lazy.get(cmd_name)
+        if where is not None and cmd_name not in self.commands:
+            module, attribute = where.split(":")
+            self.add_command(getattr(import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         add_global_options(cmd)
