@@ -45,7 +45,7 @@ from podstore.sqlite.connection import (
     database_path,
 )
 from podstore.sqlite.guarded import Guarded, Limits, RowStream
-from podstore.sqlite.migrate import Check, ensure_schema
+from podstore.sqlite.migrate import ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
@@ -143,10 +143,10 @@ class PodStore:
 
         ``verify`` (docs/reliability.md, "What is checked at open, and when"): "auto"
         (default) runs the full ``PRAGMA quick_check`` before returning when the last close was
-        not clean (a ``-wal`` holds frames); otherwise a structural check of the header, the
-        schema and every root page (about a millisecond), with the full check in a background
-        thread that every write waits for: the first answer does not wait, a write never
-        lands on a file not yet checked. "blocking" always runs the full check before
+        not clean (a ``-wal`` holds frames); otherwise the full check runs in a background
+        thread that every write waits for: the first answer does not wait (SQLite's own page
+        checks still refuse a damaged page a read meets), a write never lands on a file not
+        yet checked. "blocking" always runs the full check before
         returning (~1.5 ms per MB). "background" runs it in a daemon thread only (reads and
         writes do not wait). "off" skips it (``podstore verify`` can run it later). Damage a
         background check finds is logged, and every later call raises StoreCorruptError;
@@ -167,17 +167,17 @@ class PodStore:
             durability=durability,
             busy_timeout=busy_timeout,
         )
-        check: Check = "none"
-        if verify == "blocking" or (verify == "auto" and integrity.crash_evidence(options.path)):
-            check = "full"
-        elif verify == "auto":
-            check = "structural"
+        check = verify == "blocking" or (
+            verify == "auto" and integrity.crash_evidence(options.path)
+        )
         with forking.activity():  # a fork in another thread waits for the open to finish
-            unmarked = ensure_schema(options, upgrade=upgrade, check=check)
+            unmarked, probe = ensure_schema(options, upgrade=upgrade, check=check)
             sessions = Sessions(options)
             sessions.unmarked = unmarked
+            if probe is not None:
+                sessions.adopt(probe)
             sessions.conn()  # fail now, not on first use
-            if verify == "background" or check == "structural":
+            if verify == "background" or (verify == "auto" and not check):
                 sessions.start_background_check(gate_writes=verify == "auto")
         return cls(sessions, _token=_OPEN_TOKEN)
 

@@ -255,6 +255,13 @@ class Sessions:
             self._conns.discard(conn)
         _close_quietly(conn)
 
+    def adopt(self, conn: sqlite3.Connection) -> None:
+        """Keep ``conn``, made with this store's options (the open's first look at the file),
+        for the first thread that needs one, rather than connecting again."""
+        with self._lock:
+            self._conns.add(conn)
+            self._idle.append(conn)
+
     def conn(self) -> sqlite3.Connection:
         """This thread's connection (made on first use) for a statement run right away.
         Raises PodStoreError once closed, and the damage the background check found once it
@@ -426,7 +433,9 @@ class Sessions:
         ``gate_writes`` every write first waits for it to pass (and raises what it found).
 
         The connection is made here, so that the thread goes straight into SQLite (which
-        runs without the GIL) and does not compete with the caller's first calls for it.
+        runs without the GIL) and does not compete with the caller's first calls for it: made
+        in the thread, its Python steps between SQLite calls held the GIL while the caller
+        waited for it, and open + first answer took 4-8 ms longer (docs/performance.md).
         """
         conn = connect(self.options)  # raises like the store's own connection would
         self._gate_writes = gate_writes
