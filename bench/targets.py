@@ -35,6 +35,8 @@ class Target:
     limit: float
     higher_is_better: bool
     detail: str
+    #: What ``measured`` counts: a ratio unless it says otherwise.
+    unit: str = "×"
 
     @property
     def passed(self) -> bool | None:
@@ -56,6 +58,7 @@ class Target:
             "higher_is_better": self.higher_is_better,
             "verdict": self.verdict,
             "detail": self.detail,
+            "unit": self.unit,
         }
 
 
@@ -196,6 +199,38 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
                 True,
                 f"kubelet-style {_ms(kb_open)} vs podstore {_ms(ps_open)} (verify=auto after a "
                 f"clean close; verify=blocking {_ms(blocking)})",
+            )
+        )
+
+    at = fx.get("open_at") or {}
+    opened = at.get("open_to_first_answer", {})
+    if opened:
+        ps_open = opened.get("podstore", {}).get("p50_s")
+        kb_open = opened.get("kubelet", {}).get("p50_s")
+        blocking = opened.get("podstore_blocking", {}).get("p50_s")
+        entries = at.get("entries", 0)
+        detail = (
+            f"kubelet-style {_ms(kb_open)} vs podstore {_ms(ps_open)} (verify=auto after a "
+            f"clean close; verify=blocking {_ms(blocking)})"
+        )
+        out.append(
+            Target(
+                f"open (default options) + first answer ≤ 4 ms @ {entries:,} entries",
+                None if ps_open is None else ps_open * 1e3,
+                4.0,
+                False,
+                detail,
+                " ms",
+            )
+        )
+        out.append(
+            Target(
+                f"open (default options) + first answer ≥ 100× faster than kubelet load @ "
+                f"{entries:,} entries",
+                _ratio(kb_open, ps_open),
+                100.0,
+                True,
+                detail,
             )
         )
 
