@@ -14,23 +14,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from podstore.checkpoint import (
-    FILE_NAMES,
-    CPUManagerState,
-    DRAClaim,
-    DRAState,
-    MemoryBlock,
-    MemoryManagerState,
-    NumaTopology,
-    PodName,
-    PodNames,
-    read_node_checkpoint,
-    write_checkpoint_file,
-)
-from podstore.checkpoint.podnames import DEFAULT_POD_LOGS
-from podstore.checkpoint.topology import DEFAULT_SYSFS
+from podstore.checkpoint.podnames import DEFAULT_POD_LOGS, PodName, PodNames
+from podstore.checkpoint.topology import DEFAULT_SYSFS, NumaTopology
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.reading import Reader, history_query
 from podstore.rules import run_options, validate
@@ -49,20 +36,13 @@ from podstore.sqlite.migrate import ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
-from podstore.storage import events, sync, transfer
+from podstore.storage import events
 from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
-from podstore.storage.node import cpu as node_cpu
 from podstore.storage.node import dra as node_dra
-from podstore.storage.node import export as node_export
 from podstore.storage.node import facts as node_facts
-from podstore.storage.node import held as node_held
-from podstore.storage.node import incremental as node_incremental
-from podstore.storage.node import memory as node_memory
 from podstore.storage.node import read as node_read
-from podstore.storage.node import sync as node_sync
 from podstore.storage.node import topology as node_topology
-from podstore.storage.node import whole as node_whole
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import node_read as node_read_sql
@@ -83,6 +63,25 @@ from podstore.types import (
     StoreStats,
     SyncReport,
 )
+
+if TYPE_CHECKING:
+    from podstore.checkpoint import (
+        CPUManagerState,
+        DRAClaim,
+        DRAState,
+        MemoryBlock,
+        MemoryManagerState,
+    )
+    from podstore.storage import sync
+    from podstore.storage.node import held as node_held
+    from podstore.storage.node import incremental as node_incremental
+    from podstore.storage.node import sync as node_sync
+
+# What only writes, imports, exports and syncs need (the node's sync machinery, the checkpoint
+# decoders and encoders) is imported inside the methods that use it: a process that only
+# reads does not pay for it at start-up (docs/performance.md, "Start-up and open").
+#: import_node's default kubelet directory (storage/node/whole.py says the same).
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 log = logging.getLogger("podstore")
 
@@ -110,7 +109,7 @@ class PodStore:
         # sync_checkpoint: per checkpoint path, what its last sync read and loaded.
         self._sync_states: dict[str, sync.SyncState] = {}
         # CPU, memory and DRA syncs: per kind, the items the last committed one left.
-        self._node_items = _held_kinds()
+        self._node_items: dict[str, node_held.HeldItems] = {}
         # import_node_checkpoint: per (kind, checkpoint path), what its last read decoded.
         self._node_states: dict[tuple[str, str], node_incremental.NodeReadState] = {}
         sessions.on_fork_child(self._forget_sync_states)
@@ -118,7 +117,7 @@ class PodStore:
     def _forget_sync_states(self) -> None:
         # In a forked child: another thread may have held a state's lock at the fork.
         self._sync_states = {}
-        self._node_items = _held_kinds()
+        self._node_items = {}
         self._node_states = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -519,6 +518,8 @@ class PodStore:
         ``allow_all_skipped=False`` refuses (ImportRefusedError, store unchanged) a replacing
         import whose every entry was skipped while the store holds entries it would drop.
         """
+        from podstore.storage import transfer
+
         # Parse and verify before taking the write lock: a large file must not stall writers.
         prepared = transfer.prepare_import(
             path, strict=bool(strict), max_bytes=max_bytes, progress=progress
@@ -546,6 +547,8 @@ class PodStore:
         (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
         store is unchanged then.
         """
+        from podstore.storage import sync
+
         key = os.path.abspath(os.fspath(path)) if isinstance(path, str | os.PathLike) else ""
         state = self._sync_state(key)
         with state.lock:
@@ -555,6 +558,8 @@ class PodStore:
 
     def _sync_state(self, key: str) -> sync.SyncState:
         """What repeated syncs of the device checkpoint at ``key`` (an absolute path) keep."""
+        from podstore.storage import sync
+
         state = self._sync_states.get(key)
         if state is None:
             if len(self._sync_states) >= 4:  # a follower reads one file; bound the rest
@@ -576,6 +581,8 @@ class PodStore:
         mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
         ``progress(done, total)`` is called as entries are read (for a progress bar).
         """
+        from podstore.storage import transfer
+
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
         with self._sessions.snapshot() as conn:
@@ -605,6 +612,8 @@ class PodStore:
         device manager checkpoint (:meth:`import_checkpoint` loads those) or for values the
         store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
         """
+        from podstore.storage.node import sync as node_sync
+
         state = self._node_state(kind, path)
         prepared = node_sync.prepare(path, kind, max_bytes=max_bytes, state=state)
         return self._apply_node(prepared)
@@ -614,6 +623,9 @@ class PodStore:
     ) -> node_incremental.NodeReadState | None:
         """What repeated reads of the ``kind`` file at ``path`` keep (None: ``auto`` or not
         a path)."""
+        from podstore.storage.node import incremental as node_incremental
+        from podstore.storage.node import sync as node_sync
+
         if kind not in node_sync.KINDS or not isinstance(path, str | os.PathLike):
             return None
         key = (kind, os.path.abspath(os.fspath(path)))
@@ -633,6 +645,9 @@ class PodStore:
         v1 in the data format: kubelet writes neither any more). Raises InvalidInputError when
         the store holds no checkpoint of ``kind`` or what the format cannot carry.
         """
+        from podstore.checkpoint.files import write_checkpoint_file
+        from podstore.checkpoint.kinds import read_node_checkpoint
+
         data = self.node_checkpoint_bytes(kind)
         count = read_node_checkpoint(data, kind).entries
         write_checkpoint_file(path, data)
@@ -640,17 +655,23 @@ class PodStore:
 
     def node_checkpoint_bytes(self, kind: str) -> bytes:
         """The bytes :meth:`export_node_checkpoint` writes."""
+        from podstore.storage.node import export as node_export
+
         with self._sessions.snapshot() as conn:
             return node_export.export_bytes(conn, _node_kind(kind))
 
     def cpu_state(self) -> CPUManagerState | None:
         """The CPU manager state the store holds, as ``read_cpu_state`` gives a file's (None:
         no CPU manager checkpoint was loaded). ``checksum`` is 0: export computes it."""
+        from podstore.storage.node import cpu as node_cpu
+
         with self._sessions.snapshot() as conn:
             return node_cpu.read_state(conn)
 
     def memory_state(self) -> MemoryManagerState | None:
         """The memory manager state the store holds (None: none was loaded)."""
+        from podstore.storage.node import memory as node_memory
+
         with self._sessions.snapshot() as conn:
             return node_memory.read_state(conn)
 
@@ -673,6 +694,10 @@ class PodStore:
         return self._set_node_state("dra", state)
 
     def _set_node_state(self, kind: str, state: Any) -> NodeSyncReport:
+        from podstore.checkpoint.kinds import read_node_checkpoint
+        from podstore.storage.node import export as node_export
+        from podstore.storage.node import sync as node_sync
+
         prepared = node_sync.prepared_state(kind, state)
         # What a file of it would say: the writer refuses what kubelet could not have written.
         read_node_checkpoint(node_export.checkpoint_bytes(kind, state), kind)
@@ -682,7 +707,12 @@ class PodStore:
         """Bring the store's ``prepared.kind`` to ``prepared`` in one transaction, from the
         items the kind's last sync left when the store still holds them (storage/node/held.py);
         what it leaves is held only once its own transaction has committed."""
-        slot = self._node_items[prepared.kind]
+        from podstore.storage.node import held as node_held
+        from podstore.storage.node import sync as node_sync
+
+        slot = self._node_items.get(prepared.kind)
+        if slot is None:
+            slot = self._node_items[prepared.kind] = node_held.HeldItems()
         joined = self._sessions.in_write()  # committed (or not) with the caller's block
         with self._sessions.write() as conn:
             report, after = node_sync.apply_held(conn, prepared, slot.take())
@@ -697,6 +727,8 @@ class PodStore:
 
     def set_numa_topology(self, topology: NumaTopology | None) -> NodeSyncReport:
         """Replace the topology (None: unknown), one event per NUMA node that changed."""
+        from podstore.storage.node import sync as node_sync
+
         if topology is not None and not isinstance(topology, NumaTopology):
             raise InvalidInputError(f"topology: expected a NumaTopology, got {topology!r:.80}")
         items = node_facts.topology_items(topology)
@@ -705,6 +737,8 @@ class PodStore:
 
     def set_pod_names(self, names: Mapping[str, PodName] | PodNames) -> NodeSyncReport:
         """Replace the pod names, one event per name that came, changed or went."""
+        from podstore.storage.node import sync as node_sync
+
         pods = names.pods if isinstance(names, PodNames) else names
         if not isinstance(pods, Mapping):
             raise InvalidInputError(f"names: expected a mapping, got {type(pods).__name__}")
@@ -721,7 +755,7 @@ class PodStore:
 
     def import_node(
         self,
-        kubelet_dir: str | os.PathLike[str] = node_whole.DEFAULT_KUBELET_DIR,
+        kubelet_dir: str | os.PathLike[str] = DEFAULT_KUBELET_DIR,
         *,
         sysfs: str | os.PathLike[str] = DEFAULT_SYSFS,
         pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
@@ -737,6 +771,9 @@ class PodStore:
         in ``report.absent``. A ``sysfs`` without NUMA nodes means no topology (stored so);
         a missing ``pod_logs`` directory means no names.
         """
+        from podstore.checkpoint.kinds import FILE_NAMES
+        from podstore.storage.node import whole as node_whole
+
         device_path = os.path.join(os.path.abspath(os.fspath(kubelet_dir)), FILE_NAMES["devices"])
         state = self._sync_state(device_path)
         with state.lock:
@@ -939,11 +976,9 @@ class PodStore:
         return StoreStats(*self._rows(q.COUNTS)[0])
 
 
-def _held_kinds() -> dict[str, node_held.HeldItems]:
-    return {kind: node_held.HeldItems() for kind in node_sync.KINDS}
-
-
 def _node_kind(kind: object) -> str:
+    from podstore.storage.node import sync as node_sync
+
     if kind not in node_sync.KINDS:
         raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
     return str(kind)
