@@ -113,6 +113,18 @@ def test_version_is_the_installed_one() -> None:
     installed = importlib.metadata.version("podstore")
     assert run.stdout.strip() == f"podstore, version {installed}"
     assert podstore.__version__ == installed
+    _, modules = _loaded(ENTRY[-1], "--version")
+    # The group and its options, no command, no connection code.
+    assert sorted(m for m in modules if m.startswith("podstore.")) == [
+        "podstore.cli",
+        "podstore.cli.context",
+        "podstore.cli.global_options",
+        "podstore.cli.main",
+        "podstore.errors",
+        "podstore.logs",
+        "podstore.sqlite",
+        "podstore.sqlite.busy",
+    ]
 
 
 def test_help_lists_every_command_and_each_loads_under_its_name() -> None:

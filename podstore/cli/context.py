@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from podstore.errors import ReadOnlyStoreError
-from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, ConnectOptions, database_path
+from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT
 
 if TYPE_CHECKING:
+    from podstore.sqlite.connection import ConnectOptions
     from podstore.store import PodStore
 
 #: The store when neither --db nor $PODSTORE_DB names one.
@@ -53,6 +54,8 @@ class Context:
         """Connection options for the store (for commands that work below ``PodStore``)."""
         if not readonly:
             self.require_writable()
+        from podstore.sqlite.connection import ConnectOptions, database_path
+
         return ConnectOptions(
             path=database_path(self.db), readonly=readonly, busy_timeout=self.busy_timeout
         )

@@ -18,7 +18,7 @@ import click
 
 from podstore import logs
 from podstore.cli.context import DEFAULT_DB, Context
-from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, MAX_BUSY_TIMEOUT
+from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT, MAX_BUSY_TIMEOUT
 
 DB_HELP = "The store: a file path or an sqlite:/// URL."
 READONLY_HELP = "Open the store read-only; a command that would write it fails instead."
