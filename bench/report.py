@@ -153,6 +153,13 @@ def whole_state_table(results: dict[str, Any], fmt: str) -> str:
                 f"{fx['entries']:,}",
             )
         )
+        at = fx.get("open_at") or {}
+        if at:
+            rows.extend(
+                _restart_rows(
+                    at.get("open_to_first_answer", {}), {}, {}, "fixture", f"{at['entries']:,}"
+                )
+            )
     return tabulate(
         rows,
         headers=["whole-state operation", "pods", "entries", "p50", "note"],
@@ -182,7 +189,7 @@ def _restart_rows(
             pods,
             entries,
             fmt_time(opened[key]["p50_s"]),
-            f"+ {fmt_time(imports.get(key))} module imports",
+            f"+ {fmt_time(imports[key])} module imports" if key in imports else "",
         ]
         for key, label in RESTARTS.items()
         if key in opened
@@ -338,6 +345,7 @@ def markdown(results: dict[str, Any], targets: list[Target]) -> str:
     ]
     checks = [c for s in results["sizes"] for c in s.get("checks", [])]
     checks += (results.get("fixture") or {}).get("checks", [])
+    checks += ((results.get("fixture") or {}).get("open_at") or {}).get("checks", [])
     parts += ["## Answer checks", ""]
     parts += [f"- {c}" for c in checks] or [
         "- podstore, raw sqlite3 and the in-memory maps gave equal answers on every checked call."

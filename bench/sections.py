@@ -26,6 +26,7 @@ EXTENSIONS: tuple[str, ...] = (
     "bench.fleet",
     "bench.nodefiles",
     "bench.nodestate",
+    "bench.startup",
 )
 
 

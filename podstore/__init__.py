@@ -3,18 +3,16 @@
 The public names are re-exported here and nowhere else (plus the documented modules
 ``podstore.checkpoint`` and ``podstore.deviceplugin``); see docs/api.md. Every other module is
 internal: ``rules/``, ``sqlite/``, ``storage/`` and ``cli/`` may change between releases.
+
+``import podstore`` loads only the exception tree: every other name is imported on first
+access (PEP 562), so a process pays for the modules it uses and no more — the command line
+starts without protobuf, asyncio or the storage code it does not run (docs/performance.md,
+"Start-up"). Type checkers read the imports under ``TYPE_CHECKING``.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from podstore.deviceplugin import (
-    AllocateResponse,
-    ContainerAllocateResponse,
-    Device,
-    DeviceSpec,
-    NUMANode,
-    TopologyInfo,
-)
 from podstore.errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -33,60 +31,122 @@ from podstore.errors import (
     StoreCorruptError,
     StoreFullError,
 )
-from podstore.reading import Reader
-from podstore.sqlite.guarded import RowStream
-from podstore.storage.events import ReplayState
-from podstore.storage.events import replay as replay_history
-from podstore.storage.selfcheck import Finding, check_store
-from podstore.store import PodStore
-from podstore.types import (
-    NO_TOPOLOGY,
-    AllocationEvent,
-    Annotation,
-    CDIDevice,
-    ChainBreak,
-    ContainerNuma,
-    DeviceHolding,
-    DeviceInfo,
-    DeviceOwner,
-    DeviceRunContainerOptions,
-    DRAOwner,
-    EnvVar,
-    ExportReport,
-    HistoryReport,
-    ImportReport,
-    Mount,
-    NodeImportReport,
-    NodePodSummary,
-    NodeSyncReport,
-    NumaUsage,
-    PodDevicesEntry,
-    PodSummary,
-    QueryResult,
-    ResourceDeviceInstances,
-    RuntimeCDIDevice,
-    RuntimeMount,
-    SkippedEntry,
-    StoreStats,
-    SyncReport,
-)
 
 if TYPE_CHECKING:
     from podstore.aio import AsyncPodStore, AsyncReader, AsyncRowStream
+    from podstore.deviceplugin import (
+        AllocateResponse,
+        ContainerAllocateResponse,
+        Device,
+        DeviceSpec,
+        NUMANode,
+        TopologyInfo,
+    )
+    from podstore.reading import Reader
+    from podstore.sqlite.guarded import RowStream
+    from podstore.storage.events import ReplayState
+    from podstore.storage.events import replay as replay_history
+    from podstore.storage.selfcheck import Finding, check_store
+    from podstore.store import PodStore
+    from podstore.types import (
+        NO_TOPOLOGY,
+        AllocationEvent,
+        Annotation,
+        CDIDevice,
+        ChainBreak,
+        ContainerNuma,
+        DeviceHolding,
+        DeviceInfo,
+        DeviceOwner,
+        DeviceRunContainerOptions,
+        DRAOwner,
+        EnvVar,
+        ExportReport,
+        HistoryReport,
+        ImportReport,
+        Mount,
+        NodeImportReport,
+        NodePodSummary,
+        NodeSyncReport,
+        NumaUsage,
+        PodDevicesEntry,
+        PodSummary,
+        QueryResult,
+        ResourceDeviceInstances,
+        RuntimeCDIDevice,
+        RuntimeMount,
+        SkippedEntry,
+        StoreStats,
+        SyncReport,
+    )
 
 __version__ = "0.1.0"
 
-# The asyncio API loads asyncio, which a process that never uses it should not pay for at
-# start-up (docs/performance.md): it is imported on first access (PEP 562).
-_LAZY = {"AsyncPodStore", "AsyncReader", "AsyncRowStream"}
+#: Where each lazily loaded public name lives: module → names (the name is the module's own,
+#: except where ``_RENAMED`` says otherwise). tests/test_startup.py checks it against the
+#: imports above and ``__all__``.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "podstore.aio": ("AsyncPodStore", "AsyncReader", "AsyncRowStream"),
+    "podstore.deviceplugin": (
+        "AllocateResponse",
+        "ContainerAllocateResponse",
+        "Device",
+        "DeviceSpec",
+        "NUMANode",
+        "TopologyInfo",
+    ),
+    "podstore.reading": ("Reader",),
+    "podstore.sqlite.guarded": ("RowStream",),
+    "podstore.storage.events": ("ReplayState", "replay_history"),
+    "podstore.storage.selfcheck": ("Finding", "check_store"),
+    "podstore.store": ("PodStore",),
+    "podstore.types": (
+        "NO_TOPOLOGY",
+        "AllocationEvent",
+        "Annotation",
+        "CDIDevice",
+        "ChainBreak",
+        "ContainerNuma",
+        "DeviceHolding",
+        "DeviceInfo",
+        "DeviceOwner",
+        "DeviceRunContainerOptions",
+        "DRAOwner",
+        "EnvVar",
+        "ExportReport",
+        "HistoryReport",
+        "ImportReport",
+        "Mount",
+        "NodeImportReport",
+        "NodePodSummary",
+        "NodeSyncReport",
+        "NumaUsage",
+        "PodDevicesEntry",
+        "PodSummary",
+        "QueryResult",
+        "ResourceDeviceInstances",
+        "RuntimeCDIDevice",
+        "RuntimeMount",
+        "SkippedEntry",
+        "StoreStats",
+        "SyncReport",
+    ),
+}
+_RENAMED = {"replay_history": "replay"}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from podstore import aio
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'podstore' has no attribute {name!r}")
+    value = getattr(import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value  # the next access is a plain look-up
+    return value
 
-        return getattr(aio, name)
-    raise AttributeError(f"module 'podstore' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
 
 
 __all__ = [

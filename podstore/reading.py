@@ -21,7 +21,6 @@ from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
 from podstore.storage import audit, events
 from podstore.storage import entries as entry_store
-from podstore.storage.node import sync as node_sync
 from podstore.storage.sql import audit as audit_sql
 from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import ship as ship_sql
@@ -36,7 +35,7 @@ EventRow = tuple[int, str, str, str | None, str | None, str, str | None, str | N
 StateEntry = tuple[str, str, str, str | None]
 #: An item of the node's other managers, topology or pod names: (family, pod_uid, container,
 #: resource, payload JSON as its latest event carries it).
-NodeItem = node_sync.ItemRow
+NodeItem = tuple[str, str | None, str | None, str, str | None]
 
 
 def history_query(
@@ -186,6 +185,8 @@ class Reader:
         """The items of the store's CPU, memory and DRA managers, topology and pod names:
         (family, pod_uid, container, resource, payload JSON), what a fleet snapshot holds
         besides the device state."""
+        from podstore.storage.node import sync as node_sync  # not for other readers
+
         return self._call(node_sync.current_items)
 
     def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:

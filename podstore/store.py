@@ -14,22 +14,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from podstore.checkpoint import (
-    CPUManagerState,
-    DRAClaim,
-    DRAState,
-    MemoryBlock,
-    MemoryManagerState,
-    NumaTopology,
-    PodName,
-    PodNames,
-    read_node_checkpoint,
-    write_checkpoint_file,
-)
-from podstore.checkpoint.podnames import DEFAULT_POD_LOGS
-from podstore.checkpoint.topology import DEFAULT_SYSFS
+from podstore.checkpoint.podnames import DEFAULT_POD_LOGS, PodName, PodNames
+from podstore.checkpoint.topology import DEFAULT_SYSFS, NumaTopology
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.reading import Reader, history_query
 from podstore.rules import run_options, validate
@@ -44,22 +32,17 @@ from podstore.sqlite.connection import (
     database_path,
 )
 from podstore.sqlite.guarded import Guarded, Limits, RowStream
-from podstore.sqlite.migrate import Check, ensure_schema
+from podstore.sqlite.migrate import ensure_schema
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
-from podstore.storage import events, sync, transfer
+from podstore.storage import events
 from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
-from podstore.storage.node import cpu as node_cpu
 from podstore.storage.node import dra as node_dra
-from podstore.storage.node import export as node_export
 from podstore.storage.node import facts as node_facts
-from podstore.storage.node import memory as node_memory
 from podstore.storage.node import read as node_read
-from podstore.storage.node import sync as node_sync
 from podstore.storage.node import topology as node_topology
-from podstore.storage.node import whole as node_whole
 from podstore.storage.sql import entries as q
 from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import node_read as node_read_sql
@@ -81,6 +64,22 @@ from podstore.types import (
     StoreStats,
     SyncReport,
 )
+
+if TYPE_CHECKING:
+    from podstore.checkpoint import (
+        CPUManagerState,
+        DRAClaim,
+        DRAState,
+        MemoryBlock,
+        MemoryManagerState,
+    )
+    from podstore.storage.node import sync as node_sync
+
+# What only writes, imports, exports and syncs need (the node's sync machinery, the checkpoint
+# decoders and encoders) is imported inside the methods that use it: a process that only
+# reads does not pay for it at start-up (docs/performance.md, "Start-up and open").
+#: import_node's default kubelet directory (storage/node/whole.py says the same).
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 log = logging.getLogger("podstore")
 
@@ -128,10 +127,10 @@ class PodStore:
 
         ``verify`` (docs/reliability.md, "What is checked at open, and when"): "auto"
         (default) runs the full ``PRAGMA quick_check`` before returning when the last close was
-        not clean (a ``-wal`` holds frames); otherwise a structural check of the header, the
-        schema and every root page (about a millisecond), with the full check in a background
-        thread that every write waits for: the first answer does not wait, a write never
-        lands on a file not yet checked. "blocking" always runs the full check before
+        not clean (a ``-wal`` holds frames); otherwise the full check runs in a background
+        thread that every write waits for: the first answer does not wait (SQLite's own page
+        checks still refuse a damaged page a read meets), a write never lands on a file not
+        yet checked. "blocking" always runs the full check before
         returning (~1.5 ms per MB). "background" runs it in a daemon thread only (reads and
         writes do not wait). "off" skips it (``podstore verify`` can run it later). Damage a
         background check finds is logged, and every later call raises StoreCorruptError;
@@ -152,17 +151,17 @@ class PodStore:
             durability=durability,
             busy_timeout=busy_timeout,
         )
-        check: Check = "none"
-        if verify == "blocking" or (verify == "auto" and integrity.crash_evidence(options.path)):
-            check = "full"
-        elif verify == "auto":
-            check = "structural"
+        check = verify == "blocking" or (
+            verify == "auto" and integrity.crash_evidence(options.path)
+        )
         with forking.activity():  # a fork in another thread waits for the open to finish
-            unmarked = ensure_schema(options, upgrade=upgrade, check=check)
+            unmarked, probe = ensure_schema(options, upgrade=upgrade, check=check)
             sessions = Sessions(options)
             sessions.unmarked = unmarked
+            if probe is not None:
+                sessions.adopt(probe)
             sessions.conn()  # fail now, not on first use
-            if verify == "background" or check == "structural":
+            if verify == "background" or (verify == "auto" and not check):
                 sessions.start_background_check(gate_writes=verify == "auto")
         return cls(sessions, _token=_OPEN_TOKEN)
 
@@ -504,6 +503,8 @@ class PodStore:
         ``allow_all_skipped=False`` refuses (ImportRefusedError, store unchanged) a replacing
         import whose every entry was skipped while the store holds entries it would drop.
         """
+        from podstore.storage import transfer
+
         # Parse and verify before taking the write lock: a large file must not stall writers.
         prepared = transfer.prepare_import(
             path, strict=bool(strict), max_bytes=max_bytes, progress=progress
@@ -531,6 +532,8 @@ class PodStore:
         (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
         store is unchanged then.
         """
+        from podstore.storage import sync
+
         return sync.sync_file(self._sessions, path, max_bytes=max_bytes)
 
     def export_checkpoint(
@@ -548,6 +551,8 @@ class PodStore:
         mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
         ``progress(done, total)`` is called as entries are read (for a progress bar).
         """
+        from podstore.storage import transfer
+
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
         with self._sessions.snapshot() as conn:
@@ -577,6 +582,8 @@ class PodStore:
         device manager checkpoint (:meth:`import_checkpoint` loads those) or for values the
         store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
         """
+        from podstore.storage.node import sync as node_sync
+
         prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
         return self._apply_node(prepared)
 
@@ -589,6 +596,9 @@ class PodStore:
         v1 in the data format: kubelet writes neither any more). Raises InvalidInputError when
         the store holds no checkpoint of ``kind`` or what the format cannot carry.
         """
+        from podstore.checkpoint.files import write_checkpoint_file
+        from podstore.checkpoint.kinds import read_node_checkpoint
+
         data = self.node_checkpoint_bytes(kind)
         count = read_node_checkpoint(data, kind).entries
         write_checkpoint_file(path, data)
@@ -596,17 +606,23 @@ class PodStore:
 
     def node_checkpoint_bytes(self, kind: str) -> bytes:
         """The bytes :meth:`export_node_checkpoint` writes."""
+        from podstore.storage.node import export as node_export
+
         with self._sessions.snapshot() as conn:
             return node_export.export_bytes(conn, _node_kind(kind))
 
     def cpu_state(self) -> CPUManagerState | None:
         """The CPU manager state the store holds, as ``read_cpu_state`` gives a file's (None:
         no CPU manager checkpoint was loaded). ``checksum`` is 0: export computes it."""
+        from podstore.storage.node import cpu as node_cpu
+
         with self._sessions.snapshot() as conn:
             return node_cpu.read_state(conn)
 
     def memory_state(self) -> MemoryManagerState | None:
         """The memory manager state the store holds (None: none was loaded)."""
+        from podstore.storage.node import memory as node_memory
+
         with self._sessions.snapshot() as conn:
             return node_memory.read_state(conn)
 
@@ -629,6 +645,10 @@ class PodStore:
         return self._set_node_state("dra", state)
 
     def _set_node_state(self, kind: str, state: Any) -> NodeSyncReport:
+        from podstore.checkpoint.kinds import read_node_checkpoint
+        from podstore.storage.node import export as node_export
+        from podstore.storage.node import sync as node_sync
+
         prepared = node_sync.prepared_state(kind, state)
         # What a file of it would say: the writer refuses what kubelet could not have written.
         read_node_checkpoint(node_export.checkpoint_bytes(kind, state), kind)
@@ -645,6 +665,8 @@ class PodStore:
 
     def set_numa_topology(self, topology: NumaTopology | None) -> NodeSyncReport:
         """Replace the topology (None: unknown), one event per NUMA node that changed."""
+        from podstore.storage.node import sync as node_sync
+
         if topology is not None and not isinstance(topology, NumaTopology):
             raise InvalidInputError(f"topology: expected a NumaTopology, got {topology!r:.80}")
         items = node_facts.topology_items(topology)
@@ -653,6 +675,8 @@ class PodStore:
 
     def set_pod_names(self, names: Mapping[str, PodName] | PodNames) -> NodeSyncReport:
         """Replace the pod names, one event per name that came, changed or went."""
+        from podstore.storage.node import sync as node_sync
+
         pods = names.pods if isinstance(names, PodNames) else names
         if not isinstance(pods, Mapping):
             raise InvalidInputError(f"names: expected a mapping, got {type(pods).__name__}")
@@ -669,7 +693,7 @@ class PodStore:
 
     def import_node(
         self,
-        kubelet_dir: str | os.PathLike[str] = node_whole.DEFAULT_KUBELET_DIR,
+        kubelet_dir: str | os.PathLike[str] = DEFAULT_KUBELET_DIR,
         *,
         sysfs: str | os.PathLike[str] = DEFAULT_SYSFS,
         pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
@@ -687,6 +711,8 @@ class PodStore:
         without ``devices/system`` (no sysfs) and a missing ``pod_logs`` directory leave the
         stored topology or names as they were (``report.topology`` / ``.names`` None).
         """
+        from podstore.storage.node import whole as node_whole
+
         prepared = node_whole.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
         with self._sessions.write() as conn:
             return node_whole.apply(conn, prepared)
@@ -890,6 +916,8 @@ def sessions_of(store: PodStore) -> Sessions:
 
 
 def _node_kind(kind: object) -> str:
+    from podstore.storage.node import sync as node_sync
+
     if kind not in node_sync.KINDS:
         raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
     return str(kind)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from podstore.deviceplugin import Device
+if TYPE_CHECKING:
+    # protobuf loads only where a Device is made: a read that builds none never pays for it.
+    from podstore.deviceplugin import Device
 
 #: NUMA id under which kubelet files devices reported without topology.
 NO_TOPOLOGY = -1
@@ -87,11 +89,13 @@ class DeviceRunContainerOptions:
     cdi_devices: list[RuntimeCDIDevice] = field(default_factory=list)
 
 
-class ResourceDeviceInstances(dict[str, dict[str, Device]]):
+class ResourceDeviceInstances(dict[str, dict[str, "Device"]]):
     """resource name → device ID → protobuf ``Device`` (kubelet's ResourceDeviceInstances)."""
 
     def clone(self) -> ResourceDeviceInstances:
         """Copy both map levels and the ``Device`` messages, so the copy shares nothing."""
+        from podstore.deviceplugin import Device
+
         out = ResourceDeviceInstances()
         for resource, instances in self.items():
             copied: dict[str, Device] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pytest
 import yaml
-from harness.cli import commands
+from harness.cli import commands, subcommand
 
 from podstore import ImportRefusedError, PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
@@ -38,7 +38,7 @@ def leaf(path: str) -> click.Command:
     command: click.Command = cli
     for name in path.split()[1:]:
         assert isinstance(command, click.Group)
-        command = command.commands[name]
+        command = subcommand(command, name)
     return command
 
 

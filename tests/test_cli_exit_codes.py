@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 import pytest
-from harness.cli import ENTRY, commands
+from harness.cli import ENTRY, commands, subcommand
 
 from podstore import PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
@@ -227,5 +227,5 @@ def test_groups_are_groups() -> None:
         command: click.Command = cli
         for name in path.split()[1:]:
             assert isinstance(command, click.Group)
-            command = command.commands[name]
+            command = subcommand(command, name)
         assert (args is None) == isinstance(command, click.Group), path

@@ -32,7 +32,12 @@ NOBODY = 65534
 _AS_NOBODY = """
 import os, sys
 # Everything a command may import lazily, imported while the interpreter is still readable.
-import podstore.cli, podstore.checkpoint, podstore.storage.selfcheck
+import podstore.cli, podstore.checkpoint, podstore.storage.selfcheck, podstore.store
+import podstore.deviceplugin, google.protobuf.message
+import click
+from podstore.cli.main import cli
+for name in cli.list_commands(click.Context(cli)):  # each command's module
+    cli.get_command(click.Context(cli), name)
 import alembic.command, alembic.config, alembic.script, sqlalchemy, yaml, csv, json, difflib
 from podstore.sqlite.migrate import head_revision, script_directory
 # Read every revision script now (walk_revisions is lazy): nobody may not see the checkout.

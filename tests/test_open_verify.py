@@ -1,6 +1,5 @@
-"""PodStore.open's integrity check: "auto" by default (full after an unclean close, else
-structural with the full check in the background, writes waiting for it), "blocking",
-"background" or "off"."""
+"""PodStore.open's integrity check: "auto" by default (full after an unclean close, else the
+full check in the background, writes waiting for it), "blocking", "background" or "off"."""
 
 from __future__ import annotations
 
@@ -75,7 +74,7 @@ def test_off_skips_the_check(tmp_path: Path) -> None:
 
 
 def _leaf_page(db: Path, table: str) -> int:
-    """A leaf page of ``table`` that is not its root (a structural check does not read it)."""
+    """A leaf page of ``table`` that is not its root (no look-up by key reads it)."""
     conn = sqlite3.connect(db)
     try:
         root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))
@@ -103,9 +102,8 @@ def _damage_page(db: Path, page: int) -> None:
 def test_auto_after_a_clean_close_answers_at_once_and_refuses_writes_on_damage(
     tmp_path: Path,
 ) -> None:
-    """A cleanly closed file gets the structural check at open (which a damaged leaf passes)
-    and the full check in the background: the first write waits for it and raises, and the
-    file is not written."""
+    """A cleanly closed file gets the full check in the background: open answers, the first
+    write waits for the check and raises, and the file is not written."""
     db = tmp_path / "s.db"
     _store(db)
     assert not Path(f"{db}-wal").exists()
@@ -161,6 +159,7 @@ def test_auto_after_an_unclean_close_checks_everything_before_returning(tmp_path
     ],
 )
 def test_auto_refuses_a_damaged_header_at_open(tmp_path: Path, damage: Any) -> None:
+    """SQLite's own reading of the header (at the open's first statement) refuses these."""
     db = tmp_path / "s.db"
     _store(db)
     data = bytearray(db.read_bytes())
@@ -171,7 +170,10 @@ def test_auto_refuses_a_damaged_header_at_open(tmp_path: Path, damage: Any) -> N
             PodStore.open(db, readonly=readonly)
 
 
-def test_auto_refuses_a_damaged_root_page_at_open(tmp_path: Path) -> None:
+def test_auto_after_a_clean_close_refuses_a_damaged_root_page_on_use(tmp_path: Path) -> None:
+    """A root page damaged in a cleanly closed file: open answers (nothing at open reads that
+    page), a read that meets it raises, and so does the first write, which waits for the
+    background check; the file is not written."""
     db = tmp_path / "s.db"
     _store(db)
     conn = sqlite3.connect(db)
@@ -180,8 +182,15 @@ def test_auto_refuses_a_damaged_root_page_at_open(tmp_path: Path) -> None:
     with open(db, "r+b") as f:
         f.seek((root - 1) * PAGE)
         f.write(b"\x00")
-    with pytest.raises(StoreCorruptError):
-        PodStore.open(db)
+    before = db.read_bytes()
+    with PodStore.open(db) as store:
+        with pytest.raises(StoreCorruptError):
+            store.pods()
+        with pytest.raises(StoreCorruptError):
+            store.insert("new-pod", "main", "nvidia.com/gpu", {0: ["GPU-new"]}, None)
+        with pytest.raises(StoreCorruptError):
+            store.wait_verified(timeout=60)
+    assert db.read_bytes() == before
 
 
 def test_auto_checks_everything_before_migrating(tmp_path: Path) -> None:

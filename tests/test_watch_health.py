@@ -106,9 +106,11 @@ def test_a_following_watch_is_live_and_ready_and_says_so_in_json(
 
 def test_stuck_after_defaults_agree() -> None:
     """The command's documented default and the module's are the same 5 minutes."""
+    from harness.cli import subcommand
+
     from podstore.cli import cli
 
-    (option,) = [p for p in cli.commands["watch"].params if p.name == "stuck_after"]
+    (option,) = [p for p in subcommand(cli, "watch").params if p.name == "stuck_after"]
     assert option.default == "5m" and STUCK_AFTER == 300.0
 
 

@@ -12,7 +12,6 @@ from podstore import logs
 from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules.times import parse_time as parse_time_argument
-from podstore.store import PodStore
 
 
 def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -33,6 +32,8 @@ def not_found(message: str) -> NoReturn:
 
 
 def _completion_store(ctx: click.Context) -> Any:
+    from podstore.store import PodStore
+
     db = ctx.find_root().params.get("db") or DEFAULT_DB  # --db, else $PODSTORE_DB (click)
     # A key press must not wait for the open-time check of every page.
     return PodStore.open(db, readonly=True, verify="off")

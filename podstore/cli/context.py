@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from podstore.errors import ReadOnlyStoreError
-from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, ConnectOptions, database_path
-from podstore.store import PodStore
+from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT
+
+if TYPE_CHECKING:
+    from podstore.sqlite.connection import ConnectOptions
+    from podstore.store import PodStore
 
 #: The store when neither --db nor $PODSTORE_DB names one.
 DEFAULT_DB = "podstore.db"
@@ -36,6 +40,8 @@ class Context:
             self.require_writable()
         store = self._stores.get(readonly)
         if store is None:
+            from podstore.store import PodStore  # not for --help or --version
+
             store = self._stores[readonly] = PodStore.open(
                 self.db,
                 readonly=readonly,
@@ -48,6 +54,8 @@ class Context:
         """Connection options for the store (for commands that work below ``PodStore``)."""
         if not readonly:
             self.require_writable()
+        from podstore.sqlite.connection import ConnectOptions, database_path
+
         return ConnectOptions(
             path=database_path(self.db), readonly=readonly, busy_timeout=self.busy_timeout
         )

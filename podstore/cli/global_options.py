@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from importlib import import_module
 from typing import Any
 
 import click
 
 from podstore import logs
 from podstore.cli.context import DEFAULT_DB, Context
-from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, MAX_BUSY_TIMEOUT
+from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT, MAX_BUSY_TIMEOUT
 
 DB_HELP = "The store: a file path or an sqlite:/// URL."
 READONLY_HELP = "Open the store read-only; a command that would write it fails instead."
@@ -176,7 +177,26 @@ _ARGS_KEY = "podstore.args"
 
 class PodstoreGroup(click.Group):
     """A group whose commands all accept the global options after their name too, and whose
-    usage errors follow ``--log-format``."""
+    usage errors follow ``--log-format``.
+
+    Commands named in ``lazy`` (name → ``"module:attribute"``) are imported when first asked
+    for, so that a command loads its own module and no other (docs/performance.md,
+    "Start-up"); ``--help`` asks for all of them.
+    """
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = self.lazy.get(cmd_name)
+        if where is not None and cmd_name not in self.commands:
+            module, attribute = where.split(":")
+            self.add_command(getattr(import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         add_global_options(cmd)

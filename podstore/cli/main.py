@@ -14,33 +14,47 @@ from typing import TextIO
 
 import click
 
-from podstore import logs
-from podstore.cli import (
-    checkpoint,
-    devices,
-    fleet,
-    history,
-    identity,
-    metrics,
-    migrate,
-    node,
-    pods,
-    prune,
-    run_options,
-    ship,
-    sql,
-    status,
-    verify,
-    watch,
-)
+from podstore import __version__, logs
 from podstore.cli.context import Context
 from podstore.cli.global_options import PodstoreGroup, group_options
 from podstore.errors import PodStoreError
 
+# Each command module defines its commands and knows nothing of this group; the group names
+# them here and imports a module only when one of its commands runs (or for --help).
+COMMANDS = {
+    "status": "status:status",
+    "import": "checkpoint:import_",
+    "export": "checkpoint:export",
+    "verify-checkpoint": "checkpoint:verify_checkpoint",
+    "import-node": "node:import_node",
+    "topology": "node:topology",
+    "pods": "pods:pods",
+    "get": "pods:get",
+    "devices": "devices:devices",
+    "owners": "devices:owners",
+    "run-options": "run_options:run_options",
+    "history": "history:history_",
+    "prune": "prune:prune",
+    "sql": "sql:sql",
+    "verify": "verify:verify_command",
+    "reset-identity": "identity:reset_identity",
+    "migrate": "migrate:migrate",
+    "watch": "watch:watch",
+    "metrics": "metrics:metrics",
+    "ship": "ship:ship",
+    "fleet": "fleet:fleet",
+}
 
-@click.group(cls=PodstoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(
+    cls=PodstoreGroup,
+    lazy={name: f"podstore.cli.{where}" for name, where in COMMANDS.items()},
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @group_options
-@click.version_option(package_name="podstore")
+# The version is the package's own constant: looking it up in the installed metadata
+# (importlib.metadata) costs more than the rest of `podstore --version`.
+@click.version_option(__version__, prog_name="podstore")
 @click.pass_context
 def cli(ctx: click.Context, db: str, readonly: bool, busy_timeout: float) -> None:
     """podstore: kubelet device allocations (podDevices) in a crash-safe SQLite store.
@@ -76,31 +90,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(1)
     finally:
         warnings.showwarning = shown
-
-
-# Each command module defines its commands and knows nothing of this group; the group is
-# assembled here.
-for _command in (
-    status.status,
-    checkpoint.import_,
-    checkpoint.export,
-    checkpoint.verify_checkpoint,
-    node.import_node,
-    node.topology,
-    pods.pods,
-    pods.get,
-    devices.devices,
-    devices.owners,
-    run_options.run_options,
-    history.history_,
-    prune.prune,
-    sql.sql,
-    verify.verify_command,
-    identity.reset_identity,
-    migrate.migrate,
-    watch.watch,
-    metrics.metrics,
-    ship.ship,
-    fleet.fleet,
-):
-    cli.add_command(_command)

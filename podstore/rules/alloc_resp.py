@@ -11,14 +11,18 @@ cost about 250 MB more than their tuples (docs/performance.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
-from google.protobuf.message import DecodeError
-
-from podstore.deviceplugin import ContainerAllocateResponse
 from podstore.errors import InvalidInputError
 
+if TYPE_CHECKING:
+    from podstore.deviceplugin import ContainerAllocateResponse
+
+# protobuf is imported where a response is parsed or built (a write, a decode), never by a
+# process that only reads (docs/performance.md, "Start-up").
+
 #: What ``insert`` accepts as ``alloc_resp``.
-AllocRespInput = ContainerAllocateResponse | bytes | bytearray | memoryview | None
+AllocRespInput: TypeAlias = "ContainerAllocateResponse | bytes | bytearray | memoryview | None"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,8 @@ def _decoded(raw: bytes, msg: ContainerAllocateResponse) -> Response:
 def decode(data: bytes) -> ContainerAllocateResponse:
     """Parse stored bytes. Raises ``google.protobuf.message.DecodeError`` if they are not a
     ContainerAllocateResponse (empty bytes are a valid, empty message, as in kubelet)."""
+    from podstore.deviceplugin import ContainerAllocateResponse
+
     msg = ContainerAllocateResponse()
     msg.ParseFromString(data)
     return msg
@@ -58,6 +64,8 @@ def decode(data: bytes) -> ContainerAllocateResponse:
 
 def parse(data: bytes) -> Response | str:
     """The checked response of ``data``, or why it is not a ContainerAllocateResponse."""
+    from google.protobuf.message import DecodeError
+
     try:
         return _decoded(data, decode(data))
     except (DecodeError, ValueError, TypeError, RuntimeError) as exc:
@@ -79,6 +87,8 @@ def from_argument(value: AllocRespInput, argument: str = "alloc_resp") -> Respon
     """
     if value is None:
         return None
+    from podstore.deviceplugin import ContainerAllocateResponse
+
     if isinstance(value, ContainerAllocateResponse):
         return _decoded(value.SerializeToString(deterministic=True), value)
     if isinstance(value, (bytes, bytearray, memoryview)):

@@ -25,6 +25,8 @@ from podstore.errors import (
     StoreCorruptError,
 )
 from podstore.sqlite import forking, posixlocks
+from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
+from podstore.sqlite.busy import MAX_BUSY_TIMEOUT as MAX_BUSY_TIMEOUT
 from podstore.sqlite.files import check_readable_store_file, prepare_file
 from podstore.sqlite.forking import STATE
 from podstore.sqlite.translate import translate, translated_errors
@@ -38,10 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("podstore")
 
 Durability = Literal["full", "normal"]
-
-DEFAULT_BUSY_TIMEOUT = 10.0
-# SQLite takes the busy timeout as an int of milliseconds.
-MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 
 #: The WAL is truncated to this size when SQLite restarts it from the beginning (the first
 #: commit after a checkpoint that copied every frame). Without a limit a WAL that grew while a

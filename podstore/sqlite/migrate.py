@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from podstore.errors import PodStoreError, SchemaError, StoreCorruptError
+from podstore.errors import PodStoreError, SchemaError
 from podstore.sqlite import forking
 from podstore.sqlite.connection import (
     APPLICATION_ID,
@@ -25,7 +25,7 @@ from podstore.sqlite.connection import (
     foreign_reason,
 )
 from podstore.sqlite.files import release_side_files, warn_if_writable_by_others
-from podstore.sqlite.integrity import crash_evidence, quick_check, structural_check
+from podstore.sqlite.integrity import quick_check
 from podstore.sqlite.translate import translated_errors
 
 if TYPE_CHECKING:
@@ -133,37 +133,27 @@ def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", 
     return "old" if known is not None else "too-new"
 
 
-#: What ensure_schema checks before anything else: every page, the structure only, nothing.
-Check = Literal["full", "structural", "none"]
-
-
-def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "full") -> bool:
+def ensure_schema(
+    options: ConnectOptions, *, upgrade: bool, check: bool = True
+) -> tuple[bool, sqlite3.Connection | None]:
     """Bring the file to the head revision (or check it is there), as PodStore.open promises.
-    True when the store still lacks podstore's ``application_id`` (a store made before podstore
-    set one, opened writable): the caller sets it with its first write — not here, since the
-    background check may not have passed yet, and no write lands on a file not yet checked.
+    Returns whether the store still lacks podstore's ``application_id`` (a store made before
+    podstore set one, opened writable): the caller sets it with its first write — not here,
+    since the background check may not have passed yet, and no write lands on a file not yet
+    checked; and, for a store already current, the connection that looked, for the caller to
+    keep (a connection costs about a millisecond, most of it SQLite parsing the schema).
 
-    ``check`` runs first (sqlite/integrity.py); a file that needs a migration gets the full
-    check before it is migrated, whatever ``check`` says, since a migration writes. A file
-    that is not podstore's (another application's ``application_id``, or tables without
-    podstore's version table) raises SchemaError before anything is written to it. The
-    upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a failed
-    migration leaves the previous schema, and two processes opening a new file at once
+    ``check`` runs the full ``quick_check`` first (sqlite/integrity.py); a file that needs a
+    migration gets it before it is migrated, whatever ``check`` says, since a migration
+    writes. A file that is not podstore's (another application's ``application_id``, or
+    tables without podstore's version table) raises SchemaError before anything is written to
+    it. The upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a
+    failed migration leaves the previous schema, and two processes opening a new file at once
     migrate it exactly once.
     """
     warn_if_writable_by_others(os.path.abspath(options.path))
-    if check == "structural":
-        # Before any connection of this open: the check reads the file itself.
-        try:
-            if not structural_check(options.path):
-                check = "full"  # the process has the file open already: SQLite's check
-        except StoreCorruptError:
-            # Another process may have started writing since the caller looked: then
-            # the main file alone is not the database; SQLite's own check decides.
-            if not crash_evidence(options.path):
-                raise
-            check = "full"
     probe = connect(options)
+    keep = False
     try:
         with translated_errors():
             reason = foreign_reason(probe)
@@ -174,10 +164,10 @@ def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "ful
             if options.readonly:
                 release_side_files(options.path)
             raise SchemaError(f"not a podstore database: {options.path}: {reason}")
-        if check == "full":
+        if check:
             quick_check(probe)
         state = classify_revision(current_revision(probe))
-        if state == "old" and check != "full" and upgrade and not options.readonly:
+        if state == "old" and not check and upgrade and not options.readonly:
             quick_check(probe)
         with translated_errors():
             unmarked = (
@@ -185,10 +175,12 @@ def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "ful
                 and not options.readonly
                 and int(probe.execute("PRAGMA application_id").fetchone()[0]) != APPLICATION_ID
             )
+        keep = state == "current"
     finally:
-        probe.close()
-    if state == "current":
-        return unmarked
+        if not keep:
+            probe.close()
+    if keep:
+        return unmarked, probe
     if state == "too-new":
         raise SchemaError(
             "the database was written by a newer podstore (unknown schema revision); "
@@ -205,7 +197,7 @@ def ensure_schema(options: ConnectOptions, *, upgrade: bool, check: Check = "ful
             "`podstore migrate upgrade` or open with upgrade=True"
         )
     run_upgrade(options, "head")
-    return False
+    return False, None
 
 
 def run_upgrade(options: ConnectOptions, target: str) -> None:

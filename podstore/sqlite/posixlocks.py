@@ -6,10 +6,12 @@ view worth reading:
 
 - Closing *any* descriptor of a file releases every POSIX lock the process holds on it.
   SQLite never closes a descriptor of a locked file itself, but a plain ``open()`` and
-  ``close()`` of the database by podstore (the structural check reads the header and root
-  pages) silently dropped the locks of every other connection of the process — after which
-  another process's last close could checkpoint and delete the WAL under them. podstore reads
-  the file itself only when the process holds no lock on it (:func:`holds_locks`).
+  ``close()`` of the database by podstore would silently drop the locks of every other
+  connection of the process — after which another process's last close could checkpoint and
+  delete the WAL under them. podstore reads the file itself (the journal mode of a file
+  opened ``immutable=1``, ``sqlite/connection.py``) only when the process holds no lock on it
+  (:func:`holds_locks`). Reading /proc/locks costs milliseconds on a busy host, so nothing on
+  the path of an ordinary open reads it.
 - A forked child inherits SQLite's counts but none of the locks: a child's connection made
   while inherited ones were open believes it holds locks it does not hold. podstore checks, in
   a forked child, that its connection's lock is really there (``sqlite/forking.py``).

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import contextvars
 import logging
@@ -101,6 +102,37 @@ class _Slot:
             pass
 
 
+class _Checker:
+    """The background check's thread, started without waiting for it to run.
+
+    ``threading.Thread.start`` blocks until the new thread has been scheduled and has taken
+    the GIL, which on a loaded machine is most of an open (docs/performance.md, "Start-up and
+    open"); ``_thread.start_new_thread`` returns at once. ``is_alive`` and ``join`` answer as
+    a daemon Thread's would.
+    """
+
+    def __init__(self, target: Callable[[sqlite3.Connection], None], conn: sqlite3.Connection):
+        self._ended = threading.Event()
+        self._ident: int | None = None
+        _thread.start_new_thread(self._run, (target, conn))
+
+    def _run(self, target: Callable[[sqlite3.Connection], None], conn: sqlite3.Connection) -> None:
+        self._ident = threading.get_ident()
+        try:
+            target(conn)
+        finally:
+            self._ended.set()
+
+    def is_alive(self) -> bool:
+        return not self._ended.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._ended.wait(timeout)
+
+    def is_current(self) -> bool:
+        return self._ident == threading.get_ident()
+
+
 class Sessions:
     """The connections of one open store (see the module docstring)."""
 
@@ -120,7 +152,7 @@ class Sessions:
         # (st_dev, st_ino) of the file the store opened (None until a connection created it):
         # every new connection opens the path again, and must find that file there.
         self._file_id = forking.file_key(options.path)
-        self._checker: threading.Thread | None = None
+        self._checker: _Checker | None = None
         self._checker_conn: sqlite3.Connection | None = None
         self._check_done = False
         self._check_here = False  # a child forked while the check ran: it checks itself
@@ -254,6 +286,13 @@ class Sessions:
                 return
             self._conns.discard(conn)
         _close_quietly(conn)
+
+    def adopt(self, conn: sqlite3.Connection) -> None:
+        """Keep ``conn``, made with this store's options (the open's first look at the file),
+        for the first thread that needs one, rather than connecting again."""
+        with self._lock:
+            self._conns.add(conn)
+            self._idle.append(conn)
 
     def conn(self) -> sqlite3.Connection:
         """This thread's connection (made on first use) for a statement run right away.
@@ -426,15 +465,14 @@ class Sessions:
         ``gate_writes`` every write first waits for it to pass (and raises what it found).
 
         The connection is made here, so that the thread goes straight into SQLite (which
-        runs without the GIL) and does not compete with the caller's first calls for it.
+        runs without the GIL) and does not compete with the caller's first calls for it: made
+        in the thread, its Python steps between SQLite calls held the GIL while the caller
+        waited for it, and open + first answer took 4-8 ms longer (docs/performance.md).
         """
         conn = connect(self.options)  # raises like the store's own connection would
         self._gate_writes = gate_writes
         self._checker_conn = conn
-        self._checker = threading.Thread(
-            target=self._background_check, args=(conn,), name="podstore-quick-check", daemon=True
-        )
-        self._checker.start()
+        self._checker = _Checker(self._background_check, conn)
 
     def _background_check(self, conn: sqlite3.Connection) -> None:
         try:
@@ -474,7 +512,7 @@ class Sessions:
         own, so it is repeated until the thread is gone (the thread also looks at the closed
         flag before it starts)."""
         checker = self._checker
-        if checker is None or checker is threading.current_thread():
+        if checker is None or checker.is_current():
             return
         while checker.is_alive():
             with self._lock:
@@ -497,7 +535,7 @@ class Sessions:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._check_done and not self._closed:
             checker = self._checker
-            if checker is None or checker is threading.current_thread():
+            if checker is None or checker.is_current():
                 return True
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:

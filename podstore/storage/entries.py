@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podstore.deviceplugin import Device, NUMANode, TopologyInfo
 from podstore.storage import events, responses, spans
 from podstore.storage.rows import BULK_ROWS, Row
 from podstore.storage.sql import entries as sql
@@ -445,6 +444,9 @@ def shape_topology(rows: Sequence[Any]) -> ResourceDeviceInstances | None:
     """ResourceDeviceInstances from CONTAINER_TOPOLOGY rows (no rows: unknown container)."""
     if not rows:
         return None
+    # Here, not at the top: a process that builds no Device never loads protobuf.
+    from podstore.deviceplugin import Device, NUMANode, TopologyInfo
+
     out = ResourceDeviceInstances()
     for resource, device_id, nodes, has_keys in rows:
         if resource is None or not has_keys:

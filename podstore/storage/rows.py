@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from podstore.checkpoint import DEFAULT_MAX_BYTES, Checkpoint, read_checkpoint
-from podstore.checkpoint.incremental import EntryCache, read_cached
 from podstore.errors import InvalidInputError
 from podstore.rules import alloc_resp
 from podstore.rules.alloc_resp import Response
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry
+
+if TYPE_CHECKING:
+    from podstore.checkpoint import Checkpoint
+    from podstore.checkpoint.incremental import EntryCache
 
 #: Above this many rows a write goes through the bulk writer (``entries.write_many``): its
 #: whole-store id reads cost more than they save for a handful of rows.
@@ -67,6 +69,10 @@ def read_verified(
 
     Raises InvalidInputError for bad arguments and what ``read_checkpoint`` raises.
     """
+    # Here, not at the top: a process that only reads the store never decodes a file.
+    from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_checkpoint
+    from podstore.checkpoint.incremental import read_cached
+
     name = file_path(path, "path")
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:

@@ -38,6 +38,9 @@ from sqlalchemy import (
     text,
 )
 
+from podstore.storage.ops import EVENT_OPS as EVENT_OPS
+from podstore.storage.ops import NODE_EVENT_OPS as NODE_EVENT_OPS
+
 # Named constraints let Alembic's SQLite batch mode find and alter them later.
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -186,22 +189,7 @@ store_meta = Table(
 # of a sqlite_sequence page per commit). ``ts`` (UTC, ISO 8601 with microseconds and 'Z')
 # never decreases as seq grows.
 # ``device_ids`` is JSON: the NUMA map of an entry event, the device list of a registered event.
-
-EVENT_OPS = ("insert", "replace", "delete", "import", "backfill", "registered", "unregistered")
-
-#: History ops of the node's other managers and facts (revision 0007): ``<kind>-set`` writes
-#: the item the event's key names (its new value in ``device_ids``), ``<kind>-delete`` removes
-#: it (``device_ids``: its last value). storage/node/events.py says which key means what.
-NODE_EVENT_OPS = (
-    "cpu-set",
-    "cpu-delete",
-    "memory-set",
-    "memory-delete",
-    "dra-set",
-    "dra-delete",
-    "node-set",
-    "node-delete",
-)
+# The ops it may carry are in storage/ops.py.
 
 # Revision 0005: ``hash`` chains every event to its predecessor (rules/chain.py): the 32 bytes
 # SHA-256(hash of the previous event ‖ the event's canonical bytes), from the genesis of the

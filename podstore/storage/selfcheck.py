@@ -27,7 +27,7 @@ from podstore.errors import InvalidInputError, PodStoreError
 from podstore.rules import alloc_resp
 from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
 from podstore.sqlite.files import release_side_files
-from podstore.sqlite.migrate import head_revision
+from podstore.sqlite.migrate import HEAD_REVISION
 from podstore.sqlite.translate import translate
 from podstore.storage import chain, responses
 from podstore.storage.node import codec as node_codec
@@ -166,7 +166,7 @@ def _schema(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
         out.append(Finding("error", "schema", "no alembic_version table: not a podstore database"))
     else:
         versions = [str(r[0]) for r in conn.execute("SELECT version_num FROM alembic_version")]
-        head = head_revision()
+        head = HEAD_REVISION
         if versions != [head]:
             out.append(
                 Finding(

@@ -71,9 +71,18 @@ def on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
     return code, shown.decode("utf-8", "replace")
 
 
+def subcommand(group: click.Group, name: str) -> click.Command:
+    """GROUP's command NAME, loaded as the command line loads it (``podstore`` imports a
+    command's module when it is first asked for)."""
+    command = group.get_command(click.Context(group), name)
+    assert command is not None, name
+    return command
+
+
 def commands(group: click.Group, prefix: str = "podstore") -> Iterator[str]:
     """Every command path of GROUP, subcommands of groups included."""
-    for name, command in sorted(group.commands.items()):
+    for name in group.list_commands(click.Context(group)):
+        command = subcommand(group, name)
         path = f"{prefix} {name}"
         yield path
         if isinstance(command, click.Group):

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from podstore.rules.times import parse_ts
-from podstore.storage.schema import NODE_EVENT_OPS
+from podstore.storage.ops import NODE_EVENT_OPS
 from podstore.types import AllocationEvent
 
 Key = tuple[str | None, str | None, str]
