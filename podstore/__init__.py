@@ -35,6 +35,7 @@ from podstore.errors import (
 )
 from podstore.reading import Reader
 from podstore.sqlite.guarded import RowStream
+from podstore.sqlite.signals import committed
 from podstore.storage.events import ReplayState
 from podstore.storage.events import replay as replay_history
 from podstore.storage.selfcheck import Finding, check_store
@@ -148,6 +149,7 @@ __all__ = [
     "SyncReport",
     "TopologyInfo",
     "__version__",
+    "committed",
     "check_store",
     "replay_history",
 ]
