@@ -63,8 +63,9 @@ def release(previous: Any) -> None:
     """Restore the mask :func:`hold` replaced; a handler that became due meanwhile runs here
     (its exception is raised from this call)."""
     if previous is not None:
+        # The interpreter runs due handlers as this call returns (CPython checks for them
+        # at the end of every call), so their exception comes out of release().
         _sigmask(_SIG_SETMASK, previous, None)
-        signal.pthread_sigmask(_SIG_BLOCK, ())  # runs the due handlers now, not later
 
 
 def committed(exc: BaseException) -> bool:
