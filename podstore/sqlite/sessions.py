@@ -124,12 +124,23 @@ class _Slot:
         # Sessions._unwind).
         self.outer: FrameType | None = None
 
+
+class _ThreadEnd:
+    """Held by the thread-local state alone: dropped as the thread ends, it gives the
+    thread's connection back. Not the slot itself, which an exception's frames may keep
+    (a traceback cycle) until a garbage collection."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: _Slot) -> None:
+        self.slot = slot
+
     def __del__(self) -> None:
-        # The thread ended (its thread-local state is gone): its connection goes back.
         try:
-            sessions = self.sessions()
-            if sessions is not None and self.conn is not None:
-                sessions._thread_ended(self)
+            slot = self.slot
+            sessions = slot.sessions()
+            if sessions is not None and slot.conn is not None:
+                sessions._thread_ended(slot)
         except Exception:  # pragma: no cover - at interpreter shutdown anything may be gone
             pass
 
@@ -176,6 +187,7 @@ class Sessions:
         slot: _Slot | None = getattr(self._local, "slot", None)
         if slot is None:
             slot = self._local.slot = _Slot(self)
+            self._local.end = _ThreadEnd(slot)
             with self._lock:
                 self._slots.add(slot)
         return slot
