@@ -19,6 +19,7 @@ import functools
 import itertools
 import os
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -90,6 +91,8 @@ class AsyncPodStore:
     def __init__(self, store: PodStore, *, workers: int = DEFAULT_WORKERS) -> None:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
+        self._worker_count = workers
+        _LIVE.add(self)
         # The whole-file calls' process, started on the first call that goes there.
         self._process = aio_process.ProcessWorker(store)
         self._closed = False
@@ -262,6 +265,21 @@ class AsyncPodStore:
             lambda: self.sync.stream(sql, params, timeout=timeout, max_rows=max_rows)
         )
         return AsyncRowStream(self, rows)
+
+
+# Stores whose worker threads a forked child must replace: the child has none of them, while
+# the executor believes its idle threads are there (a submitted call would wait for ever).
+_LIVE: weakref.WeakSet[AsyncPodStore] = weakref.WeakSet()
+
+
+def _new_workers_in_child() -> None:
+    for astore in list(_LIVE):
+        astore._workers = ThreadPoolExecutor(
+            max_workers=astore._worker_count, thread_name_prefix="podstore"
+        )
+
+
+os.register_at_fork(after_in_child=_new_workers_in_child)
 
 
 def _owned(astore: AsyncPodStore) -> _Transaction | None:
