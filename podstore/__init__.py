@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     )
     from podstore.reading import Reader
     from podstore.sqlite.guarded import RowStream
+    from podstore.sqlite.signals import committed
     from podstore.storage.events import ReplayState
     from podstore.storage.events import replay as replay_history
     from podstore.storage.selfcheck import Finding, check_store
@@ -97,6 +98,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "podstore.reading": ("Reader",),
     "podstore.sqlite.guarded": ("RowStream",),
+    "podstore.sqlite.signals": ("committed",),
     "podstore.storage.events": ("ReplayState", "replay_history"),
     "podstore.storage.selfcheck": ("Finding", "check_store"),
     "podstore.store": ("PodStore",),
@@ -210,6 +212,7 @@ __all__ = [
     "SyncReport",
     "TopologyInfo",
     "__version__",
+    "committed",
     "check_store",
     "replay_history",
 ]

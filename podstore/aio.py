@@ -13,10 +13,13 @@ wait for the block's lock there, never on the loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import itertools
 import os
+import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -88,6 +91,8 @@ class AsyncPodStore:
     def __init__(self, store: PodStore, *, workers: int = DEFAULT_WORKERS) -> None:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
+        self._worker_count = workers
+        _LIVE.add(self)
         # The whole-file calls' process, started on the first call that goes there.
         self._process = aio_process.ProcessWorker(store)
         self._closed = False
@@ -187,7 +192,7 @@ class AsyncPodStore:
             await self._in_pool(close)
 
     async def _in_pool(self, fn: Callable[[], R]) -> R:
-        return await asyncio.get_running_loop().run_in_executor(self._workers, fn)
+        return await _outcome(self._workers.submit(fn))
 
     def transaction(self) -> _Transaction:
         """``async with astore.transaction():`` — the calls the entering task makes inside the
@@ -262,6 +267,21 @@ class AsyncPodStore:
         return AsyncRowStream(self, rows)
 
 
+# Stores whose worker threads a forked child must replace: the child has none of them, while
+# the executor believes its idle threads are there (a submitted call would wait for ever).
+_LIVE: weakref.WeakSet[AsyncPodStore] = weakref.WeakSet()
+
+
+def _new_workers_in_child() -> None:
+    for astore in list(_LIVE):
+        astore._workers = ThreadPoolExecutor(
+            max_workers=astore._worker_count, thread_name_prefix="podstore"
+        )
+
+
+os.register_at_fork(after_in_child=_new_workers_in_child)
+
+
 def _owned(astore: AsyncPodStore) -> _Transaction | None:
     """The innermost transaction of ``astore`` the current task opened, if any."""
     task = asyncio.current_task()
@@ -285,7 +305,7 @@ class _Transaction:
 
     async def run(self, fn: Callable[[], R]) -> R:
         assert self._thread is not None
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+        return await _outcome(self._thread.submit(fn))
 
     async def __aenter__(self) -> AsyncPodStore:
         outer = _owned(self.astore)
@@ -323,16 +343,60 @@ class _Transaction:
         _OPEN.set(self._opened)
         assert self._thread is not None
         block = self._block
-        # Shielded: the commit or rollback runs to its end even if this task is cancelled
-        # now; it is queued behind any call of the block still running in its thread.
-        done = asyncio.get_running_loop().run_in_executor(
-            self._thread, lambda: block.__exit__(exc_type, exc, tb)
-        )
+        # The commit (or rollback) is queued behind any call of the block still running in
+        # its thread. A cancellation before it starts turns it into a rollback (and is
+        # raised); once it has started it runs to its end, and its outcome is the caller's.
+        lock = threading.Lock()
+        state = {"started": False, "cancelled": False}
+
+        def finish() -> bool | None:
+            with lock:
+                state["started"] = True
+                cancelled = state["cancelled"]
+            if cancelled and exc is None:
+                return bool(block.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None))
+            return bool(block.__exit__(exc_type, exc, tb))
+
+        def cancel() -> bool:
+            with lock:
+                if not state["started"]:
+                    state["cancelled"] = True
+                return state["cancelled"]
+
         try:
-            return bool(await asyncio.shield(done))
+            return bool(await _outcome(self._thread.submit(finish), cancel))
         finally:
             if self._own_thread:
                 self._thread.shutdown(wait=False)
+
+
+async def _outcome(
+    work: concurrent.futures.Future[R], cancel: Callable[[], bool] | None = None
+) -> R:
+    """The outcome of ``work`` (queued in a worker thread), cancellation included: either the
+    cancellation wins — ``work`` had not started and never runs (or ``cancel()`` turned it
+    into a rollback) — and CancelledError is raised after it ended; or ``work`` had started,
+    runs to its end, and the caller gets its result or its error, as if not cancelled (the
+    cancellation is withdrawn: ``Task.uncancel``). Never CancelledError for a call that
+    committed (docs/api.md, "Interrupts, SIGTERM and cancellation")."""
+    done = asyncio.wrap_future(work)
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        won = work.cancel() if cancel is None else cancel()
+    withdrawn = 1
+    while not done.done():
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            withdrawn += 1
+    if won:
+        raise asyncio.CancelledError
+    task = asyncio.current_task()
+    if task is not None:
+        for _ in range(withdrawn):
+            task.uncancel()
+    return done.result()
 
 
 def _leave_if_entered(block: Any) -> None:

@@ -11,9 +11,9 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 from podstore.checkpoint.podnames import DEFAULT_POD_LOGS, PodName, PodNames
@@ -223,15 +223,15 @@ class PodStore:
 
     # ---- transactions ----------------------------------------------------------------------
 
-    @contextmanager
-    def transaction(self) -> Iterator[PodStore]:
+    def transaction(self) -> AbstractContextManager[PodStore]:
         """Group calls into one atomic commit; an exception rolls all of them back.
 
         Calls made inside the block by the same thread see its uncommitted changes; other
-        threads and processes see all of them or none. Blocks nest (as savepoints).
+        threads and processes see all of them or none. Blocks nest (as savepoints). An
+        interrupt or SIGTERM handler's exception raised as it commits carries a note
+        (``podstore.committed(exc)``: docs/api.md, "Interrupts, SIGTERM and cancellation").
         """
-        with self._sessions.write():
-            yield self
+        return self._sessions.transaction(self)
 
     def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
         with self._sessions.use() as conn:

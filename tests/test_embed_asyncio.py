@@ -183,16 +183,22 @@ def test_async_transaction_belongs_to_its_task(db_path: Path) -> None:
     deletion is not there) and inserts (its write waits for A's block in a worker, then
     commits on its own). A's rollback takes only A's work; B's insert stays."""
     order: list[str] = []
+    seen: dict[str, set[str]] = {}
 
     async def main() -> None:
         async with await AsyncPodStore.open(db_path, busy_timeout=10) as astore:
             await astore.insert("keep", "c", RES, {0: ["k"]}, b"")
             inside = asyncio.Event()
 
+            async def child_of_a() -> set[str]:
+                # Created inside A's block: it inherits A's context, not its transaction.
+                return await astore.pods()
+
             async def task_a() -> None:
                 async with astore.transaction():
                     await astore.delete(["keep"])
                     assert not await astore.has_pod("keep")  # its own view
+                    seen["child"] = await asyncio.create_task(child_of_a())
                     inside.set()
                     await asyncio.sleep(0.3)
                     order.append("a-fails")
@@ -204,22 +210,16 @@ def test_async_transaction_belongs_to_its_task(db_path: Path) -> None:
                 await astore.insert("new-pod", "c", RES, None, b"")
                 order.append("b-inserted")
 
-            async def child_of_a() -> None:
-                # A task created inside A's block inherits its context, not its transaction.
-                await inside.wait()
-                assert await astore.pods() == {"keep"}
-
             a = asyncio.create_task(task_a())
             b = asyncio.create_task(task_b())
-            c = asyncio.create_task(child_of_a())
             with pytest.raises(Boom):
                 await a
             await b
-            await c
             assert await astore.pods() == {"keep", "new-pod"}
 
     asyncio.run(main())
     assert order == ["a-fails", "b-inserted"]
+    assert seen["child"] == {"keep"}  # committed data, not A's deletion
 
 
 def test_async_transaction_cancelled_rolls_back(db_path: Path) -> None:

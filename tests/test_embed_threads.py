@@ -145,3 +145,42 @@ def test_close_while_another_thread_is_inside_a_transaction(db_path: Path) -> No
     assert not store._sessions._conns  # the last one was closed when its call ended
     with PodStore.open(db_path) as again:
         assert again.pods() == {"kept"}
+
+
+def test_threads_ended_by_a_busy_error_give_their_connections_back_without_gc(
+    db_path: Path,
+) -> None:
+    """16 threads each fail with StoreBusyError (another connection holds the write lock) and
+    end, with the garbage collector off: the error's frames must not keep their connections
+    open; the store keeps its own and MAX_IDLE idle ones."""
+    import gc
+    import sqlite3
+
+    from podstore import StoreBusyError
+
+    store = PodStore.open(db_path, busy_timeout=0.05, verify="off")
+    store.insert("a", "c", "r", None, b"")
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            store.insert(f"t{threading.get_ident()}", "c", "r", None, b"")
+        except StoreBusyError as exc:
+            errors.append(type(exc).__name__)
+
+    gc.disable()
+    try:
+        threads = [threading.Thread(target=work) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(errors) == 16
+        assert len(store._sessions._conns) <= 1 + MAX_IDLE
+    finally:
+        gc.enable()
+        blocker.rollback()
+        blocker.close()
+        store.close()

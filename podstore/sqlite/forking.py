@@ -333,6 +333,12 @@ def _after_in_child() -> None:
             log.debug("fork: error in a child's clean-up", exc_info=True)
 
 
+# concurrent.futures' own before-fork handler takes the lock every executor's submit() takes
+# and holds it until after the fork. Handlers run in reverse order of registration: imported
+# first, its handler runs after podstore's, so the wait above never holds that lock — an
+# asyncio loop goes on handing calls to workers, and the blocks being waited for can end.
+import concurrent.futures.thread  # noqa: E402,F401
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
         before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child

@@ -28,10 +28,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import NoReturn
+from types import FrameType
+from typing import Any, Generic, NoReturn, TypeVar
 
 from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreCorruptError
-from podstore.sqlite import forking
+from podstore.sqlite import forking, signals
 from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, begin_immediate, connect
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.forking import STATE
@@ -39,6 +40,8 @@ from podstore.sqlite.integrity import quick_check
 from podstore.sqlite.translate import translate, translated_errors
 
 log = logging.getLogger("podstore")
+
+T = TypeVar("T")
 
 #: Connections kept open for the next thread after the thread that used them ended (beyond
 #: those that live threads hold). A thread-per-request server reuses these instead of opening
@@ -65,6 +68,32 @@ def current_task() -> object:
     return aio.current_task(loop)
 
 
+# Frames that are never where a ``with`` of a store use is written (see _with_frame).
+_PLUMBING = frozenset({__file__, contextlib.__file__})
+
+
+def _with_frame() -> FrameType | None:
+    """In the main thread (the only one where a signal handler raises), the frame whose
+    ``with`` (or ExitStack) holds the use starting now: the first caller outside this module
+    and contextlib."""
+    if threading.get_ident() != signals.MAIN:
+        return None
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename in _PLUMBING:
+        frame = frame.f_back
+    return frame
+
+
+def _running(frame: FrameType) -> bool:
+    """Whether ``frame`` is on the calling thread's stack."""
+    here: FrameType | None = sys._getframe(1)
+    while here is not None:
+        if here is frame:
+            return True
+        here = here.f_back
+    return False
+
+
 class _Slot:
     """One thread's use of one store: its connection, the open write transaction (``depth``
     savepoint levels deep, begun by ``owner``, an asyncio task or None), and ``busy``, how
@@ -77,6 +106,7 @@ class _Slot:
         "counter",
         "depth",
         "gen",
+        "outer",
         "owner",
         "sessions",
         "thread",
@@ -91,13 +121,27 @@ class _Slot:
         self.busy = 0
         self.depth = 0
         self.owner: object = None
+        # The frame whose ``with`` holds the outermost use now (main thread only: see
+        # Sessions._unwind).
+        self.outer: FrameType | None = None
+
+
+class _ThreadEnd:
+    """Held by the thread-local state alone: dropped as the thread ends, it gives the
+    thread's connection back. Not the slot itself, which an exception's frames may keep
+    (a traceback cycle) until a garbage collection."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: _Slot) -> None:
+        self.slot = slot
 
     def __del__(self) -> None:
-        # The thread ended (its thread-local state is gone): its connection goes back.
         try:
-            sessions = self.sessions()
-            if sessions is not None and self.conn is not None:
-                sessions._thread_ended(self)
+            slot = self.slot
+            sessions = slot.sessions()
+            if sessions is not None and slot.conn is not None:
+                sessions._thread_ended(slot)
         except Exception:  # pragma: no cover - at interpreter shutdown anything may be gone
             pass
 
@@ -175,6 +219,7 @@ class Sessions:
         slot: _Slot | None = getattr(self._local, "slot", None)
         if slot is None:
             slot = self._local.slot = _Slot(self)
+            self._local.end = _ThreadEnd(slot)
             with self._lock:
                 self._slots.add(slot)
         return slot
@@ -182,6 +227,13 @@ class Sessions:
     def _enter(self) -> _Slot:
         """Start one use of this thread's connection (end it with :meth:`_exit`)."""
         slot = self._slot()
+        if (
+            slot.busy
+            and slot.outer is not None
+            and not (slot.depth and slot.owner is not current_task())  # raises below
+            and not _running(slot.outer)
+        ):
+            self._unwind(slot)
         if slot.busy:
             # A call inside this thread's transaction() or snapshot, or a callback of one.
             if slot.gen != STATE.generation:
@@ -194,6 +246,7 @@ class Sessions:
             return slot
         forking.enter(slot.counter)  # waits while a fork is being prepared
         slot.busy = 1
+        slot.outer = _with_frame()
         if self._trouble is not None or slot.conn is None or slot.gen != STATE.generation:
             try:
                 self._attach(slot)
@@ -205,9 +258,24 @@ class Sessions:
     def _exit(self, slot: _Slot) -> None:
         slot.busy -= 1
         if not slot.busy:
+            slot.outer = None
             if self._closed and slot.conn is not None and slot.gen == STATE.generation:
                 self._close_after_use(slot)
             forking.leave(slot.counter)
+
+    def _unwind(self, slot: _Slot) -> None:
+        """The outermost use of ``slot`` was never ended, and the frame of its ``with`` is
+        gone: an interrupt came as the ``with`` called ``__exit__``, before its first
+        instruction (no signal block can cover that). Roll back what it left open, so that
+        this call does not join it."""
+        conn = slot.conn
+        if conn is not None and slot.gen == STATE.generation and conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                _raise_translated(exc)
+        slot.depth, slot.owner, slot.busy = 0, None, 0
+        forking.leave(slot.counter)
 
     def _close_after_use(self, slot: _Slot) -> None:
         """close() came while this thread was using its connection: close it now."""
@@ -298,10 +366,8 @@ class Sessions:
         """This thread's connection (made on first use) for a statement run right away.
         Raises PodStoreError once closed, and the damage the background check found once it
         found some. Prefer :meth:`use`, which also keeps a fork from closing it meanwhile."""
-        slot = self._enter()
-        self._exit(slot)
-        assert slot.conn is not None
-        return slot.conn
+        with self.use() as conn:
+            return conn
 
     def use(self) -> _Use:
         """``with sessions.use() as conn:`` — this thread's connection (inside a transaction:
@@ -326,17 +392,25 @@ class Sessions:
 
     # ---- transactions ----------------------------------------------------------------------
 
-    def write(self) -> _Write:
+    def write(self) -> _Write[sqlite3.Connection]:
         """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one.
 
         Use as ``with sessions.write() as conn:``; sqlite3 errors inside become podstore
         errors, and any exception rolls the write back.
         """
+        return self._write(None)
+
+    def transaction(self, value: T) -> _Write[T]:
+        """:meth:`write` whose ``with`` gives ``value`` (not None) rather than the connection:
+        no wrapper between the ``with`` and the write, where an interrupt could fall."""
+        return self._write(value)
+
+    def _write(self, value: Any) -> _Write[Any]:
         if self.options.readonly:
             raise ReadOnlyStoreError("the store was opened read-only")
         if self._gate_writes:
             self._wait_for_check()
-        return _Write(self)
+        return _Write(self, value)
 
     def in_write(self) -> bool:
         """Whether this thread has a write transaction open: a :meth:`write` now joins it (as
@@ -571,20 +645,35 @@ class Sessions:
 class _Use:
     """The context of :meth:`Sessions.use` (a class: every read passes through it)."""
 
-    __slots__ = ("_sessions", "_slot")
+    __slots__ = ("__weakref__", "_sessions", "_slot")
 
     def __init__(self, sessions: Sessions) -> None:
         self._sessions = sessions
 
     def __enter__(self) -> sqlite3.Connection:
-        slot = self._slot = self._sessions._enter()
-        assert slot.conn is not None
-        return slot.conn
+        held = signals.hold()
+        try:
+            slot = self._slot = self._sessions._enter()
+        except BaseException:
+            signals.release(held)
+            raise
+        try:
+            signals.release(held)  # an interrupt due meanwhile is raised here
+            conn = slot.conn
+            assert conn is not None
+            return conn
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        self._sessions._exit(self._slot)
+        held = signals.hold()
+        try:
+            self._sessions._exit(self._slot)
+        finally:
+            signals.release(held)
         if isinstance(exc, sqlite3.Error):
             _raise_translated(exc)
 
@@ -593,57 +682,101 @@ class _Snapshot:
     """The context of :meth:`Sessions.snapshot`: one read transaction, unless a transaction
     is already open on the connection."""
 
-    __slots__ = ("_began", "_conn", "_gen", "_sessions", "_slot")
+    __slots__ = ("__weakref__", "_began", "_conn", "_gen", "_sessions", "_slot")
 
     def __init__(self, sessions: Sessions) -> None:
         self._sessions = sessions
+        self._began = False
 
     def __enter__(self) -> sqlite3.Connection:
         sessions = self._sessions
-        slot = self._slot = sessions._enter()
-        conn = slot.conn
-        assert conn is not None
-        self._began = False
-        if not slot.depth and not conn.in_transaction:
-            try:
-                conn.execute("BEGIN")
-            except sqlite3.Error as exc:
-                sessions._exit(slot)
-                _raise_translated(exc)
-            self._began = True
-        self._conn, self._gen = conn, STATE.generation
-        return conn
+        held = signals.hold()
+        try:
+            slot = self._slot = sessions._enter()
+            conn = slot.conn
+            assert conn is not None
+            if not slot.depth and not conn.in_transaction:
+                try:
+                    conn.execute("BEGIN")
+                except sqlite3.Error as exc:
+                    sessions._exit(slot)
+                    _raise_translated(exc)
+                self._began = True
+            self._conn, self._gen = conn, STATE.generation
+        except BaseException:
+            signals.release(held)
+            raise
+        try:
+            signals.release(held)
+            return conn
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         sessions, slot = self._sessions, self._slot
-        if self._gen != STATE.generation:  # forked inside: the connection is the parent's
-            sessions._exit(slot)
-            raise sessions._forked_inside()
+        held = signals.hold()
         try:
-            if self._began and self._conn.in_transaction:
-                self._conn.execute("COMMIT")
-        except sqlite3.Error as error:
-            _raise_translated(error)
+            if self._gen != STATE.generation:  # forked inside: the connection is the parent's
+                sessions._exit(slot)
+                raise sessions._forked_inside()
+            try:
+                if self._began and self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
+            except sqlite3.Error as error:
+                _raise_translated(error)
+            finally:
+                sessions._exit(slot)
         finally:
-            sessions._exit(slot)
+            signals.release(held)
         if isinstance(exc, sqlite3.Error):
             _raise_translated(exc)
 
 
-class _Write:
+class _Write(Generic[T]):
     """The context of :meth:`Sessions.write`: a class rather than a generator-based context
-    manager, since every insert passes through it (fewer Python calls per write)."""
+    manager, since every insert passes through it (fewer Python calls per write).
 
-    __slots__ = ("_conn", "_gen", "_marking", "_opened", "_savepoint", "_sessions", "_slot")
+    Its steps run with signal handlers held off (``sqlite/signals.py``): an interrupt that
+    comes while it begins is raised before the block with nothing open; one that comes while
+    it commits is raised after the commit, noted as committed (:func:`signals.committed`)."""
 
-    def __init__(self, sessions: Sessions) -> None:
+    __slots__ = (
+        "__weakref__",
+        "_conn",
+        "_gen",
+        "_marking",
+        "_opened",
+        "_savepoint",
+        "_sessions",
+        "_slot",
+        "_value",
+    )
+
+    def __init__(self, sessions: Sessions, value: T) -> None:
         self._sessions = sessions
         self._savepoint: str | None = None
         self._marking = False
+        self._value = value
 
-    def __enter__(self) -> sqlite3.Connection:
+    def __enter__(self) -> T:
+        held = signals.hold()
+        try:
+            conn = self._begin()
+        except BaseException:
+            signals.release(held)
+            raise
+        try:
+            signals.release(held)
+            return conn if self._value is None else self._value  # type: ignore[return-value]
+        except BaseException as interrupt:
+            # Due while the write began: it ends here, rolled back, before the block runs.
+            self.__exit__(type(interrupt), interrupt, None)
+            raise
+
+    def _begin(self) -> sqlite3.Connection:
         sessions = self._sessions
         slot = sessions._enter()
         conn = slot.conn
@@ -671,7 +804,8 @@ class _Write:
                         raise
                     self._marking = True
                 slot.owner = current_task()
-                self._opened = _OPEN.get()
+                # Those a block interrupted at its end left here (Sessions._unwind) go.
+                self._opened = tuple(r for r in _OPEN.get() if getattr(r(), "depth", 0))
                 _OPEN.set((*self._opened, weakref.ref(slot)))
         except sqlite3.Error as exc:
             sessions._exit(slot)
@@ -686,6 +820,29 @@ class _Write:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
+        pending: BaseException | None = None
+        try:
+            held = signals.hold()
+        except BaseException as interrupt:  # due before the hold: the write rolls back
+            pending, held = interrupt, signals.hold()
+        committed = False
+        try:
+            try:
+                committed = self._end(exc_type is not None or pending is not None)
+            finally:
+                signals.release(held)
+            if pending is not None:
+                raise pending
+            if isinstance(exc, sqlite3.Error):
+                _raise_translated(exc)
+        except BaseException as late:
+            if committed:  # an interrupt due as it committed, raised now: say so
+                late.add_note(signals.COMMITTED)
+            raise
+
+    def _end(self, failed: bool) -> bool:
+        """Commit (or release the savepoint), or roll back when ``failed``; True once the
+        outermost transaction committed."""
         sessions, slot, conn, name = self._sessions, self._slot, self._conn, self._savepoint
         if self._gen != STATE.generation:
             # Forked inside the transaction: this is the child, and the transaction (its
@@ -693,14 +850,16 @@ class _Write:
             slot.depth = max(slot.depth - 1, 0) if name is not None else 0
             sessions._exit(slot)
             raise sessions._forked_inside()
+        committed = False
         try:
             if name is not None:
-                if exc_type is not None:
+                if failed:
                     conn.execute(f"ROLLBACK TO {name}")
                 conn.execute(f"RELEASE {name}")
-            elif exc_type is None:
+            elif not failed:
                 try:
                     conn.execute("COMMIT")
+                    committed = True
                     if self._marking:
                         sessions.unmarked = False
                 except BaseException:
@@ -718,8 +877,7 @@ class _Write:
                 slot.depth, slot.owner = 0, None
                 _OPEN.set(self._opened)
             sessions._exit(slot)
-        if isinstance(exc, sqlite3.Error):
-            _raise_translated(exc)
+        return committed
 
 
 def _other_task_error() -> PodStoreError:
