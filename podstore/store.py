@@ -655,6 +655,8 @@ class PodStore:
         return self._apply_node(prepared)
 
     def _apply_node(self, prepared: node_sync.PreparedNode) -> NodeSyncReport:
+        from podstore.storage.node import sync as node_sync
+
         with self._sessions.write() as conn:
             return node_sync.apply(conn, prepared)
 

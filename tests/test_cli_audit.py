@@ -143,6 +143,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0008", "down_revision": "0007",
+             "message": "Each node item's canonical text kept beside it; each node file's bytes "
+             "digested."},
             {"revision": "0007", "down_revision": "0006",
              "message": "The whole node: the CPU, memory and DRA managers' state, the NUMA "
              "topology, pod names."},
