@@ -4,7 +4,9 @@ relative to the files it applied, and the store always passes ``podstore verify`
 Each round starts the real command (forked from a warm fork server,
 tests/harness/watch_follower.py), replaces the checkpoint by rename zero to three times at
 random moments — some while the start-up sync runs, some while an event-driven sync runs — and
-SIGKILLs the follower after a random delay. Then, on the store as the kill left it: the events
+SIGKILLs the follower — after a random delay, once it holds the last file, or while it is
+stopped (SIGSTOP) behind a rewrite, a third of the rounds each, so that kills land both behind
+and caught up whatever the machine's load. Then, on the store as the kill left it: the events
 written since the last round are exactly the differences between the last state applied and a
 sequence of the files written this round, ending in the store's state (each file wholly
 applied or not at all; none applied twice); the store's content equals that last file; the
@@ -38,7 +40,7 @@ from harness.watch_support import (
     store_state,
 )
 
-from podstore import InvalidInputError, PodStore, SchemaError
+from podstore import InvalidInputError, PodStore, PodStoreError, SchemaError
 from podstore.storage.selfcheck import check_connection
 
 ROUNDS = int(os.environ.get("PODSTORE_WATCH_KILLS", "110"))
@@ -77,6 +79,20 @@ def _errors(db: Path) -> list[str]:
         conn.close()
 
 
+def _wait_until_holds(db: Path, state: State) -> None:
+    """Until the store at ``db`` holds ``state`` (the follower has caught up with the file)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with PodStore.open(db, readonly=True, verify="off") as store:
+                if store_state(store) == file_state(state):
+                    return
+        except PodStoreError:
+            pass  # the store is still being created
+        time.sleep(0.02)
+    raise AssertionError("the follower did not catch up with the file in 120 s")
+
+
 @pytest.mark.slow
 def test_kill9_never_loses_or_duplicates_an_event(tmp_path: Path) -> None:
     rng = random.Random(SEED)
@@ -108,12 +124,21 @@ def test_kill9_never_loses_or_duplicates_an_event(tmp_path: Path) -> None:
                 written.append(current)
             server.send(f"run {db} {cp}")
             pid = int(server.until_line("p ")[1].split()[1])
-            for _ in range(rng.randint(0, 3)):
+            # Where the kill lands is chosen, not left to the machine's speed: at a random
+            # moment; once the store holds the last file; or with the follower stopped behind
+            # a rewrite it cannot have read.
+            mode = ("random", "caught_up", "stopped")[stats["rounds"] % 3]
+            if mode == "stopped":
+                os.kill(pid, signal.SIGSTOP)
+            for _ in range(rng.randint(1 if mode == "stopped" else 0, 3)):
                 time.sleep(rng.uniform(0, 0.04))
                 current = mutate(rng, current, rng.randint(1, 40))
                 current.write(cp)
                 written.append(current)
-            time.sleep(rng.uniform(0, 0.05))
+            if mode == "caught_up":
+                _wait_until_holds(db, current)
+            elif mode == "random":
+                time.sleep(rng.uniform(0, 0.05))
             os.kill(pid, signal.SIGKILL)
             code = int(server.until_line(f"x {pid} ")[1].split()[2])
             assert code == -signal.SIGKILL, f"the follower exited by itself ({code})"
