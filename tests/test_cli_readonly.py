@@ -32,8 +32,14 @@ NOBODY = 65534
 _AS_NOBODY = """
 import os, sys
 # Everything a command may import lazily, imported while the interpreter is still readable.
-import podstore.cli, podstore.checkpoint, podstore.storage.selfcheck, podstore.store
-import podstore.deviceplugin, google.protobuf.message
+import importlib, pkgutil
+import podstore
+# Every module of the package (the store imports its write side inside the methods that use
+# it), migrations aside: Alembic reads those below.
+for info in pkgutil.walk_packages(podstore.__path__, "podstore."):
+    if ".migrations" not in info.name:
+        importlib.import_module(info.name)
+import google.protobuf.message
 import click
 from podstore.cli.main import cli
 for name in cli.list_commands(click.Context(cli)):  # each command's module
