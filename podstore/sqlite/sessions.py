@@ -10,6 +10,11 @@
   same thread raises instead of joining it silently; so does a write from another thread
   whose context was copied from inside the block (``asyncio.to_thread``), which would wait for
   the block's lock while the block waits for it.
+- **Writers queue in the process.** A write transaction first takes its file's
+  :class:`WriterQueue` (first come, first served), then SQLite's write lock: the threads of
+  one process take turns instead of racing SQLite's busy handler, which polls at growing
+  intervals and let some of 64 threads wait past the busy timeout while others wrote ten
+  times as often. SQLite's lock still keeps processes apart.
 - **fork()**: the store takes part in ``sqlite/forking.py``: before a fork its idle
   connections are closed, and in the child inherited ones are closed or abandoned.
 - **The background integrity check** (``open(verify="auto"|"background")``).
@@ -18,6 +23,7 @@
 from __future__ import annotations
 
 import _thread
+import collections
 import contextlib
 import contextvars
 import logging
@@ -31,7 +37,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, Generic, NoReturn, TypeVar
 
-from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreCorruptError
+from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreBusyError, StoreCorruptError
 from podstore.sqlite import forking, signals
 from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, begin_immediate, connect
 from podstore.sqlite.files import release_side_files
@@ -94,6 +100,65 @@ def _running(frame: FrameType) -> bool:
     return False
 
 
+class WriterQueue:
+    """The turn of this process's writers to one store file, handed over first come, first
+    served (every waiter has a lock of its own, released by the writer before it)."""
+
+    __slots__ = ("__weakref__", "_held", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: collections.deque[threading.Lock] = collections.deque()
+        self._held = False
+
+    def acquire(self, timeout: float) -> bool:
+        """Wait for this thread's turn, at most ``timeout`` seconds (False: not given)."""
+        with self._lock:
+            if not self._held:
+                self._held = True
+                return True
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        if turn.acquire(timeout=timeout) if timeout > 0 else turn.acquire(False):
+            return True
+        with self._lock:
+            if turn in self._waiters:
+                self._waiters.remove(turn)
+                return False
+        return True  # handed over as the wait ran out
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiters:
+                self._waiters.popleft().release()  # _held stays: the turn passes on
+            else:
+                self._held = False
+
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+
+# One queue per store file, shared by the stores of the process open on it.
+_queues: weakref.WeakValueDictionary[object, WriterQueue] = weakref.WeakValueDictionary()
+_queues_lock = threading.Lock()
+_queues_generation = 0
+
+
+def _queue_for(file: object) -> WriterQueue:
+    global _queues_lock, _queues_generation
+    if _queues_generation != STATE.generation:
+        # A forked child (its stores call this from fork_child, before any other thread
+        # runs): the parent's queues, and their lock, may be held by threads not here.
+        _queues_lock, _queues_generation = threading.Lock(), STATE.generation
+        _queues.clear()
+    with _queues_lock:
+        queue = _queues.get(file)
+        if queue is None:
+            queue = _queues[file] = WriterQueue()
+        return queue
+
+
 class _Slot:
     """One thread's use of one store: its connection, the open write transaction (``depth``
     savepoint levels deep, begun by ``owner``, an asyncio task or None), and ``busy``, how
@@ -108,6 +173,7 @@ class _Slot:
         "gen",
         "outer",
         "owner",
+        "queue",
         "sessions",
         "thread",
     )
@@ -121,6 +187,8 @@ class _Slot:
         self.busy = 0
         self.depth = 0
         self.owner: object = None
+        # The writer queue whose turn the open write transaction holds.
+        self.queue: WriterQueue | None = None
         # The frame whose ``with`` holds the outermost use now (main thread only: see
         # Sessions._unwind).
         self.outer: FrameType | None = None
@@ -193,6 +261,7 @@ class Sessions:
         self._pid = os.getpid()
         # The file, as forks tell write locks apart (two stores may share it).
         self._file: object = forking.file_key(options.path) or options.path
+        self._queue = _queue_for(self._file)
         # (st_dev, st_ino) of the file the store opened (None until a connection created it):
         # every new connection opens the path again, and must find that file there.
         self._file_id = forking.file_key(options.path)
@@ -269,13 +338,15 @@ class Sessions:
         instruction (no signal block can cover that). Roll back what it left open, so that
         this call does not join it."""
         conn = slot.conn
-        if conn is not None and slot.gen == STATE.generation and conn.in_transaction:
-            try:
+        try:
+            if conn is not None and slot.gen == STATE.generation and conn.in_transaction:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error as exc:
-                _raise_translated(exc)
-        slot.depth, slot.owner, slot.busy = 0, None, 0
-        forking.leave(slot.counter)
+        except sqlite3.Error as exc:
+            _raise_translated(exc)
+        finally:
+            self._end_write(slot)
+            slot.depth, slot.owner, slot.busy = 0, None, 0
+            forking.leave(slot.counter)
 
     def _close_after_use(self, slot: _Slot) -> None:
         """close() came while this thread was using its connection: close it now."""
@@ -285,6 +356,29 @@ class Sessions:
                 return
             self._conns.discard(conn)
         _close_quietly(conn)
+
+    def _begin_write(self, slot: _Slot, conn: sqlite3.Connection) -> None:
+        """Take this process's turn to write the file, then SQLite's write lock (BEGIN
+        IMMEDIATE); each wait is bounded by busy_timeout. Raises StoreBusyError."""
+        timeout = self.options.busy_timeout
+        if not self._queue.acquire(timeout):
+            raise StoreBusyError(
+                f"{self.options.path}: the writers of this process ahead of this one held the "
+                f"store past the busy timeout ({timeout:g} s); nothing was written: retry, or "
+                "open the store with a longer busy_timeout"
+            )
+        slot.queue = self._queue
+        try:
+            begin_immediate(conn, timeout)
+        except BaseException:
+            self._end_write(slot)
+            raise
+
+    def _end_write(self, slot: _Slot) -> None:
+        """Pass the turn to write on (the write transaction ended, or was never begun)."""
+        queue, slot.queue = slot.queue, None
+        if queue is not None and slot.gen == STATE.generation:
+            queue.release()
 
     def _attach(self, slot: _Slot) -> None:
         if self._trouble is not None:
@@ -349,6 +443,8 @@ class Sessions:
                     conn.execute("ROLLBACK")
             except sqlite3.Error:
                 keep = False
+            finally:
+                self._end_write(slot)
             if keep:
                 self._idle.append(conn)
                 return
@@ -498,6 +594,7 @@ class Sessions:
     def fork_child(self, thread: int) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._queue = _queue_for(self._file)
         inherited, self._conns, self._idle = self._conns, set(), []
         in_use: set[int] = set()
         for slot in list(self._slots):
@@ -505,7 +602,7 @@ class Sessions:
                 in_use.add(id(slot.conn))
             if slot.thread != thread:
                 slot.busy, slot.depth, slot.owner = 0, 0, None
-            slot.conn = None
+            slot.conn, slot.queue = None, None
         for conn in inherited:
             if id(conn) in in_use:
                 forking.abandon(conn)
@@ -793,14 +890,17 @@ class _Write(Generic[T]):
                 # A fork in a thread holding this write lock must not wait for this thread.
                 slot.counter.waits_for = sessions._file
                 try:
-                    begin_immediate(conn, sessions.options.busy_timeout)
+                    sessions._begin_write(slot, conn)
                 finally:
                     slot.counter.waits_for = None
                 if sessions.unmarked:
                     try:
                         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     except BaseException:
-                        conn.execute("ROLLBACK")
+                        try:
+                            conn.execute("ROLLBACK")
+                        finally:
+                            sessions._end_write(slot)
                         raise
                     self._marking = True
                 slot.owner = current_task()
@@ -876,6 +976,7 @@ class _Write(Generic[T]):
             else:
                 slot.depth, slot.owner = 0, None
                 _OPEN.set(self._opened)
+                sessions._end_write(slot)
             sessions._exit(slot)
         return committed
 
