@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
@@ -263,8 +263,13 @@ class PodStore:
         with self._sessions.write() as conn:
             entry_store.write_one(conn, row)
 
-    def delete(self, pod_uids: Iterable[str]) -> None:
-        """Drop whole pods (all containers and resources). Unknown UIDs are ignored."""
+    def delete(
+        self, pod_uids: list[str] | tuple[str, ...] | AbstractSet[str] | Iterator[str]
+    ) -> None:
+        """Drop whole pods (all containers and resources). Unknown UIDs are ignored.
+
+        A bare str is refused (InvalidInputError), also by a type checker: as an
+        ``Iterable[str]`` it would name one pod per character."""
         uids = validate.texts(pod_uids, "pod_uids")
         with self._sessions.write() as conn:
             entry_store.delete_pods(conn, uids)

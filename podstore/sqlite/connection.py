@@ -115,8 +115,9 @@ class ConnectOptions:
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
     """Turn a file path or an ``sqlite:///`` SQLAlchemy URL into a file path.
 
-    Raises InvalidInputError for other databases and for in-memory SQLite, which could not
-    survive a crash and is not shared between podstore's per-thread connections.
+    Raises InvalidInputError for other databases, for a URL with options (``?...``), and for
+    in-memory SQLite, which could not survive a crash and is not shared between podstore's
+    per-thread connections.
     """
     if isinstance(path_or_url, os.PathLike):
         path_or_url = os.fspath(path_or_url)
@@ -133,6 +134,15 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
         if url.get_backend_name() != "sqlite":
             raise InvalidInputError(
                 f"database: podstore keeps its state in SQLite, not {url.get_backend_name()!r}"
+            )
+        if "?" in path_or_url:
+            query = path_or_url.split("?", 1)[1]
+            # SQLAlchemy keeps the query apart from the database name (and drops a bare
+            # ``?x``): honoured nowhere, it would open (or create) a file named without it.
+            raise InvalidInputError(
+                f"database: {path_or_url!r}: podstore takes no URL options (?{query}); give "
+                "the file alone, and set modes as arguments of PodStore.open (readonly=, "
+                "durability=, busy_timeout=)"
             )
         path = url.database or ""
     else:

@@ -31,6 +31,7 @@ import dataclasses
 import math
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -138,6 +139,8 @@ class Guarded:
         self._interrupted = False
         self._forked = False
         self._pid = os.getpid()
+        # Taken by each call: the connection and the time counted are one caller's at a time.
+        self._calling = threading.Lock()
         with forking.activity():  # a fork waits, so its child has this one to close
             self.conn: sqlite3.Connection | None = self._open(options, limits, snapshot=snapshot)
             forking.register(self)
@@ -208,15 +211,23 @@ class Guarded:
         errors turned into podstore's."""
         if self.conn is None:
             raise self._closed_error()
-        with forking.activity():
-            self._entered = time.monotonic()
-            try:
-                return fn()
-            except (sqlite3.Error, sqlite3.Warning) as exc:
-                raise self._error(exc) from None
-            finally:
-                self._spent += time.monotonic() - self._entered
-                self._entered = None
+        if not self._calling.acquire(blocking=False):
+            raise PodStoreError(
+                "this reader is in use by another thread: a reader (and its streams) is one "
+                "snapshot for one thread at a time; open a reader per thread"
+            )
+        try:
+            with forking.activity():
+                self._entered = time.monotonic()
+                try:
+                    return fn()
+                except (sqlite3.Error, sqlite3.Warning) as exc:
+                    raise self._error(exc) from None
+                finally:
+                    self._spent += time.monotonic() - self._entered
+                    self._entered = None
+        finally:
+            self._calling.release()
 
     def _error(self, exc: sqlite3.Error | sqlite3.Warning) -> PodStoreError:
         text = str(exc)

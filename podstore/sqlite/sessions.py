@@ -880,6 +880,8 @@ class _Write(Generic[T]):
         assert conn is not None
         try:
             if slot.depth:
+                if not conn.in_transaction:  # SAVEPOINT would begin a transaction of its own
+                    raise _ended_by_sqlite()
                 # A failing call inside a transaction() block must not leave half of itself
                 # behind if the caller catches the error and carries on.
                 name = f"podstore_{slot.depth}"
@@ -953,10 +955,15 @@ class _Write(Generic[T]):
         committed = False
         try:
             if name is not None:
-                if failed:
-                    conn.execute(f"ROLLBACK TO {name}")
-                conn.execute(f"RELEASE {name}")
+                if conn.in_transaction:
+                    if failed:
+                        conn.execute(f"ROLLBACK TO {name}")
+                    conn.execute(f"RELEASE {name}")
+                elif not failed:
+                    raise _ended_by_sqlite()
             elif not failed:
+                if not conn.in_transaction:
+                    raise _ended_by_sqlite()
                 try:
                     conn.execute("COMMIT")
                     committed = True
@@ -979,6 +986,15 @@ class _Write(Generic[T]):
                 sessions._end_write(slot)
             sessions._exit(slot)
         return committed
+
+
+def _ended_by_sqlite() -> PodStoreError:
+    # SQLite rolls a whole transaction back on some errors (a full disk, an I/O error): a
+    # block whose call failed so, caught and carried on, must not commit what follows.
+    return PodStoreError(
+        "the transaction() block was rolled back: SQLite ended its transaction after an "
+        "error inside it (such as a full disk); nothing of the block was written"
+    )
 
 
 def _other_task_error() -> PodStoreError:

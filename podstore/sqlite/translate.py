@@ -19,6 +19,13 @@ from podstore.errors import (
 # for plain writes, but as one of these when it happens while growing the WAL, the -shm file or
 # during a checkpoint (seen on a full tmpfs, tests/test_reliability_diskfull.py).
 _WRITE_IOERRS = ("WRITE", "FSYNC", "TRUNCATE", "SHMSIZE", "SHMMAP", "FALLOCATE", "DIR_FSYNC")
+# What a full disk means for the caller: SQLite rolled the write back, and nothing recovers
+# by itself while the disk stays full (every write needs room in the WAL).
+_FULL = (
+    "the disk holding the store is full (or the store reached its size limit): the write "
+    "was rolled back and the store is unchanged; free space on that filesystem, then retry "
+    "(no reopen needed)"
+)
 # IOERR subcodes that mean stored bytes could not be read back.
 _READ_IOERRS = ("READ", "SHORT_READ", "CORRUPTFS", "DATA")
 
@@ -41,7 +48,7 @@ def translate(exc: BaseException) -> PodStoreError | None:
     if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text:
         return StoreBusyError(f"the database stayed locked past the busy timeout ({text})")
     if primary == sqlite3.SQLITE_FULL or "disk is full" in text:
-        return StoreFullError(f"the disk is full; nothing was written ({text})")
+        return StoreFullError(f"{_FULL} ({text})")
     if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text:
         return StoreCorruptError(f"the database file is damaged: {text}")
     if primary == sqlite3.SQLITE_READONLY or "readonly database" in text:
@@ -49,7 +56,7 @@ def translate(exc: BaseException) -> PodStoreError | None:
     if primary == sqlite3.SQLITE_IOERR:
         sub = ext.removeprefix("SQLITE_IOERR_")
         if sub in _WRITE_IOERRS:
-            return StoreFullError(f"a write to the database failed (disk full?): {text} [{ext}]")
+            return StoreFullError(f"a write to the database failed: {_FULL} ({text} [{ext}])")
         if sub in _READ_IOERRS:
             return StoreCorruptError(f"the database file could not be read: {text} [{ext}]")
         return PodStoreError(f"I/O error on the database: {text} [{ext}]")
