@@ -2,10 +2,14 @@
 write or a read never wedges the store nor fakes a write (docs/api.md, "Interrupts, SIGTERM
 and cancellation").
 
-Deterministic: a trace hook raises KeyboardInterrupt at the N-th line the session layer runs,
-for every N of each path. It models a real signal: Python runs a handler only when the
-signal is not blocked, so at a line where the main thread blocks SIGINT the interrupt waits
-for the first line where it does not (as the kernel keeps the signal pending). After each
+Deterministic: a trace hook raises KeyboardInterrupt (or SystemExit, as a SIGTERM handler
+would) at the N-th line the session layer runs, for every N of each path: inserts, deletes,
+``transaction()`` blocks (also with reads inside and a rolled-back nested block, or rolled
+back whole), the first write of a store without podstore's application_id, a write queued
+behind another thread's block, and reads. It models a real signal: Python runs a handler
+only when the signal is not blocked, so at a line where the main thread blocks SIGINT the
+interrupt waits for the first line where it does not (as the kernel keeps the signal
+pending). tests/test_embed_signals.py sends real signals at random moments. After each
 interrupt: the write committed exactly when the exception says so (``podstore.committed``),
 or when it was raised after the call returned; the next write commits (seen by another
 connection); no count of calls in flight is left behind (a fork would wait for it).
@@ -17,11 +21,14 @@ import functools
 import signal
 import sqlite3
 import sys
+import threading
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness.forks import figures
 
 import podstore
@@ -36,8 +43,9 @@ class Injector:
     """A trace hook raising KeyboardInterrupt at the ``at``-th traced line (counting from 0),
     or at the first one after it where SIGINT is not blocked."""
 
-    def __init__(self, at: int) -> None:
+    def __init__(self, at: int, kind: type[BaseException]) -> None:
         self.at = at
+        self.kind = kind
         self.lines = 0
         self.fired = False
         self.inside = False  # the interrupt came from inside a traced line
@@ -49,7 +57,7 @@ class Injector:
             self.lines += 1
             if self.lines > self.at and not _sigint_blocked():
                 self.fired = self.inside = True
-                raise KeyboardInterrupt(f"injected at traced line {self.lines}")
+                raise self.kind(f"injected at traced line {self.lines}")
         return self
 
 
@@ -63,15 +71,17 @@ def _visible(raw: sqlite3.Connection, uids: list[str]) -> list[bool]:
     ]
 
 
-def _run(store: PodStore, op: Callable[[], object], at: int) -> tuple[bool, BaseException | None]:
+def _run(
+    store: PodStore, op: Callable[[], object], at: int, kind: type[BaseException]
+) -> tuple[bool, BaseException | None]:
     """Run ``op`` with the interrupt due at traced line ``at``: (whether it fired inside op,
     the exception op raised)."""
-    inject = Injector(at)
+    inject = Injector(at, kind)
     raised: BaseException | None = None
     sys.settrace(inject)
     try:
         op()
-    except KeyboardInterrupt as exc:
+    except kind as exc:
         raised = exc
     finally:
         sys.settrace(None)
@@ -83,27 +93,87 @@ def _check_healthy(store: PodStore, raw: sqlite3.Connection, probe: str) -> None
     assert _visible(raw, [probe]) == [True], "a write after the interrupt did not commit"
     slot = store._sessions._local.slot
     assert (slot.busy, slot.depth, forking.counter().n) == (0, 0, 0)
+    assert not store._sessions._queue._held, "the turn to write was not passed on"
     assert not slot.conn.in_transaction
 
 
+class _Abandon(Exception):
+    pass
+
+
 def _paths(store: PodStore) -> dict[str, tuple[Callable[[str], object], int]]:
-    """Each path: an operation on fresh pod uid(s), and how many of them it writes."""
+    """Each path: an operation on fresh pod uid(s), and how many of them it writes (a uid
+    ending in ``-x`` is one a path writes and then rolls back: it is never seen)."""
 
     def block(uid: str) -> None:
         with store.transaction():
             store.insert(uid + "-a", "c", RES, None, b"")
             store.insert(uid + "-b", "c", RES, {0: ["d"]}, b"")
 
+    def block_with_reads_and_a_rolled_back_part(uid: str) -> None:
+        with store.transaction():
+            store.insert(uid + "-a", "c", RES, None, b"")
+            try:
+                with store.transaction():  # a savepoint, rolled back
+                    store.insert(uid + "-x", "c", RES, None, b"")
+                    raise _Abandon
+            except _Abandon:
+                pass
+            store.pods()  # reads inside the block: its own snapshot and use
+            store.to_checkpoint_data()
+            store.insert(uid + "-b", "c", RES, {0: ["d"]}, b"")
+
+    def abandoned_block(uid: str) -> None:
+        try:
+            with store.transaction():
+                store.insert(uid + "-x", "c", RES, None, b"")
+                raise _Abandon
+        except _Abandon:
+            pass
+
+    def first_write_of_an_unmarked_store(uid: str) -> None:
+        store._sessions.unmarked = True  # a store made before podstore set application_id
+        store.insert(uid, "c", RES, None, b"")
+
+    def queued_behind_another_thread(uid: str) -> None:
+        """The write waits for its turn behind another thread's block (the queue's wait and
+        hand-over run on this thread)."""
+        inside, done = threading.Event(), threading.Event()
+        queue = store._sessions._queue
+
+        def other() -> None:
+            with store.transaction():
+                store.insert(uid + "-other", "c", RES, None, b"")
+                inside.set()
+                while not queue._waiters and not done.is_set():
+                    time.sleep(0.0005)
+
+        t = threading.Thread(target=other)
+        t.start()
+        try:
+            assert inside.wait(30)
+            store.insert(uid, "c", RES, None, b"")
+        finally:
+            done.set()
+            t.join(30)
+
     return {
         "insert": (lambda uid: store.insert(uid, "c", RES, {0: ["d1"]}, b""), 1),
         "transaction": (block, 2),
+        "transaction-with-reads": (block_with_reads_and_a_rolled_back_part, 2),
+        "rolled-back-block": (abandoned_block, 0),
+        "unmarked-store": (first_write_of_an_unmarked_store, 1),
+        "queued-insert": (queued_behind_another_thread, 1),
         "delete": (lambda uid: store.delete([uid]), -1),
         "pods": (lambda uid: store.pods(), 0),
         "snapshot": (lambda uid: store.to_checkpoint_data(), 0),
     }
 
 
-def test_an_interrupt_at_every_line_of_the_write_and_read_paths(db_path: Path) -> None:
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_at_every_line_of_the_write_and_read_paths(
+    db_path: Path, kind: type[BaseException]
+) -> None:
     store = PodStore.open(db_path, durability="normal", verify="off")
     raw = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None)
     tried = lost = faked = 0
@@ -114,7 +184,7 @@ def test_an_interrupt_at_every_line_of_the_write_and_read_paths(db_path: Path) -
             if writes < 0:
                 store.insert(uid, "c", RES, None, b"")  # what the delete removes
             uids = [uid] if writes == 1 else [uid + "-a", uid + "-b"] if writes == 2 else []
-            fired, exc = _run(store, functools.partial(op, uid), at)
+            fired, exc = _run(store, functools.partial(op, uid), at, kind)
             if not fired:
                 break  # past the path's last line
             tried += 1
@@ -134,11 +204,12 @@ def test_an_interrupt_at_every_line_of_the_write_and_read_paths(db_path: Path) -
                 assert (exc is None or noted) == gone, (name, at, exc, noted, gone)
             else:
                 assert not noted
+            assert _visible(raw, [uid + "-x"]) == [False], (name, at)
             # An interrupt at the very entry of __exit__ leaves the block to the exception's
             # frames: it is rolled back once the exception is dropped (docs/api.md).
             del exc
             _check_healthy(store, raw, f"probe-{name}-{at}")
             at += 1
         assert at > 10, (name, at)  # the path was traced
-    figures("interrupts", injected=tried, lost=lost, faked=faked, wedges=0)
+    figures("interrupts", kind=kind.__name__, injected=tried, lost=lost, faked=faked, wedges=0)
     store.close()

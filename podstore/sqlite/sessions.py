@@ -135,9 +135,6 @@ class WriterQueue:
             else:
                 self._held = False
 
-    def waiting(self) -> int:
-        return len(self._waiters)
-
 
 # One queue per store file, shared by the stores of the process open on it.
 _queues: weakref.WeakValueDictionary[object, WriterQueue] = weakref.WeakValueDictionary()
