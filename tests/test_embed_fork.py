@@ -99,6 +99,34 @@ def test_child_connections_hold_real_locks(db_path: Path) -> None:
         assert store.pods() == {"p", "from-child"}
 
 
+def test_a_fork_leaves_the_parents_connections_open(db_path: Path) -> None:
+    """The parent goes on with the connections it had (its threads' and the idle ones): the
+    child closes its inherited copies, which holds no lock of the parent's; the parent's next
+    call does not reconnect. Both sides' writes are kept, also after the child's close."""
+    with PodStore.open(db_path) as store:
+        store.insert("p", "c", RES, None, b"")
+        sessions = store._sessions
+        before = sessions.conn()
+        other = threading.Thread(target=store.pods)  # leaves an idle connection behind
+        other.start()
+        other.join()
+        idle = list(sessions._idle)
+        assert idle
+
+        def child() -> list[str]:
+            store.insert("from-child", "c", RES, None, b"")
+            store.close()
+            return sorted(PodStore.open(db_path).pods())
+
+        out = in_child(child)
+        assert out.get("result") == ["from-child", "p"], out
+        assert sessions.conn() is before
+        assert sessions._idle == idle
+        store.insert("after", "c", RES, None, b"")
+        assert store.pods() == {"p", "from-child", "after"}
+    assert _errors(db_path) == []
+
+
 def test_child_forked_during_another_threads_transaction_can_write(db_path: Path) -> None:
     """A fork while another thread is inside transaction(): the fork waits for the block to end
     (it was about to), so the child starts with no connection in use and can write at once,

@@ -176,9 +176,6 @@ class Guarded:
     def fork_quiesce(self) -> None:
         pass
 
-    def fork_prepare(self, thread: int) -> None:
-        pass
-
     def fork_parent(self) -> None:
         pass
 

@@ -15,8 +15,8 @@
   one process take turns instead of racing SQLite's busy handler, which polls at growing
   intervals and let some of 64 threads wait past the busy timeout while others wrote ten
   times as often. SQLite's lock still keeps processes apart.
-- **fork()**: the store takes part in ``sqlite/forking.py``: before a fork its idle
-  connections are closed, and in the child inherited ones are closed or abandoned.
+- **fork()**: the store takes part in ``sqlite/forking.py``: in the child, inherited
+  connections are closed (idle) or abandoned (in use at the fork).
 - **The background integrity check** (``open(verify="auto"|"background")``).
 """
 
@@ -570,9 +570,6 @@ class Sessions:
             self.start_background_check(gate_writes=self._gate_writes)
         except PodStoreError as exc:  # pragma: no cover - the next write checks then
             log.warning("%s: could not restart the integrity check: %s", self.options.path, exc)
-
-    def fork_prepare(self, thread: int) -> None:
-        self._close_unused()
 
     def _close_unused(self) -> None:
         """Close every connection no thread is using: the idle ones, and those of threads
