@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         TopologyInfo,
     )
     from podstore.reading import Reader
-    from podstore.sqlite.guarded import RowStream
+    from podstore.sqlite.readonly import RowStream
     from podstore.sqlite.signals import committed
     from podstore.storage.events import ReplayState
     from podstore.storage.events import replay as replay_history
@@ -97,7 +97,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TopologyInfo",
     ),
     "podstore.reading": ("Reader",),
-    "podstore.sqlite.guarded": ("RowStream",),
+    "podstore.sqlite.readonly": ("RowStream",),
     "podstore.sqlite.signals": ("committed",),
     "podstore.storage.events": ("ReplayState", "replay_history"),
     "podstore.storage.selfcheck": ("Finding", "check_store"),

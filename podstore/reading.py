@@ -1,7 +1,7 @@
 """Streaming, limited reads of a store: ``PodStore.reader()`` and ``PodStore.stream()``.
 
 A :class:`Reader` is one read-only snapshot of the store's committed state on a connection of
-its own — the guarded connection of ``sqlite/guarded.py`` (``mode=ro``, ``query_only``, an
+its own — the guarded connection of ``sqlite/readonly.py`` (``mode=ro``, ``query_only``, an
 authorizer that allows only reading) — optionally with a time limit and a row limit. Its
 statements stream: rows come page by page from SQLite's cursor as the caller iterates, so a
 caller that handles one row at a time holds one page, however large the store.
@@ -18,7 +18,7 @@ from podstore.errors import PodStoreError
 from podstore.rules import validate
 from podstore.rules.times import TimeArg, format_ts, parse_time
 from podstore.sqlite.connection import ConnectOptions
-from podstore.sqlite.guarded import Guarded, Limits, Params, RowStream
+from podstore.sqlite.readonly import Guarded, Limits, Params, RowStream
 from podstore.storage import audit, events
 from podstore.storage import entries as entry_store
 from podstore.storage.sql import audit as audit_sql

@@ -24,15 +24,16 @@ from podstore.rules import run_options, validate
 from podstore.rules.alloc_resp import AllocRespInput
 from podstore.rules.alloc_resp import from_argument as response_from_argument
 from podstore.rules.times import TimeArg, parse_time
-from podstore.sqlite import forking, guarded, integrity
+from podstore.sqlite import forking, integrity
+from podstore.sqlite import readonly as readonly_sql
 from podstore.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,
     ConnectOptions,
     Durability,
     database_path,
 )
-from podstore.sqlite.guarded import Guarded, Limits, RowStream
 from podstore.sqlite.migrate import ensure_schema
+from podstore.sqlite.readonly import Guarded, Limits, RowStream
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import chain as history_chain
 from podstore.storage import entries as entry_store
@@ -867,7 +868,7 @@ class PodStore:
         """
         limits = Limits(timeout, max_rows)
         self._check_open()
-        return guarded.run(self._sessions.options, sql, params, limits)
+        return readonly_sql.run(self._sessions.options, sql, params, limits)
 
     def reader(self, *, timeout: float | None = None, max_rows: int | None = None) -> Reader:
         """A read-only snapshot on a connection of its own, whose statements stream their

@@ -17,7 +17,7 @@ from podstore import (
     ReadOnlyStoreError,
     RowStream,
 )
-from podstore.sqlite import guarded
+from podstore.sqlite import readonly
 
 RUNAWAY = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
 
@@ -37,7 +37,7 @@ def test_the_constructor_is_refused(db_path: Path) -> None:
 
 
 def test_stream_gives_the_rows_of_query_page_by_page(store: PodStore) -> None:
-    fill(store, 3 * guarded.PAGE_ROWS + 5)
+    fill(store, 3 * readonly.PAGE_ROWS + 5)
     sql = "SELECT uid, id FROM pods ORDER BY uid"
     with store.stream(sql) as rows:
         assert isinstance(rows, RowStream)
@@ -49,7 +49,7 @@ def test_stream_gives_the_rows_of_query_page_by_page(store: PodStore) -> None:
 
 
 def test_a_reader_is_one_snapshot(store: PodStore) -> None:
-    fill(store, 2 * guarded.PAGE_ROWS)
+    fill(store, 2 * readonly.PAGE_ROWS)
     with store.reader() as reader:
         assert isinstance(reader, Reader)
         pods = reader.stream("SELECT uid FROM pods ORDER BY uid")
@@ -60,8 +60,8 @@ def test_a_reader_is_one_snapshot(store: PodStore) -> None:
         seen = [head[0], *(r[0] for r in pods)]
         count = next(reader.stream("SELECT count(*) FROM pods"))[0]
     assert "zzz-late" not in seen and "p0001" in seen
-    assert count == len(seen) == 2 * guarded.PAGE_ROWS
-    assert store.query("SELECT count(*) FROM pods").rows == [(2 * guarded.PAGE_ROWS,)]
+    assert count == len(seen) == 2 * readonly.PAGE_ROWS
+    assert store.query("SELECT count(*) FROM pods").rows == [(2 * readonly.PAGE_ROWS,)]
 
 
 def test_reader_history_is_store_history_streamed(store: PodStore) -> None:
@@ -100,14 +100,14 @@ def test_timeout_stops_a_runaway_statement(store: PodStore) -> None:
 
 
 def test_timeout_counts_sqlite_work_not_the_callers_pauses(store: PodStore) -> None:
-    fill(store, 2 * guarded.PAGE_ROWS)
+    fill(store, 2 * readonly.PAGE_ROWS)
     with store.stream("SELECT uid FROM pods", timeout=0.2) as rows:
         got = []
         for row in rows:
-            if len(got) == guarded.PAGE_ROWS - 1:
+            if len(got) == readonly.PAGE_ROWS - 1:
                 time.sleep(0.3)  # a slow reader of the output, longer than the limit
             got.append(row)
-    assert len(got) == 2 * guarded.PAGE_ROWS
+    assert len(got) == 2 * readonly.PAGE_ROWS
 
 
 def test_the_reader_is_read_only(store: PodStore) -> None:
