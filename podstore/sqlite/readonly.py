@@ -139,8 +139,10 @@ class Guarded:
         self._interrupted = False
         self._forked = False
         self._pid = os.getpid()
-        # Taken by each call: the connection and the time counted are one caller's at a time.
-        self._calling = threading.Lock()
+        # The thread inside a call now: the connection and the time counted are one thread's
+        # at a time. (Not a lock: an interrupt between taking it and the try that gives it
+        # back would leave the reader refusing every later call.)
+        self._user: int | None = None
         with forking.activity():  # a fork waits, so its child has this one to close
             self.conn: sqlite3.Connection | None = self._open(options, limits, snapshot=snapshot)
             forking.register(self)
@@ -208,23 +210,25 @@ class Guarded:
         errors turned into podstore's."""
         if self.conn is None:
             raise self._closed_error()
-        if not self._calling.acquire(blocking=False):
+        me, user = threading.get_ident(), self._user
+        if user is not None and user != me:
             raise PodStoreError(
                 "this reader is in use by another thread: a reader (and its streams) is one "
                 "snapshot for one thread at a time; open a reader per thread"
             )
+        self._user = me
         try:
             with forking.activity():
-                self._entered = time.monotonic()
+                self._entered = entered = time.monotonic()
                 try:
                     return fn()
                 except (sqlite3.Error, sqlite3.Warning) as exc:
                     raise self._error(exc) from None
                 finally:
-                    self._spent += time.monotonic() - self._entered
+                    self._spent += time.monotonic() - entered
                     self._entered = None
         finally:
-            self._calling.release()
+            self._user = None
 
     def _error(self, exc: sqlite3.Error | sqlite3.Warning) -> PodStoreError:
         text = str(exc)
