@@ -213,3 +213,42 @@ def test_an_interrupt_at_every_line_of_the_write_and_read_paths(
         assert at > 10, (name, at)  # the path was traced
     figures("interrupts", kind=kind.__name__, injected=tried, lost=lost, faked=faked, wedges=0)
     store.close()
+
+
+def test_an_interrupt_while_a_reader_counts_its_call_leaves_no_count(db_path: Path) -> None:
+    """A reader's statements (and open, and close) count themselves with
+    ``forking.activity()``, outside any signal block: an interrupt at any line of the count
+    leaves none behind (a fork would wait for it for the whole busy timeout)."""
+    store = PodStore.open(db_path, verify="off")
+    store.insert("p", "c", RES, None, b"")
+    code = forking.enter.__code__
+    tried = 0
+    for at in range(100):
+        fired = False
+        lines = 0
+
+        def inject(frame: types.FrameType, event: str, arg: Any, at: int = at) -> Any:
+            nonlocal fired, lines
+            if frame.f_code is not code:
+                return None
+            if event == "line" and not fired:
+                lines += 1
+                if lines > at:
+                    fired = True
+                    raise KeyboardInterrupt("injected in forking.enter")
+            return inject
+
+        sys.settrace(inject)
+        try:
+            with store.reader() as reader:
+                list(reader.pods())
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        if not fired:
+            break
+        tried += 1
+        assert forking.counter().n == 0, at
+    assert tried >= 3
+    store.close()

@@ -6,7 +6,8 @@ The deterministic counterpart is tests/test_embed_interrupts.py (an interrupt at
 this one lets the kernel pick the moment: ``signal.setitimer`` sends SIGALRM 0-400 µs after
 each operation starts, and the handler raises ``KeyboardInterrupt`` (Ctrl-C) or
 ``SystemExit`` (what a SIGTERM handler raises), chosen at random. Operations: inserts,
-two-insert ``transaction()`` blocks, deletes, reads.
+two-insert ``transaction()`` blocks, deletes, reads, and readers (a new one, and one kept
+open across every interrupt, which must stay usable).
 
 What each outcome must mean, as docs/api.md states it:
 
@@ -139,12 +140,21 @@ def test_real_signals_at_random_moments(db_path: Path) -> None:
         store.to_checkpoint_data()
         return []
 
+    reader = store.reader(timeout=60)  # kept across interrupts: it must stay usable
+
+    def read_with_readers(uid: str) -> list[str]:
+        with store.reader(timeout=60) as fresh:
+            list(fresh.pods())
+        list(reader.stream("SELECT uid FROM pods LIMIT 300"))
+        return []
+
     ops: list[tuple[str, Callable[[str], list[str]]]] = [
         ("insert", insert),
         ("insert", insert),
         ("block", block),
         ("delete", delete),
         ("read", read),
+        ("reader", read_with_readers),
     ]
     started = time.monotonic()
     with _alarm_handler() as alarm:
@@ -187,7 +197,7 @@ def test_real_signals_at_random_moments(db_path: Path) -> None:
                 tally["noted"] += 1
                 if name == "delete":
                     deletes_done.append(uid)
-                elif name != "read":
+                elif name not in ("read", "reader"):
                     committed.extend(written)
             elif name in ("insert", "block") and (where == "sqlite" or (in_block and line in body)):
                 # Inside the session layer, without the note; or in the block's body: rolled
@@ -209,6 +219,7 @@ def test_real_signals_at_random_moments(db_path: Path) -> None:
             ):
                 tally["leaks"] += 1
             assert tally["wedges"] == tally["leaks"] == 0, (i, name, where, tally)
+    reader.close()
     final = "final"
     store.insert(final, "c", RES, None, b"")
     store.close()

@@ -146,8 +146,13 @@ class activity:  # lower case: used like contextlib.suppress
     __slots__ = ("_c",)
 
     def __enter__(self) -> None:
-        self._c = counter()
-        enter(self._c)
+        c = self._c = counter()
+        n = c.n
+        try:
+            enter(c)
+        except BaseException:
+            c.n = n  # interrupted inside enter(): the with never ran, nor will its __exit__
+            raise
 
     def __exit__(self, *exc: object) -> None:
         leave(self._c)
