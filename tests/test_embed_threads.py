@@ -287,3 +287,22 @@ def test_a_writer_queued_behind_a_long_block_gets_busy_after_the_busy_timeout(
     store.insert("after", "c", RES, None, b"")
     assert store.pods() == {"held", "after"}
     store.close()
+
+
+def test_two_stores_open_on_one_file_share_the_writers_turn(db_path: Path) -> None:
+    """The turn to write belongs to the file: a write through a second PodStore of the same
+    file queues behind the first store's open block (in this process) rather than racing
+    SQLite's busy handler, and goes ahead once the block ends."""
+    from podstore import StoreBusyError
+
+    first = PodStore.open(db_path, verify="off")
+    second = PodStore.open(db_path, busy_timeout=0.2, verify="off")
+    assert first._sessions._queue is second._sessions._queue
+    with first.transaction():
+        first.insert("held", "c", RES, None, b"")
+        with pytest.raises(StoreBusyError, match="writers of this process"):
+            second.insert("queued", "c", RES, None, b"")
+    second.insert("after", "c", RES, None, b"")
+    assert first.pods() == {"held", "after"}
+    first.close()
+    second.close()

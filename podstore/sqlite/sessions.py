@@ -136,19 +136,15 @@ class WriterQueue:
                 self._held = False
 
 
-# One queue per store file, shared by the stores of the process open on it.
+# One queue per store file, shared by the stores of the process open on it. A forked child
+# inherits them as they were: a fork waits for every call in flight, so no thread holds one
+# at the fork — but the forking thread's own transaction, or a call that outlasted the wait,
+# and the child refuses that file anyway (sqlite/forking.py).
 _queues: weakref.WeakValueDictionary[object, WriterQueue] = weakref.WeakValueDictionary()
 _queues_lock = threading.Lock()
-_queues_generation = 0
 
 
 def _queue_for(file: object) -> WriterQueue:
-    global _queues_lock, _queues_generation
-    if _queues_generation != STATE.generation:
-        # A forked child (its stores call this from fork_child, before any other thread
-        # runs): the parent's queues, and their lock, may be held by threads not here.
-        _queues_lock, _queues_generation = threading.Lock(), STATE.generation
-        _queues.clear()
     with _queues_lock:
         queue = _queues.get(file)
         if queue is None:
@@ -588,7 +584,6 @@ class Sessions:
     def fork_child(self, thread: int) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._queue = _queue_for(self._file)
         inherited, self._conns, self._idle = self._conns, set(), []
         in_use: set[int] = set()
         for slot in list(self._slots):
