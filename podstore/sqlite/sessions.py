@@ -13,7 +13,7 @@
 - **Writers queue in the process.** A write transaction first takes its file's
   :class:`WriterQueue` (first come, first served), then SQLite's write lock: the threads of
   one process take turns instead of racing SQLite's busy handler, which polls at growing
-  intervals and let some of 64 threads wait past the busy timeout while others wrote ten
+  intervals and let some of 64 threads wait past the busy timeout while others wrote 35
   times as often. SQLite's lock still keeps processes apart.
 - **fork()**: the store takes part in ``sqlite/forking.py``: in the child, inherited
   connections are closed (idle) or abandoned (in use at the fork).
