@@ -40,7 +40,7 @@ from podstore.storage import events
 from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
 from podstore.storage.node import dra as node_dra
-from podstore.storage.node import facts as node_facts
+from podstore.storage.node import numa_and_names
 from podstore.storage.node import read as node_read
 from podstore.storage.node import topology as node_topology
 from podstore.storage.sql import entries as q
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 # What only writes, imports, exports and syncs need (the node's sync machinery, the checkpoint
 # decoders and encoders) is imported inside the methods that use it: a process that only
 # reads does not pay for it at start-up (docs/performance.md, "Start-up and open").
-#: import_node's default kubelet directory (storage/node/whole.py says the same).
+#: import_node's default kubelet directory (storage/node/import_dir.py says the same).
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 log = logging.getLogger("podstore")
@@ -663,7 +663,7 @@ class PodStore:
     def numa_topology(self) -> NumaTopology | None:
         """The node's CPU → NUMA node topology as loaded (None: unknown)."""
         with self._sessions.snapshot() as conn:
-            return node_facts.read_topology(conn)
+            return numa_and_names.read_topology(conn)
 
     def set_numa_topology(self, topology: NumaTopology | None) -> NodeSyncReport:
         """Replace the topology (None: unknown), one event per NUMA node that changed."""
@@ -671,9 +671,11 @@ class PodStore:
 
         if topology is not None and not isinstance(topology, NumaTopology):
             raise InvalidInputError(f"topology: expected a NumaTopology, got {topology!r:.80}")
-        items = node_facts.topology_items(topology)
+        items = numa_and_names.topology_items(topology)
         with self._sessions.write() as conn:
-            return node_sync.apply_facts(conn, "topology", node_facts.TOPOLOGY, items, None)
+            return node_sync.apply_topology_or_names(
+                conn, "topology", numa_and_names.TOPOLOGY, items, None
+            )
 
     def set_pod_names(self, names: Mapping[str, PodName] | PodNames) -> NodeSyncReport:
         """Replace the pod names, one event per name that came, changed or went."""
@@ -689,9 +691,11 @@ class PodStore:
             checked[validate.text(uid, "names key")] = PodName(
                 validate.text(name.namespace, "namespace"), validate.text(name.name, "name")
             )
-        items = node_facts.name_items(PodNames(checked))
+        items = numa_and_names.name_items(PodNames(checked))
         with self._sessions.write() as conn:
-            return node_sync.apply_facts(conn, "names", node_facts.NAMES, items, None)
+            return node_sync.apply_topology_or_names(
+                conn, "names", numa_and_names.NAMES, items, None
+            )
 
     def import_node(
         self,
@@ -713,11 +717,11 @@ class PodStore:
         without ``devices/system`` (no sysfs) and a missing ``pod_logs`` directory leave the
         stored topology or names as they were (``report.topology`` / ``.names`` None).
         """
-        from podstore.storage.node import whole as node_whole
+        from podstore.storage.node import import_dir
 
-        prepared = node_whole.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
+        prepared = import_dir.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
         with self._sessions.write() as conn:
-            return node_whole.apply(conn, prepared)
+            return import_dir.apply(conn, prepared)
 
     def topology(self) -> list[NumaUsage]:
         """The node's picture per NUMA node: CPUs (exclusive by container, the shared pool),
@@ -777,9 +781,9 @@ class PodStore:
         """Pod UID → namespace and name, for the pods whose names are known; ``past=True``
         adds the last name the history recorded for pods no longer named (deleted pods)."""
         with self._sessions.snapshot() as conn:
-            names = node_facts.read_names(conn).pods
+            names = numa_and_names.read_names(conn).pods
             if past:
-                names = {**node_facts.past_names(conn), **names}
+                names = {**numa_and_names.past_names(conn), **names}
             return names
 
     def container_numa(self, *, misaligned: bool = False) -> list[ContainerNuma]:

@@ -7,7 +7,7 @@ syncing its file with the store's sync of that kind (diffs only, one transaction
 events; a rewrite of the same bytes is skipped, ``storage/node/sync.FileSync``). A file absent
 since the start is not a problem — a node without the memory manager never writes its file —: it
 is logged once at INFO, not counted as a sync, and followed (its directory is watched) until it
-appears. One that was there and went is ``missing`` as usual. :class:`NodeFacts` reads the
+appears. One that was there and went is ``missing`` as usual. :class:`TopologyAndNames` reads the
 topology and the pod names again after every sync and at every polling tick, and writes them
 when they differ. :class:`FollowerGroup` runs the followers together: the first in the caller's
 thread, the others in threads of their own."""
@@ -99,7 +99,7 @@ class NodeFollower(Follower):
         super()._log(outcome)
 
 
-class NodeFacts:
+class TopologyAndNames:
     """The topology and pod names, read again when asked and written when they differ; a
     source that is not there (no sysfs, no pod log directory: a mistyped path) leaves what
     the store holds as it was, and says so once."""

@@ -24,8 +24,8 @@ from podstore.watch.health import STUCK_AFTER, Health
 from podstore.watch.node import (
     FollowerGroup,
     NodeDirs,
-    NodeFacts,
     NodeFollower,
+    TopologyAndNames,
     node_followers,
 )
 from podstore.watch.retention import PRUNE_EVERY, Pruner
@@ -101,7 +101,7 @@ class Watch:
         self.stats_by_kind: dict[str, SyncStats] = {"devices": self.stats}
         self.follower: Follower
         self.node_followers: list[NodeFollower] = []
-        self.facts: NodeFacts | None = None
+        self.facts: TopologyAndNames | None = None
         if config.kubelet_dir is not None:
             self._follow_node(config.kubelet_dir)
         else:
@@ -142,7 +142,7 @@ class Watch:
         self.stats = self.stats_by_kind["devices"]
         for f in self.node_followers:
             f.on_sync = self.follower.on_sync
-        facts = self.facts = NodeFacts(self.store, dirs)
+        facts = self.facts = TopologyAndNames(self.store, dirs)
         self.follower.on_sync.append(lambda _outcome: facts.refresh())
         self.follower.on_tick.append(facts.refresh)
 

@@ -41,7 +41,7 @@ from podstore.checkpoint.memory_state import parse_memory_state
 from podstore.errors import InvalidInputError
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import events
-from podstore.storage.node import cpu, dra, facts, files, memory
+from podstore.storage.node import cpu, dra, files, memory, numa_and_names
 from podstore.storage.node.items import Item, Items, Key, Part, dumps, key_order, key_text
 from podstore.storage.sql import node as sql
 from podstore.types import NodeSyncReport
@@ -49,7 +49,7 @@ from podstore.types import NodeSyncReport
 #: The kinds this package keeps (the device manager's is storage/sync.py's).
 KINDS = ("cpu", "memory", "dra")
 _PARTS: dict[str, Part] = {"cpu": cpu.PART, "memory": memory.PART, "dra": dra.PART}
-_ALL_PARTS = (*_PARTS.values(), facts.TOPOLOGY, facts.NAMES)
+_ALL_PARTS = (*_PARTS.values(), numa_and_names.TOPOLOGY, numa_and_names.NAMES)
 #: The reader of each kind's text (what ``read_node_checkpoint`` runs for it).
 _PARSE: dict[str, Callable[[str, str], Any]] = {
     "cpu": parse_cpu_state,
@@ -289,7 +289,7 @@ def read_state(conn: sqlite3.Connection, kind: str) -> NodeState | None:
     raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
 
 
-def apply_facts(
+def apply_topology_or_names(
     conn: sqlite3.Connection, kind: str, part: Part, wanted: Items, path: str | None
 ) -> NodeSyncReport:
     """Bring the topology or the names to ``wanted`` (``kind`` says which, for the report)."""

@@ -27,7 +27,7 @@ from podstore.checkpoint import (
 from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import CheckpointNotFoundError
 from podstore.storage import sync as device_sync
-from podstore.storage.node import facts
+from podstore.storage.node import numa_and_names
 from podstore.storage.node import sync as node_sync
 from podstore.types import NodeImportReport, NodeSyncReport, SyncReport
 
@@ -36,7 +36,7 @@ DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 
 @dataclass(slots=True)
-class PreparedWholeNode:
+class PreparedNode:
     kubelet_dir: str
     devices: device_sync.PreparedSync | None
     kinds: dict[str, node_sync.PreparedNode] = field(default_factory=dict)
@@ -56,13 +56,13 @@ def prepare(
     pod_logs: str | os.PathLike[str],
     *,
     max_bytes: int | None = None,
-) -> PreparedWholeNode:
+) -> PreparedNode:
     """Read and verify every present checkpoint of ``kubelet_dir``, the topology under
     ``sysfs`` and the names under ``pod_logs``. Raises the first file's error (unreadable,
     corrupt, not of its kind, values the store cannot hold), and CheckpointNotFoundError
     when none of the files is there."""
     root = os.path.abspath(os.fspath(kubelet_dir))
-    out = PreparedWholeNode(root, None)
+    out = PreparedNode(root, None)
     for kind in KINDS:
         path = os.path.join(root, FILE_NAMES[kind])
         try:
@@ -86,7 +86,7 @@ def prepare(
     return out
 
 
-def apply(conn: sqlite3.Connection, prepared: PreparedWholeNode) -> NodeImportReport:
+def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeImportReport:
     """Load ``prepared`` in the caller's transaction."""
     reports: dict[str, SyncReport | NodeSyncReport] = {}
     if prepared.devices is not None:
@@ -95,18 +95,22 @@ def apply(conn: sqlite3.Connection, prepared: PreparedWholeNode) -> NodeImportRe
         reports[kind] = node_sync.apply(conn, kind_prepared)
     topology = names = None
     if prepared.has_sysfs:
-        topology = node_sync.apply_facts(
+        topology = node_sync.apply_topology_or_names(
             conn,
             "topology",
-            facts.TOPOLOGY,
-            facts.topology_items(prepared.topology),
+            numa_and_names.TOPOLOGY,
+            numa_and_names.topology_items(prepared.topology),
             prepared.sysfs,
         )
         if prepared.topology is not None:
             topology = replace(topology, skipped=prepared.topology.skipped)
     if prepared.names is not None:
-        names = node_sync.apply_facts(
-            conn, "names", facts.NAMES, facts.name_items(prepared.names), prepared.pod_logs
+        names = node_sync.apply_topology_or_names(
+            conn,
+            "names",
+            numa_and_names.NAMES,
+            numa_and_names.name_items(prepared.names),
+            prepared.pod_logs,
         )
         names = replace(names, skipped=prepared.names.skipped)
     return NodeImportReport(prepared.kubelet_dir, reports, tuple(prepared.absent), topology, names)
