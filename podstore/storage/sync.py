@@ -1,27 +1,18 @@
-"""Bringing the store to a checkpoint file's content by writing only what differs (a sync).
+"""A sync: the store brought to a checkpoint file's content by writing only what differs.
 
-The file is read and verified exactly as an import reads it (``rows.read_verified``, which
-``prepare_import`` uses too), before the write lock; entries the last read of the same
-file decoded are reused when the caller keeps a :class:`SyncState` (a follower does;
-``checkpoint/incremental.py``, same result). Inside the caller's transaction its rows go into
-temporary tables (with a state, kept between syncs of one file: only entries that came or went
-are loaded) and SQL set differences against the
-store (``sql/sync.py``) name the entries to insert, replace and delete and the registered
-resources that changed; only those are written, through the
-same entry writers as every other change (``storage/entries.py``), so decoded responses,
-device spans, history events and entry positions are exactly what an insert, a delete or an
+The file is read and verified as an import reads it (``rows.read_verified``), before the
+write lock. Inside the caller's transaction its rows go into TEMP tables (with a
+:class:`SyncState`, kept between a follower's syncs, only entries that came or went are
+loaded) and SQL set differences (``sql/sync.py``) name what to write; the writes go through
+the ordinary entry writers, so spans, events and positions are what an insert, delete or
 import makes.
 
-What counts as a change: an entry the file adds (``insert``) or drops (``delete``), an entry
-whose device map — as a multiset per NUMA node, null kept apart from empty — or whose decoded
-response differs, or that had no response or a null AllocResp where the file has another
-(``replace``); a registered resource added or changed as a multiset (``registered``) or gone
-(``unregistered``). Order alone is never a change, so an unchanged entry keeps its position
-and its stored bytes.
-
-Events are written in this order: deletes (store order), unregistered and registered
-resources (by name), replaces, then inserts (file order). New entries take the next
-positions in file order.
+A change: an entry added or dropped; an entry whose device map (a multiset per NUMA node,
+null apart from empty) or decoded response differs, or whose missing or null AllocResp the
+file gives another (``replace``); a registered resource added, changed as a multiset, or gone.
+Order alone is never a change, so an unchanged entry keeps its position and bytes. Events go
+in this order: deletes (store order), unregistered and registered (by name), replaces, inserts
+(file order, taking the next positions).
 """
 
 from __future__ import annotations

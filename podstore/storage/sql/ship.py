@@ -45,8 +45,3 @@ EVENT_DEVICES_BETWEEN = """
     WHERE seq > ? AND seq <= ? AND released = 0
     ORDER BY seq, device_id
 """
-
-#: The time of the newest kept event up to ``seq`` (NULL when none is kept).
-TS_THROUGH = """
-    SELECT ts FROM allocation_events WHERE seq <= ? ORDER BY seq DESC LIMIT 1
-"""
