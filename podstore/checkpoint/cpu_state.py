@@ -34,7 +34,6 @@ from podstore.checkpoint.versions import (
     Layout,
     first_verified,
     has_key,
-    parse,
     read_data_format,
     read_tree,
     spew_rule,
@@ -188,14 +187,8 @@ def read_cpu_state(
 
 
 @collector_paused()
-def parse_cpu_state(text: str, origin: str = "") -> CPUManagerState:
-    """:func:`read_cpu_state` of text already read (``errors="surrogateescape"``)."""
-    return cpu_state_from_tree(parse(text, origin), origin)
-
-
-@collector_paused()
 def cpu_state_from_tree(tree: Any, origin: str = "") -> CPUManagerState:
-    """:func:`parse_cpu_state` of a document parsed by :func:`.gojson.parse`."""
+    """:func:`read_cpu_state` of a document parsed by :func:`.gojson.parse`."""
     if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
         return _read_v4(tree, origin)
     found = first_verified(tree, _LAYOUTS, "cpu manager", origin)

@@ -36,7 +36,6 @@ from podstore.checkpoint.versions import (
     Layout,
     first_verified,
     has_key,
-    parse,
     read_data_format,
     read_tree,
     spew_rule,
@@ -209,14 +208,8 @@ def read_memory_state(
 
 
 @collector_paused()
-def parse_memory_state(text: str, origin: str = "") -> MemoryManagerState:
-    """:func:`read_memory_state` of text already read (``errors="surrogateescape"``)."""
-    return memory_state_from_tree(parse(text, origin), origin)
-
-
-@collector_paused()
 def memory_state_from_tree(tree: Any, origin: str = "") -> MemoryManagerState:
-    """:func:`parse_memory_state` of a document parsed by :func:`.gojson.parse`."""
+    """:func:`read_memory_state` of a document parsed by :func:`.gojson.parse`."""
     if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
         return _read_v3(tree, origin)
     found = first_verified(tree, _LAYOUTS, "memory manager", origin)

@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,10 +34,9 @@ from podstore.checkpoint import (
     read_node_checkpoint,
 )
 from podstore.checkpoint.bulk import collector_paused
-from podstore.checkpoint.cpu_state import parse_cpu_state
-from podstore.checkpoint.dra_state import parse_dra_state
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
-from podstore.checkpoint.memory_state import parse_memory_state
+from podstore.checkpoint.kinds import FROM_TREE
+from podstore.checkpoint.versions import parse
 from podstore.errors import InvalidInputError
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import events
@@ -50,12 +49,6 @@ from podstore.types import NodeSyncReport
 KINDS = ("cpu", "memory", "dra")
 _PARTS: dict[str, Part] = {"cpu": cpu.PART, "memory": memory.PART, "dra": dra.PART}
 _ALL_PARTS = (*_PARTS.values(), numa_and_names.TOPOLOGY, numa_and_names.NAMES)
-#: The reader of each kind's text (what ``read_node_checkpoint`` runs for it).
-_PARSE: dict[str, Callable[[str, str], Any]] = {
-    "cpu": parse_cpu_state,
-    "memory": parse_memory_state,
-    "dra": parse_dra_state,
-}
 
 NodeState = CPUManagerState | MemoryManagerState | DRAState
 
@@ -76,7 +69,7 @@ class PreparedNode:
 
 
 def prepared_state(
-    kind: str, state: NodeState, path: str | None = None, digest: str | None = None
+    kind: str, state: object, path: str | None = None, digest: str | None = None
 ) -> PreparedNode:
     """The items of a state (read from a file, or given). Raises InvalidInputError for a
     state of another kind, or values the store cannot hold."""
@@ -104,7 +97,9 @@ def _prepared_text(kind: str, text: str, origin: str, path: str | os.PathLike[st
     where = os.path.abspath(os.fspath(path))
     # Thousands of items, none in a cycle: a collector pass would rescan them all.
     with collector_paused():
-        return prepared_state(kind, _PARSE[kind](text, origin), where, file_digest(text))
+        return prepared_state(
+            kind, FROM_TREE[kind](parse(text, origin), origin), where, file_digest(text)
+        )
 
 
 def prepare(
