@@ -1,20 +1,15 @@
 """Bringing one kind of the node's state to a wanted state, writing only what differs.
 
-The wanted items are computed before the write lock (:func:`prepare` reads and verifies a file;
-:func:`prepared_state` takes a state given in Python). Inside the caller's transaction
-:func:`apply_items` loads the wanted keys and their canonical text into a TEMP table, and one
-query against ``node_items`` (each stored item's canonical text, payload and devices) names the
-keys that are new, differ or went. For each it writes the rows and one history event where the
-item is new or its ``canon`` differs (``<family>-set``, the new payload) and removes the rows
-with one event where it went (``<family>-delete``, the last payload); an item whose canon is the
-same is left as stored, rows and order alike. Events go out deletes and changes first (in key
-order), then new items in the source's order (where a new DRA claim goes in the list).
-``node_files`` takes the file's format, form and digest without an event.
+The wanted items are built before the write lock (:func:`prepare`, :func:`prepared_state`).
+:func:`apply_items` puts their keys and canonical text in a TEMP table; one query against
+``node_items`` names the keys that are new, differ or went, each written with one event
+(``<family>-set`` with the new payload, ``<family>-delete`` with the last); an item with the
+same canon stays as stored, rows and order alike. Deletes and changes go first (key order),
+then new items in the source's order (where a new DRA claim goes in the list).
 
-A follower's sync of one file (:class:`FileSync`, :func:`sync_file`) skips the parse and the
-write when the file's bytes have the digest its last sync read and the store still says its
-kind was brought to those bytes (``node_files.digest``, which every other writer of the kind
-changes in the same transaction).
+A follower's :class:`FileSync` skips the parse and the write when the file's bytes have the
+digest its last sync read and ``node_files.digest`` (which every other writer of the kind
+changes in the same transaction) still says the store holds them.
 """
 
 from __future__ import annotations
