@@ -119,32 +119,8 @@ def import_node(
             click.echo(f"  ... and {len(facts.skipped) - SKIPPED_SHOWN} more")
 
 
-def _usage_row(u: NumaUsage) -> dict[str, Any]:
-    return {
-        "numa_node": u.numa_node,
-        "kind": u.kind,
-        "name": u.name,
-        "held": u.held,
-        "free": u.free,
-        "total": u.total,
-        "holders": list(u.holders),
-    }
-
-
-def _nodes(nodes: tuple[int, ...] | None) -> list[int] | None:
-    return None if nodes is None else list(nodes)
-
-
-def _misaligned_row(c: ContainerNuma) -> dict[str, Any]:
-    return {
-        "pod_uid": c.pod_uid,
-        "namespace": c.namespace,
-        "pod_name": c.pod_name,
-        "container": c.container,
-        "device_numa": _nodes(c.device_numa),
-        "cpu_numa": _nodes(c.cpu_numa),
-        "memory_numa": _nodes(c.memory_numa),
-    }
+def _row(value: NumaUsage | ContainerNuma, columns: list[str]) -> dict[str, Any]:
+    return {c: list(v) if isinstance(v := getattr(value, c), tuple) else v for c in columns}
 
 
 @click.command("topology")
@@ -165,7 +141,9 @@ def topology(ctx: Context, misaligned: bool, output: str) -> None:
     store = ctx.store(readonly=True)
     if misaligned:
         emit(
-            map(_misaligned_row, store.container_numa(misaligned=True)), MISALIGNED_COLUMNS, output
+            (_row(c, MISALIGNED_COLUMNS) for c in store.container_numa(misaligned=True)),
+            MISALIGNED_COLUMNS,
+            output,
         )
         return
-    emit(map(_usage_row, store.topology()), TOPOLOGY_COLUMNS, output)
+    emit((_row(u, TOPOLOGY_COLUMNS) for u in store.topology()), TOPOLOGY_COLUMNS, output)
