@@ -1,16 +1,12 @@
-"""Reading a checkpoint again and again as kubelet rewrites it: the entries of the last file,
-by their exact JSON text, are not decoded or rendered twice.
+"""Reading a checkpoint again as kubelet rewrites it: entries of the last file, known by their exact
+JSON text, are not decoded or rendered twice.
 
-Kubelet writes the file in one layout — ``{"Data":{"PodDeviceEntries":[{…},{…}],…`` — and a
-rewrite changes a few entries at most. In that layout each element of the entries array is
-decoded into a fresh struct, so what it decodes to, and the text the checksum hashes for it,
-depend on nothing but its own JSON text: :class:`EntryCache` keeps both for every element of
-the last file read. :func:`read_cached` returns exactly what :func:`read_checkpoint` returns
-for the same file — the same verified :class:`Checkpoint`, or the same error, because every
-file it cannot take in full on the fast path (another layout, a syntax or type error, a
-checksum mismatch, a possible v1 file, a second ``PodDeviceEntries`` key, an escape outside
-the entries) goes through ``read_checkpoint``'s own decoder. The checksum itself is always
-computed over the whole file.
+In kubelet's layout (``{"Data":{"PodDeviceEntries":[…``) each element decodes into a fresh struct,
+so its value and its checksum text depend on its own text alone: :class:`EntryCache` keeps both for
+the last file. :func:`read_cached` returns exactly what :func:`read_checkpoint` returns, the same
+value or the same error: every file it cannot take in full (another layout, a syntax or type error,
+a checksum mismatch, a possible v1 file, a second ``PodDeviceEntries``, an escape outside the
+entries) goes through ``read_checkpoint``'s own decoder. The checksum always covers the whole file.
 """
 
 from __future__ import annotations
