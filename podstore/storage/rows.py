@@ -1,14 +1,7 @@
 """From a checkpoint file to the rows the store writes: the one layer under import, sync and
-``from_checkpoint_data``.
-
-- :func:`read_verified`: a file read and verified exactly as import reads it (v2, then v1;
-  checksum; a size limit), optionally reusing the entries an earlier read decoded;
-- :func:`to_row`: an entry as the :class:`Row` it restores as, or why kubelet skips it, and
-  :func:`skipped_entry` to report that;
-- :func:`device_rows`: an entry's NUMA map as device rows and empty-list markers, the one
-  expansion behind every table that holds them (the store's, and a sync's TEMP tables);
-- :data:`BULK_ROWS`: above it, writing rows goes through the bulk writer.
-"""
+``from_checkpoint_data`` (a file read and verified as import reads it; an entry as its :class:`Row`
+or why kubelet skips it; a NUMA map as device rows and empty-list markers, for every table that
+holds them)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""``import_node``: every checkpoint file a kubelet directory holds, the NUMA topology and the
-pod names, verified first and then loaded in one transaction.
+"""``import_node``: every checkpoint a kubelet directory holds, the NUMA topology and the pod names,
+verified before the write lock (:func:`prepare`; one failure writes nothing) and then loaded in the
+caller's transaction (:func:`apply`), each writing only what differs.
 
-:func:`prepare` reads and verifies every file that is there (before the write lock): one that
-fails verification raises, and nothing is written. A kind whose file is absent is left as it
-was, and so are the topology when ``sysfs`` is no sysfs and the names when ``pod_logs`` is no
-directory (a mistyped path must not delete what a real one gave); a directory without any
-of the four files is no kubelet directory, and raises. :func:`apply` then writes every kind,
-the topology and the names, each writing only what differs with its history events (the
-device manager's file as ``sync_checkpoint`` does), in the caller's transaction.
+An absent file leaves its kind as it was, and so does a ``sysfs`` that is no sysfs or a ``pod_logs``
+that is no directory (a mistyped path must not delete what a real one gave); a directory without any
+of the four files is no kubelet directory, and raises.
 """
 
 from __future__ import annotations
