@@ -13,7 +13,7 @@ from podstore.checkpoint.topology import DEFAULT_SYSFS
 from podstore.cli.checkpoint import KIND_NAMES, node_report_line
 from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
-from podstore.types import ContainerNuma, NodeSyncReport, NumaUsage, SyncReport
+from podstore.types import ContainerNuma, NumaUsage, SyncReport
 
 #: Where kubelet keeps its state.
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
@@ -55,14 +55,6 @@ def _device_line(report: SyncReport) -> str:
         f"{KIND_NAMES['devices']} from {escape_controls(report.path)} [v{report.version}]: "
         f"{report.entries} entries, {report.inserted} inserted, {report.replaced} replaced, "
         f"{report.deleted} deleted" + ("" if report.changed else " (unchanged)")
-    )
-
-
-def _facts_line(report: NodeSyncReport, what: str) -> str:
-    return (
-        f"{what} from {escape_controls(str(report.path))}: {report.items} items, "
-        f"{report.written} written, {report.deleted} deleted"
-        + ("" if report.changed else " (unchanged)")
     )
 
 
@@ -108,15 +100,15 @@ def import_node(
         (report.topology, "NUMA topology", f"{sysfs} is no sysfs"),
         (report.names, "pod names", f"{pod_logs} is no directory"),
     )
-    for facts, what, why in sources:
-        if facts is None:
+    for source, what, why in sources:
+        if source is None:
             click.echo(f"absent: {what}: {escape_controls(why)} (left as it was)")
             continue
-        click.echo("imported " + _facts_line(facts, what))
-        for reason in facts.skipped[:SKIPPED_SHOWN]:
+        click.echo("imported " + node_report_line(source, what))
+        for reason in source.skipped[:SKIPPED_SHOWN]:
             click.echo(f"  skipped {escape_controls(reason)}")
-        if len(facts.skipped) > SKIPPED_SHOWN:
-            click.echo(f"  ... and {len(facts.skipped) - SKIPPED_SHOWN} more")
+        if len(source.skipped) > SKIPPED_SHOWN:
+            click.echo(f"  ... and {len(source.skipped) - SKIPPED_SHOWN} more")
 
 
 def _row(value: NumaUsage | ContainerNuma, columns: list[str]) -> dict[str, Any]:
