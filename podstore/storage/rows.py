@@ -16,7 +16,6 @@ from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry
 
 if TYPE_CHECKING:
     from podstore.checkpoint import Checkpoint
-    from podstore.checkpoint.incremental import EntryCache
 
 #: Above this many rows a write goes through the bulk writer (``entries.write_many``): its
 #: whole-store id reads cost more than they save for a handful of rows.
@@ -53,25 +52,19 @@ def file_path(path: str | os.PathLike[str], argument: str) -> str:
 def read_verified(
     path: str | os.PathLike[str],
     max_bytes: int | None = None,
-    cache: EntryCache | None = None,
 ) -> tuple[str, Checkpoint]:
     """The path as a string and the file read and verified as import reads it (v2, then v1;
-    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file. With
-    ``cache``, entries already read from an earlier version of the file are not decoded again
-    (same result: ``checkpoint/incremental.py``).
+    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file.
 
     Raises InvalidInputError for bad arguments and what ``read_checkpoint`` raises.
     """
     # Here, not at the top: a process that only reads the store never decodes a file.
     from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_checkpoint
-    from podstore.checkpoint.incremental import read_cached
 
     name = file_path(path, "path")
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
         raise InvalidInputError(f"max_bytes: expected a positive int, got {max_bytes!r}")
-    if cache is not None:
-        return name, read_cached(name, cache, max_bytes=limit)
     return name, read_checkpoint(name, max_bytes=limit)
 
 

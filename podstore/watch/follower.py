@@ -1,10 +1,10 @@
 """The follower: sync at start, then on every change of the checkpoint file, until stopped.
 
-A sync is ``PodStore.sync_checkpoint``'s, run through storage/ with the :class:`SyncState` the
-follower owns. Wake-ups during a sync collapse into one more sync of whatever the file is then: a
-burst of rewrites costs a few syncs and the last good file wins. Between events only a stat runs
-every ``interval`` (the polling fallback, which also catches a lost event). A problem is logged when
-it first appears or changes, and when it clears; every sync is counted by result.
+A sync is ``PodStore.sync_checkpoint``'s, run through storage/ directly. Wake-ups during a sync
+collapse into one more sync of whatever the file is then: a burst of rewrites costs a few syncs and
+the last good file wins. Between events only a stat runs every ``interval`` (the polling fallback,
+which also catches a lost event). A problem is logged when it first appears or changes, and when it
+clears; every sync is counted by result.
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ class Follower:
         self.store = store
         self.path = path
         self._sessions = sessions_of(store)
-        self._sync_state = sync.SyncState()
         self.interval = interval
         self.stats = stats if stats is not None else SyncStats()
         self.on_sync = list(on_sync or ())
@@ -119,7 +118,7 @@ class Follower:
 
     def _apply(self) -> SyncReport | NodeSyncReport:
         """One sync of the file (``watch/node.py`` follows the other managers' files)."""
-        return sync.sync_file(self._sessions, self.path, self._sync_state)
+        return sync.sync_file(self._sessions, self.path)
 
     def _log(self, outcome: SyncOutcome) -> None:
         if outcome.ok:
