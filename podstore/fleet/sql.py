@@ -217,6 +217,8 @@ SERVER_ROLES = (
     "pg_read_all_data",
     "pg_write_all_data",
     "pg_checkpoint",
+    # PostgreSQL 17: VACUUM, LOCK TABLE, REINDEX … on every relation.
+    "pg_maintain",
 )
 
 

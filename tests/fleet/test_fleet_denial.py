@@ -11,7 +11,7 @@ import uuid
 
 import psycopg
 import pytest
-from harness.fleetlib import as_role, chained, connect, entry_rows, rows, wire
+from harness.fleetlib import as_role, chained, connect, entry_rows, rows, send_batch, wire
 from harness.pgserver import PgServer
 
 from podstore import FleetError, InvalidInputError
@@ -85,6 +85,14 @@ def test_fleet_init_waits_a_bounded_time_for_a_node_that_holds_its_transaction(
             (sid, chain.genesis(sid), *wire(events)),
         )
         rescue.start()
+        # What the open transaction holds lets every other node ship, and the readers read.
+        other = str(uuid.uuid4())
+        with connect(fleet_url) as b:
+            b.execute("SET lock_timeout = '2s'")
+            b_events, _ = chained(other, entry_rows(1, 3))
+            assert send_batch(b, other, "node-b", b_events, chain.genesis(other)) == (3, None)
+        assert read.query(fleet_url, "SELECT count(*) FROM fleet_events", timeout=5).rows == [(3,)]
+        assert [r["problem"] for r in read.verify(fleet_url, node="node-b").dicts()] == [None]
         with pytest.raises(FleetError, match=f"pid {node.info.backend_pid} \\({role}\\)"):
             migrate.downgrade(fleet_url, "f0004")  # drops a constraint of fleet_events
         assert rows(fleet_url, "SELECT version_num FROM fleet_alembic_version") == [
