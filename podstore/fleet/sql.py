@@ -16,14 +16,17 @@ VERSION_TABLE = "fleet_alembic_version"
 
 ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(:id)"
 LOCK_VERSION_TABLE = f"LOCK TABLE {VERSION_TABLE} IN EXCLUSIVE MODE"
-#: The other sessions holding a lock on a relation of the fleet's schema, and their roles.
+#: The other sessions holding a lock on a relation of the fleet's schema, or an advisory lock
+#: in its database, and their roles.
 LOCK_HOLDERS = """
     SELECT DISTINCT l.pid, a.usename
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    JOIN pg_class c ON c.oid = l.relation
-    WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+    LEFT JOIN pg_class c ON c.oid = l.relation
+    WHERE l.granted AND l.pid <> pg_backend_pid()
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND c.relnamespace = CAST(current_schema() AS regnamespace)
+      AND (l.locktype = 'advisory'
+           OR (l.locktype = 'relation'
+               AND c.relnamespace = CAST(current_schema() AS regnamespace)))
     ORDER BY l.pid
 """
 VERSION_TABLE_EXISTS = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"

@@ -60,6 +60,31 @@ def test_a_node_role_cannot_hold_fleet_inits_lock(
         node.rollback()
 
 
+def test_before_the_first_init_the_advisory_lock_is_waited_for_a_bounded_time(
+    empty_url: str, pg: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the version table exists any role that may connect can hold the advisory lock
+    the first run stands on: `fleet init` gives up naming it, instead of waiting for ever."""
+    monkeypatch.setattr(migrate, "LOCK_TIMEOUT", "2s")
+    role = f"squatter_{uuid.uuid4().hex[:8]}"
+    pg.psql(f"CREATE ROLE {role} LOGIN")
+    squatter = connect(as_role(empty_url, role))
+    squatter.autocommit = True
+    database = empty_url.split("@/", 1)[1].split("?")[0]
+    rescue = threading.Timer(
+        60, lambda: pg.psql(f"SELECT pg_terminate_backend({squatter.info.backend_pid})", database)
+    )
+    try:
+        squatter.execute("SELECT pg_advisory_lock(%s)", (migrate._LOCK_ID,))
+        rescue.start()
+        with pytest.raises(FleetError, match=f"pid {squatter.info.backend_pid} \\({role}\\)"):
+            migrate.init(empty_url)
+    finally:
+        rescue.cancel()
+        squatter.close()
+    assert migrate.init(empty_url).after == migrate.HEAD_REVISION
+
+
 def test_fleet_init_waits_a_bounded_time_for_a_node_that_holds_its_transaction(
     fleet_url: str, pg: PgServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
