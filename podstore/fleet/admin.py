@@ -141,6 +141,10 @@ def grant_node_sql(
         f"GRANT EXECUTE ON FUNCTION {', '.join(SHIP_FUNCTIONS)} TO {_ident(name)}",
         "INSERT INTO fleet_node_grants (node, role_name) "
         f"VALUES ({_literal(node)}, {_literal(name)}) ON CONFLICT DO NOTHING",
+        # A node role can keep a transaction open for ever (its timeouts are its own to
+        # change): membership lets the granting role end its sessions (pg_terminate_backend)
+        # without a superuser. It gives the granting role nothing else it lacked.
+        f"GRANT {_ident(name)} TO CURRENT_USER",
         _temp_limit(name, temp_file_limit),
         REVOKE_LARGE_OBJECTS,
     ]

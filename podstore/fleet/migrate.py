@@ -160,8 +160,9 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
         raise FleetError(
             f"fleet database {url.shown}: fleet init waited {LOCK_TIMEOUT} for a lock on the "
             f"fleet's tables and gave up; nothing was changed. Sessions holding them: "
-            f"{holders or 'none now'}. A session that stays in a transaction is ended by a "
-            "superuser (SELECT pg_terminate_backend(pid)); then run fleet init again"
+            f"{holders or 'none now'}. A session that stays in a transaction is ended with "
+            "SELECT pg_terminate_backend(pid) (by the role that granted the node, or a "
+            "superuser); then run fleet init again"
         ) from None
     forget_schema(url)
     return InitReport(before, after, warnings)

@@ -130,6 +130,20 @@ def test_fleet_init_waits_a_bounded_time_for_a_node_that_holds_its_transaction(
     migrate.init(fleet_url)
 
 
+def test_the_owner_can_end_a_node_session_that_holds_its_transaction(empty_url: str) -> None:
+    owner = _owner(empty_url, "fleet_owner_end")
+    role = admin.grant_node(owner, "node-a").role
+    with connect(as_role(empty_url, role)) as node:
+        node.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+        node.execute("SELECT * FROM fleet_ship_open(gen_random_uuid(), 'node-a')")
+        with connect(owner) as conn:
+            ended = conn.execute("SELECT pg_terminate_backend(%s)", (node.info.backend_pid,))
+            assert ended.fetchone() == (True,)
+        with pytest.raises(psycopg.OperationalError):
+            node.execute("SELECT 1")
+    assert rows(owner, "SELECT count(*) FROM fleet_stores") == [(0,)]  # rolled back
+
+
 # ---- large objects --------------------------------------------------------------------------
 
 LARGE_OBJECT_CALLS = [
