@@ -278,3 +278,22 @@ def test_a_statement_cannot_switch_its_timeout_off(owner_url: str, fn: str, loca
 def test_a_set_statement_is_not_a_query(owner_url: str, sql: str) -> None:
     with pytest.raises(InvalidInputError, match="syntax error"):
         read.query(owner_url, sql, timeout=2.0)
+
+
+def test_the_grant_commands_take_the_temp_file_limit() -> None:
+    from click.testing import CliRunner
+
+    from podstore.cli import cli
+
+    for command in (["grant-node", "node-a"], ["grant-reader", "auditor"]):
+        printed = CliRunner().invoke(
+            cli, ["fleet", *command, "--temp-file-limit", "2GB", "--print-sql"]
+        )
+        assert printed.exit_code == 0, printed.output
+        assert "SET temp_file_limit = '2GB';" in printed.output
+        assert admin.REVOKE_LARGE_OBJECTS + ";" in printed.output
+        bad = CliRunner().invoke(
+            cli, ["fleet", *command, "--temp-file-limit", "1GB'; DROP ROLE x; --", "--print-sql"]
+        )
+        assert isinstance(bad.exception, InvalidInputError), bad.output
+        assert "ALTER ROLE" not in bad.output  # nothing printed
