@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -142,6 +143,70 @@ def test_the_owner_can_end_a_node_session_that_holds_its_transaction(empty_url: 
         with pytest.raises(psycopg.OperationalError):
             node.execute("SELECT 1")
     assert rows(owner, "SELECT count(*) FROM fleet_stores") == [(0,)]  # rolled back
+
+
+def _held(url: str, node: str | None) -> Any:
+    """A session of the URL's role inside a transaction with its idle timeout lifted (a
+    node's: after opening a store of its own)."""
+    conn = connect(url)
+    conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+    if node is not None:
+        conn.execute("SELECT * FROM fleet_ship_open(gen_random_uuid(), %s)", (node,))
+    else:
+        conn.execute("SELECT 1")
+    return conn
+
+
+def _alive(conn: Any) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+def test_a_stale_node_transaction_is_ended_by_the_server(empty_url: str) -> None:
+    """Every shipping call ends the sessions of node roles whose transaction began more than
+    STALE_AFTER ago (revision f0006); here the server's function is called with 0 s, as the
+    owner: the node's session ends, nobody else's."""
+    owner = _owner(empty_url, "fleet_owner_stale")
+    role_a = admin.grant_node(owner, "node-a").role
+    role_b = admin.grant_node(owner, "node-b").role
+    admin.grant_reader(owner, f"stale_reader_{uuid.uuid4().hex[:8]}", login=True)
+    (reader,) = rows(owner, "SELECT rolname FROM pg_roles WHERE rolname LIKE 'stale_reader_%'")
+    # A node role the owner holds no rights of (granted before this round): left alone.
+    with connect(empty_url) as conn:
+        conn.execute(f"REVOKE {role_b} FROM {owner.split('://')[1].split('@')[0]}")
+        conn.commit()
+    node_a = _held(as_role(empty_url, role_a), "node-a")
+    node_b = _held(as_role(empty_url, role_b), "node-b")
+    others = [_held(as_role(empty_url, reader[0]), None), _held(owner, None)]
+    try:
+        with connect(owner) as conn:
+            (ended,) = conn.execute(
+                "SELECT fleet_end_stale_node_sessions(CAST('0' AS interval))"
+            ).fetchone()
+        assert ended == 1
+        assert not _alive(node_a)
+        assert _alive(node_b) and all(_alive(c) for c in others)
+    finally:
+        for conn in (node_a, node_b, *others):
+            conn.close()
+    # Nobody else may call it.
+    with (
+        connect(as_role(empty_url, role_a)) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute("SELECT fleet_end_stale_node_sessions(CAST('0' AS interval))")
+
+
+def test_every_shipping_call_ends_stale_node_transactions_first(fleet_url: str) -> None:
+    (source,) = rows(fleet_url, "SELECT prosrc FROM pg_proc WHERE proname = 'fleet_ship_lock'")
+    first = source[0].split("BEGIN", 1)[1].split(";", 1)[0]
+    assert "fleet_end_stale_node_sessions(CAST('10 minutes' AS interval))" in first
+    for entry in ("fleet_ship_open", "fleet_ship_batch", "fleet_ship_snapshot"):
+        (body,) = rows(fleet_url, "SELECT prosrc FROM pg_proc WHERE proname = :p", {"p": entry})
+        assert "fleet_ship_lock(" in body[0], entry
 
 
 # ---- large objects --------------------------------------------------------------------------
