@@ -158,8 +158,8 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
                 f"pid {pid} ({role})" for pid, role in conn.execute(text(LOCK_HOLDERS))
             )
         raise FleetError(
-            f"fleet database {url.shown}: fleet init waited {LOCK_TIMEOUT} for a lock on the "
-            f"fleet's tables and gave up; nothing was changed. Sessions holding them: "
+            f"fleet database {url.shown}: fleet init waited {LOCK_TIMEOUT} for a lock and gave "
+            "up; nothing was changed. Sessions holding locks on the fleet's tables: "
             f"{holders or 'none now'}. A session that stays in a transaction is ended with "
             "SELECT pg_terminate_backend(pid) (by the role that granted the node, or a "
             "superuser); then run fleet init again"
