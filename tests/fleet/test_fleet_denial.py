@@ -1,6 +1,7 @@
 """Denial of service by a node or reader role (issue "fleet round 3", items 5 and 7): each is
 tried as the attacking role (trust authentication over the test server's socket) and the
-server refuses it — `fleet init`'s lock, large objects, temporary files, lifted timeouts."""
+server refuses it — `fleet init`'s lock, transactions held open, large objects, temporary
+files, `fleet sql`'s timeout switched off."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def test_a_node_role_cannot_hold_fleet_inits_lock(
 ) -> None:
     monkeypatch.setattr(migrate, "LOCK_TIMEOUT", "3s")  # a planted wait fails, not hangs
     role = admin.grant_node(fleet_url, "node-a").role
+    migrate.downgrade(fleet_url, "f0005")  # so that init has an upgrade to make
     with connect(as_role(fleet_url, role)) as node:
         # Every lock a node can take on what init locks: the advisory lock of the first run
         # (any role may), the version table in the one mode its SELECT allows.
@@ -57,7 +59,7 @@ def test_a_node_role_cannot_hold_fleet_inits_lock(
         node.execute("LOCK TABLE fleet_alembic_version IN ACCESS SHARE MODE")
         node.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
         report = migrate.init(fleet_url)  # not held up by any of it
-        assert report.after == migrate.HEAD_REVISION
+        assert (report.before, report.after) == ("f0005", migrate.HEAD_REVISION)
         node.rollback()
 
 
