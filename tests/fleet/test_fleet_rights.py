@@ -360,6 +360,7 @@ def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> 
         "pg_read_all_data",
         "pg_write_all_data",
         "pg_checkpoint",
+        "pg_maintain",
     ],
 )
 def test_fleet_sql_refuses_a_reader_role_in_any_predefined_role_that_reaches_the_server(
