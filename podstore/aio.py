@@ -18,7 +18,9 @@ import contextvars
 import functools
 import itertools
 import os
+import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +28,7 @@ from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from podstore import aio_process
-from podstore.errors import PodStoreError
+from podstore.errors import PodStoreError, StoreBusyError
 from podstore.reading import Reader
 from podstore.rules.times import TimeArg
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
@@ -41,6 +43,13 @@ T = TypeVar("T")
 #: Worker threads an AsyncPodStore runs calls on (besides one per open transaction). Each
 #: keeps a connection of its own; SQLite lets readers run beside the one writer.
 DEFAULT_WORKERS = 4
+
+#: Threads that host an AsyncPodStore's transactions, each one block at a time, started as
+#: needed and kept: starting a thread per block from the loop's thread stalled the loop (200
+#: blocks entered at once: 0.35 s). SQLite lets one write transaction be open, so more threads
+#: would only wait for its lock; at least two, so that a block awaiting another task's block
+#: lets that one wait out the busy timeout rather than wait for a thread for ever.
+TRANSACTION_THREADS = 4
 
 # The transactions open in this context: the task that opened one finds it again here.
 _OPEN: contextvars.ContextVar[tuple[_Transaction, ...]] = contextvars.ContextVar(
@@ -92,6 +101,9 @@ class AsyncPodStore:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
         self._worker_count = workers
+        self._hosts = _Hosts()
+        # The options the store was opened with are its sessions' (no public accessor).
+        self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
         # The whole-file calls' process, started on the first call that goes there.
         self._process = aio_process.ProcessWorker(store)
@@ -277,6 +289,7 @@ def _new_workers_in_child() -> None:
         astore._workers = ThreadPoolExecutor(
             max_workers=astore._worker_count, thread_name_prefix="podstore"
         )
+        astore._hosts = _Hosts()
 
 
 os.register_at_fork(after_in_child=_new_workers_in_child)
@@ -291,6 +304,60 @@ def _owned(astore: AsyncPodStore) -> _Transaction | None:
     return None
 
 
+class _Host:
+    """One transaction's thread for the life of its block: the block's calls, in order."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+
+    def submit(self, fn: Callable[[], R]) -> concurrent.futures.Future[R]:
+        work: concurrent.futures.Future[R] = concurrent.futures.Future()
+        self._calls.put((fn, work))
+        return work
+
+    def end(self) -> None:
+        self._calls.put(None)
+
+    def serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, work = call
+            if work.set_running_or_notify_cancel():  # else cancelled before it started
+                try:
+                    work.set_result(fn())
+                except BaseException as exc:  # the caller's to see, as an executor does
+                    work.set_exception(exc)
+
+
+_Call = tuple[Callable[[], Any], concurrent.futures.Future[Any]]
+
+
+class _Hosts:
+    """Up to TRANSACTION_THREADS long-lived threads, each serving one _Host at a time; a host
+    that finds none free waits in line (no thread is started for it). Daemon threads: one
+    waiting on a block its task abandoned must not hold up the interpreter's exit."""
+
+    def __init__(self) -> None:
+        self._waiting: queue.SimpleQueue[_Host] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def host(self) -> _Host:
+        host = _Host()
+        self._waiting.put(host)
+        if not self._idle.acquire(blocking=False):
+            with self._lock:
+                if self._threads < TRANSACTION_THREADS:
+                    self._threads += 1
+                    threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
+        return host
+
+    def _serve(self) -> None:
+        while True:
+            self._waiting.get().serve()
+            self._idle.release()
+
+
 class _Transaction:
     """``AsyncPodStore.transaction()``."""
 
@@ -298,33 +365,34 @@ class _Transaction:
         self.astore = astore
         self.owner: asyncio.Task[Any] | None = None
         self.active = False
-        self._thread: ThreadPoolExecutor | None = None
-        self._own_thread = False
+        self._host: _Host | None = None
+        self._own_host = False
         self._block: Any = None
         self._opened: tuple[_Transaction, ...] = ()
 
     async def run(self, fn: Callable[[], R]) -> R:
-        assert self._thread is not None
-        return await _outcome(self._thread.submit(fn))
+        assert self._host is not None
+        return await _outcome(self._host.submit(fn))
 
     async def __aenter__(self) -> AsyncPodStore:
         outer = _owned(self.astore)
-        if outer is not None:
-            thread = outer._thread  # nested: a savepoint, on the outer block's thread
-        else:
-            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="podstore-tx")
-            self._own_thread = True
-        self._thread = thread
         block = self.astore.sync.transaction()
+        begin = block.__enter__
+        if outer is not None:
+            host = outer._host  # nested: a savepoint, on the outer block's thread
+        else:
+            host = self.astore._hosts.host()
+            self._own_host = True
+            begin = functools.partial(_begin, block, time.monotonic(), self.astore._busy_timeout)
+        assert host is not None
+        self._host = host
         try:
-            await self.run(block.__enter__)
+            await self.run(begin)
         except BaseException:
             # Cancelled while BEGIN (or SAVEPOINT) waited: once it is done, undo it (the
             # thread runs one thing at a time, in order).
-            if thread is not None:
-                thread.submit(_leave_if_entered, block)
-                if self._own_thread:
-                    thread.shutdown(wait=False)
+            host.submit(functools.partial(_leave_if_entered, block))
+            self._leave_host()
             raise
         self._block = block
         self.owner = asyncio.current_task()
@@ -332,6 +400,11 @@ class _Transaction:
         self._opened = _OPEN.get()
         _OPEN.set((*self._opened, self))
         return self.astore
+
+    def _leave_host(self) -> None:
+        if self._own_host:
+            assert self._host is not None
+            self._host.end()
 
     async def __aexit__(
         self,
@@ -341,7 +414,7 @@ class _Transaction:
     ) -> bool:
         self.active = False
         _OPEN.set(self._opened)
-        assert self._thread is not None
+        assert self._host is not None
         block = self._block
         # The commit (or rollback) is queued behind any call of the block still running in
         # its thread. A cancellation before it starts turns it into a rollback (and is
@@ -364,10 +437,20 @@ class _Transaction:
                 return state["cancelled"]
 
         try:
-            return bool(await _outcome(self._thread.submit(finish), cancel))
+            return bool(await _outcome(self._host.submit(finish), cancel))
         finally:
-            if self._own_thread:
-                self._thread.shutdown(wait=False)
+            self._leave_host()
+
+
+def _begin(block: Any, queued: float, busy_timeout: float) -> Any:
+    """BEGIN on a transaction thread, unless the block waited for one past the busy timeout:
+    all that time, the store's other blocks held the write lock or waited for it."""
+    if time.monotonic() - queued > busy_timeout:
+        raise StoreBusyError(
+            f"no transaction thread came free within busy_timeout ({busy_timeout:g} s): "
+            "the store's other transaction() blocks held the write lock or waited for it"
+        )
+    return block.__enter__()
 
 
 async def _outcome(
