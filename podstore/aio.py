@@ -386,12 +386,14 @@ class _Transaction:
             begin = functools.partial(_begin, block, time.monotonic(), self.astore._busy_timeout)
         assert host is not None
         self._host = host
+        work = host.submit(begin)
         try:
-            await self.run(begin)
+            await _outcome(work)
         except BaseException:
-            # Cancelled while BEGIN (or SAVEPOINT) waited: once it is done, undo it (the
-            # thread runs one thing at a time, in order).
-            host.submit(functools.partial(_leave_if_entered, block))
+            # Not cancelled before it started (an interrupt raised on the loop, or BEGIN
+            # failed): once it is done, undo what it did (the thread runs calls in order).
+            if not work.cancelled():
+                host.submit(functools.partial(_leave_if_entered, block))
             self._leave_host()
             raise
         self._block = block
