@@ -4,8 +4,9 @@ Every call runs in a worker thread, so the event loop never waits for SQLite or 
 calls that read or write a whole checkpoint file run in a worker process instead
 (aio_process.py), so that the GIL the decoding and the garbage collector hold is not the
 loop's. A transaction belongs to the task that opened it: ``async
-with astore.transaction():`` runs the block's calls on one thread of its own (where the
-store's transaction is open), found again through a context variable and the task's identity;
+with astore.transaction():`` runs the block's calls on one thread (where the store's
+transaction is open) for the life of the block — one of a few kept for transactions, never
+one started per block — found again through a context variable and the task's identity;
 calls of other tasks go to the shared workers — their reads see committed data, their writes
 wait for the block's lock there, never on the loop.
 """
@@ -40,7 +41,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-#: Worker threads an AsyncPodStore runs calls on (besides one per open transaction). Each
+#: Worker threads an AsyncPodStore runs calls on (besides its transaction threads). Each
 #: keeps a connection of its own; SQLite lets readers run beside the one writer.
 DEFAULT_WORKERS = 4
 
