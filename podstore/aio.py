@@ -156,6 +156,7 @@ class AsyncPodStore:
                 await self._in_pool(self.sync.close)
         finally:
             self._workers.shutdown(wait=False)
+            self._hosts.close()
 
     async def __aenter__(self) -> AsyncPodStore:
         return self
@@ -338,7 +339,7 @@ class _Hosts:
     waiting on a block its task abandoned must not hold up the interpreter's exit."""
 
     def __init__(self) -> None:
-        self._waiting: queue.SimpleQueue[_Host] = queue.SimpleQueue()
+        self._waiting: queue.SimpleQueue[_Host | None] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
         self._threads = 0
@@ -353,9 +354,15 @@ class _Hosts:
                     threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
         return host
 
+    def close(self) -> None:
+        """Each thread ends once the blocks in line before this are done."""
+        with self._lock:
+            for _ in range(self._threads):
+                self._waiting.put(None)
+
     def _serve(self) -> None:
-        while True:
-            self._waiting.get().serve()
+        while (host := self._waiting.get()) is not None:
+            host.serve()
             self._idle.release()
 
 
@@ -376,6 +383,8 @@ class _Transaction:
         return await _outcome(self._host.submit(fn))
 
     async def __aenter__(self) -> AsyncPodStore:
+        if self.astore._closed:
+            raise PodStoreError("the store is closed")
         outer = _owned(self.astore)
         block = self.astore.sync.transaction()
         begin = block.__enter__

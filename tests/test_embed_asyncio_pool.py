@@ -16,7 +16,9 @@ import threading
 import time
 from pathlib import Path
 
-from podstore import AsyncPodStore, StoreBusyError, aio
+import pytest
+
+from podstore import AsyncPodStore, PodStoreError, StoreBusyError, aio
 
 RES = "vendor.com/gpu"
 TASKS = 200
@@ -114,3 +116,32 @@ def test_blocks_in_line_for_a_thread_past_busy_timeout_fail_then(db_path: Path) 
     assert outcomes == ["busy"] * blocks
     # A round per busy timeout would take six; 1.5 s of slack for a loaded machine.
     assert elapsed < 2 * busy_timeout + 1.5, elapsed
+
+
+def test_close_ends_the_transaction_threads_and_refuses_new_blocks(db_path: Path) -> None:
+    async def main() -> tuple[list[threading.Thread], AsyncPodStore]:
+        before = set(threading.enumerate())
+        astore = await AsyncPodStore.open(db_path)
+
+        async def one(i: int) -> None:
+            async with astore.transaction():
+                await astore.insert(f"p{i}", "c", RES, None, b"")
+
+        await asyncio.gather(*(one(i) for i in range(20)))
+        started = [t for t in threading.enumerate() if t not in before]
+        await astore.close()
+        return started, astore
+
+    started, astore = asyncio.run(main())
+    tx_threads = [t for t in started if t.name == "podstore-tx"]
+    assert tx_threads
+    for t in tx_threads:
+        t.join(10)
+        assert not t.is_alive(), t
+
+    async def after_close() -> None:
+        async with astore.transaction():
+            pass
+
+    with pytest.raises(PodStoreError, match="closed"):
+        asyncio.run(after_close())
