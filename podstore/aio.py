@@ -102,7 +102,7 @@ class AsyncPodStore:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
         self._worker_count = workers
-        self._hosts = _Hosts()
+        self._hosts = _Hosts.of(self)
         # The options the store was opened with are its sessions' (no public accessor).
         self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
@@ -291,7 +291,7 @@ def _new_workers_in_child() -> None:
         astore._workers = ThreadPoolExecutor(
             max_workers=astore._worker_count, thread_name_prefix="podstore"
         )
-        astore._hosts = _Hosts()
+        astore._hosts = _Hosts.of(astore)
 
 
 os.register_at_fork(after_in_child=_new_workers_in_child)
@@ -353,6 +353,14 @@ class _Hosts:
                     self._threads += 1
                     threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
         return host
+
+    @classmethod
+    def of(cls, astore: AsyncPodStore) -> _Hosts:
+        """The threads of ``astore``: they end with it, closed or collected (as a
+        ThreadPoolExecutor's do)."""
+        hosts = cls()
+        weakref.finalize(astore, hosts.close)
+        return hosts
 
     def close(self) -> None:
         """Each thread ends once the blocks in line before this are done."""

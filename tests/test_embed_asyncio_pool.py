@@ -11,6 +11,7 @@ The loop-stall figures themselves are the bench's (``python -m bench --only loop
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from podstore import AsyncPodStore, PodStoreError, StoreBusyError, aio
+from podstore import AsyncPodStore, PodStore, PodStoreError, StoreBusyError, aio
 
 RES = "vendor.com/gpu"
 TASKS = 200
@@ -145,3 +146,22 @@ def test_close_ends_the_transaction_threads_and_refuses_new_blocks(db_path: Path
 
     with pytest.raises(PodStoreError, match="closed"):
         asyncio.run(after_close())
+
+
+def test_a_store_dropped_without_close_ends_its_transaction_threads(db_path: Path) -> None:
+    store = PodStore.open(db_path)
+
+    async def main() -> list[threading.Thread]:
+        before = set(threading.enumerate())
+        astore = AsyncPodStore(store)
+        async with astore.transaction():
+            await astore.insert("p", "c", RES, None, b"")
+        return [t for t in threading.enumerate() if t not in before and t.name == "podstore-tx"]
+
+    tx_threads = asyncio.run(main())
+    gc.collect()
+    assert tx_threads
+    for t in tx_threads:
+        t.join(10)
+        assert not t.is_alive(), t
+    store.close()
