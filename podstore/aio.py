@@ -102,7 +102,7 @@ class AsyncPodStore:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
         self._worker_count = workers
-        self._hosts = _Hosts.of(self)
+        self._tx_threads = _TransactionThreads.of(self)
         # The options the store was opened with are its sessions' (no public accessor).
         self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
@@ -156,7 +156,7 @@ class AsyncPodStore:
                 await self._in_pool(self.sync.close)
         finally:
             self._workers.shutdown(wait=False)
-            self._hosts.close()
+            self._tx_threads.close()
 
     async def __aenter__(self) -> AsyncPodStore:
         return self
@@ -291,7 +291,7 @@ def _new_workers_in_child() -> None:
         astore._workers = ThreadPoolExecutor(
             max_workers=astore._worker_count, thread_name_prefix="podstore"
         )
-        astore._hosts = _Hosts.of(astore)
+        astore._tx_threads = _TransactionThreads.of(astore)
 
 
 os.register_at_fork(after_in_child=_new_workers_in_child)
@@ -306,8 +306,9 @@ def _owned(astore: AsyncPodStore) -> _Transaction | None:
     return None
 
 
-class _Host:
-    """One transaction's thread for the life of its block: the block's calls, in order."""
+class _BlockCalls:
+    """One block's calls, run in order by the transaction thread that serves the block from
+    its BEGIN to its end (``end()``)."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
@@ -333,44 +334,45 @@ class _Host:
 _Call = tuple[Callable[[], Any], concurrent.futures.Future[Any]]
 
 
-class _Hosts:
-    """Up to TRANSACTION_THREADS long-lived threads, each serving one _Host at a time; a host
-    that finds none free waits in line (no thread is started for it). Daemon threads: one
-    waiting on a block its task abandoned must not hold up the interpreter's exit."""
+class _TransactionThreads:
+    """Up to TRANSACTION_THREADS long-lived threads, each serving one block's calls at a time;
+    a block that finds none free waits in line (no thread is started for it). Daemon threads:
+    one waiting on a block its task abandoned must not hold up the interpreter's exit."""
 
     def __init__(self) -> None:
-        self._waiting: queue.SimpleQueue[_Host | None] = queue.SimpleQueue()
+        self._waiting: queue.SimpleQueue[_BlockCalls | None] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
         self._threads = 0
 
-    def host(self) -> _Host:
-        host = _Host()
-        self._waiting.put(host)
+    def line_up(self) -> _BlockCalls:
+        calls = _BlockCalls()
+        self._waiting.put(calls)
         if not self._idle.acquire(blocking=False):
             with self._lock:
                 if self._threads < TRANSACTION_THREADS:
                     self._threads += 1
                     threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
-        return host
+        return calls
 
     @classmethod
-    def of(cls, astore: AsyncPodStore) -> _Hosts:
+    def of(cls, astore: AsyncPodStore) -> _TransactionThreads:
         """The threads of ``astore``: they end with it, closed or collected (as a
         ThreadPoolExecutor's do)."""
-        hosts = cls()
-        weakref.finalize(astore, hosts.close)
-        return hosts
+        threads = cls()
+        weakref.finalize(astore, threads.close)
+        return threads
 
     def close(self) -> None:
         """Each thread ends once the blocks in line before this are done."""
         with self._lock:
             for _ in range(self._threads):
                 self._waiting.put(None)
+            self._threads = 0
 
     def _serve(self) -> None:
-        while (host := self._waiting.get()) is not None:
-            host.serve()
+        while (calls := self._waiting.get()) is not None:
+            calls.serve()
             self._idle.release()
 
 
@@ -381,14 +383,14 @@ class _Transaction:
         self.astore = astore
         self.owner: asyncio.Task[Any] | None = None
         self.active = False
-        self._host: _Host | None = None
-        self._own_host = False
+        self._thread_calls: _BlockCalls | None = None
+        self._own_thread = False
         self._block: Any = None
         self._opened: tuple[_Transaction, ...] = ()
 
     async def run(self, fn: Callable[[], R]) -> R:
-        assert self._host is not None
-        return await _outcome(self._host.submit(fn))
+        assert self._thread_calls is not None
+        return await _outcome(self._thread_calls.submit(fn))
 
     async def __aenter__(self) -> AsyncPodStore:
         if self.astore._closed:
@@ -397,22 +399,22 @@ class _Transaction:
         block = self.astore.sync.transaction()
         begin = block.__enter__
         if outer is not None:
-            host = outer._host  # nested: a savepoint, on the outer block's thread
+            calls = outer._thread_calls  # nested: a savepoint, on the outer block's thread
         else:
-            host = self.astore._hosts.host()
-            self._own_host = True
+            calls = self.astore._tx_threads.line_up()
+            self._own_thread = True
             begin = functools.partial(_begin, block, time.monotonic(), self.astore._busy_timeout)
-        assert host is not None
-        self._host = host
-        work = host.submit(begin)
+        assert calls is not None
+        self._thread_calls = calls
+        work = calls.submit(begin)
         try:
             await _outcome(work)
         except BaseException:
             # Not cancelled before it started (an interrupt raised on the loop, or BEGIN
             # failed): once it is done, undo what it did (the thread runs calls in order).
             if not work.cancelled():
-                host.submit(functools.partial(_leave_if_entered, block))
-            self._leave_host()
+                calls.submit(functools.partial(_leave_if_entered, block))
+            self._release_thread()
             raise
         self._block = block
         self.owner = asyncio.current_task()
@@ -421,10 +423,10 @@ class _Transaction:
         _OPEN.set((*self._opened, self))
         return self.astore
 
-    def _leave_host(self) -> None:
-        if self._own_host:
-            assert self._host is not None
-            self._host.end()
+    def _release_thread(self) -> None:
+        if self._own_thread:
+            assert self._thread_calls is not None
+            self._thread_calls.end()
 
     async def __aexit__(
         self,
@@ -434,7 +436,7 @@ class _Transaction:
     ) -> bool:
         self.active = False
         _OPEN.set(self._opened)
-        assert self._host is not None
+        assert self._thread_calls is not None
         block = self._block
         # The commit (or rollback) is queued behind any call of the block still running in
         # its thread. A cancellation before it starts turns it into a rollback (and is
@@ -457,9 +459,9 @@ class _Transaction:
                 return state["cancelled"]
 
         try:
-            return bool(await _outcome(self._host.submit(finish), cancel))
+            return bool(await _outcome(self._thread_calls.submit(finish), cancel))
         finally:
-            self._leave_host()
+            self._release_thread()
 
 
 def _begin(block: Any, queued: float, busy_timeout: float) -> Any:
