@@ -30,8 +30,8 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from podstore import aio_process
 from podstore.errors import PodStoreError, StoreBusyError
+from podstore.pure.times import TimeArg
 from podstore.reading import Reader
-from podstore.rules.times import TimeArg
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
 from podstore.sqlite.guarded import PAGE_ROWS, RowStream
 from podstore.store import PodStore, Verify

@@ -1,6 +1,6 @@
 """PodStore: the kubelet device manager's podDevices, kept in SQLite.
 
-The facade, and nothing else: each public method checks its arguments (``rules/``), takes a
+The facade, and nothing else: each public method checks its arguments (``pure/``), takes a
 connection in the right kind of transaction (``sqlite/sessions.py``) and hands it to the
 storage code (``storage/``) or runs one of its statements (``storage/sql/``).
 """
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from podstore.checkpoint.podnames import DEFAULT_POD_LOGS, PodName, PodNames
 from podstore.checkpoint.topology import DEFAULT_SYSFS, NumaTopology
 from podstore.errors import InvalidInputError, PodStoreError
+from podstore.pure import run_options, validate
+from podstore.pure.alloc_resp import AllocRespInput
+from podstore.pure.alloc_resp import from_argument as response_from_argument
+from podstore.pure.times import TimeArg, parse_time
 from podstore.reading import Reader, history_query
-from podstore.rules import run_options, validate
-from podstore.rules.alloc_resp import AllocRespInput
-from podstore.rules.alloc_resp import from_argument as response_from_argument
-from podstore.rules.times import TimeArg, parse_time
 from podstore.sqlite import forking, guarded, integrity
 from podstore.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,

@@ -21,7 +21,7 @@ LAYERS = {
     "podstore.types": 0,
     "podstore.fsutil": 0,
     "podstore.deviceplugin": 0,
-    "podstore.rules": 1,
+    "podstore.pure": 1,
     "podstore.checkpoint": 2,
     "podstore.sqlite": 3,
     "podstore.storage": 4,

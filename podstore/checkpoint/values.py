@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from podstore.checkpoint.gojson import fix_string
 from podstore.errors import InvalidInputError
-from podstore.rules import validate
+from podstore.pure import validate
 from podstore.types import PodDevicesEntry
 
 Entries = list[PodDevicesEntry] | None

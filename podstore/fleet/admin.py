@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from podstore.errors import InvalidInputError
 from podstore.fleet import db, migrate
 from podstore.fleet.urls import FleetURL, resolve
-from podstore.rules import validate
+from podstore.pure import validate
 
 #: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")

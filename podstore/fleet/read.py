@@ -20,8 +20,8 @@ from podstore.errors import FleetError, InvalidInputError, QueryLimitError
 from podstore.fleet import admin, db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.urls import FleetURL, resolve
-from podstore.rules import validate
-from podstore.rules.times import TimeArg, parse_time
+from podstore.pure import validate
+from podstore.pure.times import TimeArg, parse_time
 from podstore.types import QueryResult
 
 if TYPE_CHECKING:

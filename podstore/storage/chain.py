@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.errors import StoreCorruptError
-from podstore.rules import chain
+from podstore.pure import chain
 from podstore.storage.sql import events as sql
 from podstore.types import ChainBreak, HistoryReport
 

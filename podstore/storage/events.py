@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podstore.errors import InvalidInputError, StoreCorruptError
-from podstore.rules import chain
-from podstore.rules.times import format_ts, parse_ts
+from podstore.pure import chain
+from podstore.pure.times import format_ts, parse_ts
 from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import events as sql
 from podstore.types import AllocationEvent, DevicesPerNUMA

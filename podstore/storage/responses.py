@@ -16,8 +16,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podstore.rules import run_options
-from podstore.rules.alloc_resp import Response
+from podstore.pure import run_options
+from podstore.pure.alloc_resp import Response
 from podstore.types import DeviceRunContainerOptions
 
 # One encoder, reused (json.dumps with options builds a new one per call).

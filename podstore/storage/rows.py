@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from podstore.errors import InvalidInputError
-from podstore.rules import alloc_resp
-from podstore.rules.alloc_resp import Response
+from podstore.pure import alloc_resp
+from podstore.pure.alloc_resp import Response
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry
 
 if TYPE_CHECKING:

@@ -182,7 +182,7 @@ store_meta = Table(
 # ``device_ids`` is JSON: the NUMA map of an entry event, the device list of a registered event.
 # The ops it may carry are in storage/ops.py.
 
-# Revision 0005: ``hash`` chains every event to its predecessor (rules/chain.py): the 32 bytes
+# Revision 0005: ``hash`` chains every event to its predecessor (pure/chain.py): the 32 bytes
 # SHA-256(hash of the previous event ‖ the event's canonical bytes), from the genesis of the
 # store's store_id. ``released`` lists the devices an entry event took away from an entry that
 # existed before it (a replace, or an import or sync over an existing entry): a JSON array

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from podstore.errors import InvalidInputError, PodStoreError
-from podstore.rules import alloc_resp
+from podstore.pure import alloc_resp
 from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import HEAD_REVISION

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from podstore.errors import PodStoreError
-from podstore.rules.times import format_ts
+from podstore.pure.times import format_ts
 from podstore.store import PodStore
 from podstore.watch.failures import ProblemLog
 

@@ -17,7 +17,7 @@ from typing import Any
 from podstore import logs
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.metrics.stats import SyncStats
-from podstore.rules.secrets import mask_url, scrub, url_password
+from podstore.pure.secrets import mask_url, scrub, url_password
 from podstore.store import PodStore
 from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
 from podstore.watch.health import STUCK_AFTER, Health

@@ -13,7 +13,7 @@ from harness.fleetlib import as_role, chained, connect, entry_rows, rows, send_b
 
 from podstore import InvalidInputError, PodStore
 from podstore.fleet import admin
-from podstore.rules import chain
+from podstore.pure import chain
 
 
 def _grants(url: str) -> list[tuple[object, ...]]:

@@ -18,7 +18,7 @@ from harness.pgserver import PgServer
 
 from podstore import FleetError, InvalidInputError
 from podstore.fleet import admin, migrate, read
-from podstore.rules import chain
+from podstore.pure import chain
 
 # A FunctionScan keeps the whole series in a tuplestore, spilled to temporary files past
 # work_mem: `--max-rows 10` over it wrote 1.1 GiB before.

@@ -22,7 +22,7 @@ from harness.pgserver import PgServer
 from podstore import FleetError, FleetRefusedError, InvalidInputError, ReadOnlyStoreError
 from podstore.cli import cli
 from podstore.fleet import admin, read, schema, views
-from podstore.rules import chain
+from podstore.pure import chain
 
 TABLES = [t.name for t in schema.metadata.sorted_tables]
 FIRST_COLUMN = {t.name: next(iter(t.columns)).name for t in schema.metadata.sorted_tables}

@@ -16,7 +16,7 @@ HIGH_WATER = events.HIGH_WATER
 _EVENT_COLUMNS = "seq, ts, op, pod_uid, container, resource, device_ids, released, hash"
 
 #: Up to ``limit`` events after ``seq``, oldest first: (seq, ts, op, pod_uid, container,
-#: resource, device_ids, released, hash) — the fields ``rules/chain.canonical`` covers, as
+#: resource, device_ids, released, hash) — the fields ``pure/chain.canonical`` covers, as
 #: stored, and the event's hash (32 bytes). What event ``seq`` chains from:
 #: ``storage/events.prev_hash``.
 EVENTS_AFTER = f"""
