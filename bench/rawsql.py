@@ -164,7 +164,7 @@ def shape_run_options(
 ) -> DeviceRunContainerOptions | None:
     """Whichever shaping the store uses: SQL-merged rows (responses.shape) or the responses
     merged in Python (run_options.merge)."""
-    from podstore.rules import run_options
+    from podstore.pure import run_options
     from podstore.storage import responses
 
     rows = _last(rowsets)

@@ -27,6 +27,7 @@ EXTENSIONS: tuple[str, ...] = (
     "bench.nodefiles",
     "bench.nodestate",
     "bench.startup",
+    "bench.loopstall",
 )
 
 

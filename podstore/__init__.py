@@ -2,7 +2,7 @@
 
 The public names are re-exported here and nowhere else (plus the documented modules
 ``podstore.checkpoint`` and ``podstore.deviceplugin``); see docs/api.md. Every other module is
-internal: ``rules/``, ``sqlite/``, ``storage/`` and ``cli/`` may change between releases.
+internal: ``pure/``, ``sqlite/``, ``storage/`` and ``cli/`` may change between releases.
 
 ``import podstore`` loads only the exception tree: every other name is imported on first
 access (PEP 562), so a process pays for the modules it uses and no more — the command line

@@ -4,8 +4,9 @@ Every call runs in a worker thread, so the event loop never waits for SQLite or 
 calls that read or write a whole checkpoint file run in a worker process instead
 (aio_process.py), so that the GIL the decoding and the garbage collector hold is not the
 loop's. A transaction belongs to the task that opened it: ``async
-with astore.transaction():`` runs the block's calls on one thread of its own (where the
-store's transaction is open), found again through a context variable and the task's identity;
+with astore.transaction():`` runs the block's calls on one thread (where the store's
+transaction is open) for the life of the block — one of a few kept for transactions, never
+one started per block — found again through a context variable and the task's identity;
 calls of other tasks go to the shared workers — their reads see committed data, their writes
 wait for the block's lock there, never on the loop.
 """
@@ -18,7 +19,9 @@ import contextvars
 import functools
 import itertools
 import os
+import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +29,9 @@ from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from podstore import aio_process
-from podstore.errors import PodStoreError
+from podstore.errors import PodStoreError, StoreBusyError
+from podstore.pure.times import TimeArg
 from podstore.reading import Reader
-from podstore.rules.times import TimeArg
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
 from podstore.sqlite.guarded import PAGE_ROWS, RowStream
 from podstore.store import PodStore, Verify
@@ -38,9 +41,16 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-#: Worker threads an AsyncPodStore runs calls on (besides one per open transaction). Each
+#: Worker threads an AsyncPodStore runs calls on (besides its transaction threads). Each
 #: keeps a connection of its own; SQLite lets readers run beside the one writer.
 DEFAULT_WORKERS = 4
+
+#: Threads that host an AsyncPodStore's transactions, each one block at a time, started as
+#: needed and kept: starting a thread per block from the loop's thread stalled the loop (200
+#: blocks entered at once: 0.35 s). SQLite lets one write transaction be open, so more threads
+#: would only wait for its lock; at least two, so that a block awaiting another task's block
+#: lets that one wait out the busy timeout rather than wait for a thread for ever.
+TRANSACTION_THREADS = 4
 
 # The transactions open in this context: the task that opened one finds it again here.
 _OPEN: contextvars.ContextVar[tuple[_Transaction, ...]] = contextvars.ContextVar(
@@ -92,6 +102,9 @@ class AsyncPodStore:
         self.sync = store
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
         self._worker_count = workers
+        self._tx_threads = _TransactionThreads.of(self)
+        # The options the store was opened with are its sessions' (no public accessor).
+        self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
         # The whole-file calls' process, started on the first call that goes there.
         self._process = aio_process.ProcessWorker(store)
@@ -143,6 +156,7 @@ class AsyncPodStore:
                 await self._in_pool(self.sync.close)
         finally:
             self._workers.shutdown(wait=False)
+            self._tx_threads.close()
 
     async def __aenter__(self) -> AsyncPodStore:
         return self
@@ -277,6 +291,7 @@ def _new_workers_in_child() -> None:
         astore._workers = ThreadPoolExecutor(
             max_workers=astore._worker_count, thread_name_prefix="podstore"
         )
+        astore._tx_threads = _TransactionThreads.of(astore)
 
 
 os.register_at_fork(after_in_child=_new_workers_in_child)
@@ -291,6 +306,76 @@ def _owned(astore: AsyncPodStore) -> _Transaction | None:
     return None
 
 
+class _BlockCalls:
+    """One block's calls, run in order by the transaction thread that serves the block from
+    its BEGIN to its end (``end()``)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+
+    def submit(self, fn: Callable[[], R]) -> concurrent.futures.Future[R]:
+        work: concurrent.futures.Future[R] = concurrent.futures.Future()
+        self._calls.put((fn, work))
+        return work
+
+    def end(self) -> None:
+        self._calls.put(None)
+
+    def serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, work = call
+            if work.set_running_or_notify_cancel():  # else cancelled before it started
+                try:
+                    work.set_result(fn())
+                except BaseException as exc:  # the caller's to see, as an executor does
+                    work.set_exception(exc)
+
+
+_Call = tuple[Callable[[], Any], concurrent.futures.Future[Any]]
+
+
+class _TransactionThreads:
+    """Up to TRANSACTION_THREADS long-lived threads, each serving one block's calls at a time;
+    a block that finds none free waits in line (no thread is started for it). Daemon threads:
+    one waiting on a block its task abandoned must not hold up the interpreter's exit."""
+
+    def __init__(self) -> None:
+        self._waiting: queue.SimpleQueue[_BlockCalls | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def line_up(self) -> _BlockCalls:
+        calls = _BlockCalls()
+        self._waiting.put(calls)
+        if not self._idle.acquire(blocking=False):
+            with self._lock:
+                if self._threads < TRANSACTION_THREADS:
+                    self._threads += 1
+                    threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
+        return calls
+
+    @classmethod
+    def of(cls, astore: AsyncPodStore) -> _TransactionThreads:
+        """The threads of ``astore``: they end with it, closed or collected (as a
+        ThreadPoolExecutor's do)."""
+        threads = cls()
+        weakref.finalize(astore, threads.close)
+        return threads
+
+    def close(self) -> None:
+        """Each thread ends once the blocks in line before this are done."""
+        with self._lock:
+            for _ in range(self._threads):
+                self._waiting.put(None)
+            self._threads = 0
+
+    def _serve(self) -> None:
+        while (calls := self._waiting.get()) is not None:
+            calls.serve()
+            self._idle.release()
+
+
 class _Transaction:
     """``AsyncPodStore.transaction()``."""
 
@@ -298,33 +383,38 @@ class _Transaction:
         self.astore = astore
         self.owner: asyncio.Task[Any] | None = None
         self.active = False
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread_calls: _BlockCalls | None = None
         self._own_thread = False
         self._block: Any = None
         self._opened: tuple[_Transaction, ...] = ()
 
     async def run(self, fn: Callable[[], R]) -> R:
-        assert self._thread is not None
-        return await _outcome(self._thread.submit(fn))
+        assert self._thread_calls is not None
+        return await _outcome(self._thread_calls.submit(fn))
 
     async def __aenter__(self) -> AsyncPodStore:
+        if self.astore._closed:
+            raise PodStoreError("the store is closed")
         outer = _owned(self.astore)
-        if outer is not None:
-            thread = outer._thread  # nested: a savepoint, on the outer block's thread
-        else:
-            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="podstore-tx")
-            self._own_thread = True
-        self._thread = thread
         block = self.astore.sync.transaction()
+        begin = block.__enter__
+        if outer is not None:
+            calls = outer._thread_calls  # nested: a savepoint, on the outer block's thread
+        else:
+            calls = self.astore._tx_threads.line_up()
+            self._own_thread = True
+            begin = functools.partial(_begin, block, time.monotonic(), self.astore._busy_timeout)
+        assert calls is not None
+        self._thread_calls = calls
+        work = calls.submit(begin)
         try:
-            await self.run(block.__enter__)
+            await _outcome(work)
         except BaseException:
-            # Cancelled while BEGIN (or SAVEPOINT) waited: once it is done, undo it (the
-            # thread runs one thing at a time, in order).
-            if thread is not None:
-                thread.submit(_leave_if_entered, block)
-                if self._own_thread:
-                    thread.shutdown(wait=False)
+            # Not cancelled before it started (an interrupt raised on the loop, or BEGIN
+            # failed): once it is done, undo what it did (the thread runs calls in order).
+            if not work.cancelled():
+                calls.submit(functools.partial(_leave_if_entered, block))
+            self._release_thread()
             raise
         self._block = block
         self.owner = asyncio.current_task()
@@ -332,6 +422,11 @@ class _Transaction:
         self._opened = _OPEN.get()
         _OPEN.set((*self._opened, self))
         return self.astore
+
+    def _release_thread(self) -> None:
+        if self._own_thread:
+            assert self._thread_calls is not None
+            self._thread_calls.end()
 
     async def __aexit__(
         self,
@@ -341,7 +436,7 @@ class _Transaction:
     ) -> bool:
         self.active = False
         _OPEN.set(self._opened)
-        assert self._thread is not None
+        assert self._thread_calls is not None
         block = self._block
         # The commit (or rollback) is queued behind any call of the block still running in
         # its thread. A cancellation before it starts turns it into a rollback (and is
@@ -364,10 +459,20 @@ class _Transaction:
                 return state["cancelled"]
 
         try:
-            return bool(await _outcome(self._thread.submit(finish), cancel))
+            return bool(await _outcome(self._thread_calls.submit(finish), cancel))
         finally:
-            if self._own_thread:
-                self._thread.shutdown(wait=False)
+            self._release_thread()
+
+
+def _begin(block: Any, queued: float, busy_timeout: float) -> Any:
+    """BEGIN on a transaction thread, unless the block waited for one past the busy timeout:
+    all that time, the store's other blocks held the write lock or waited for it."""
+    if time.monotonic() - queued > busy_timeout:
+        raise StoreBusyError(
+            f"no transaction thread came free within busy_timeout ({busy_timeout:g} s): "
+            "the store's other transaction() blocks held the write lock or waited for it"
+        )
+    return block.__enter__()
 
 
 async def _outcome(

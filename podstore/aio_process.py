@@ -129,7 +129,7 @@ def _work_size(name: str, store_path: str, args: tuple[Any, ...], kwargs: dict[s
     if name == "import_node":
         kubelet_dir = args[0] if args else kwargs.get("kubelet_dir")
         if kubelet_dir is None:
-            from podstore.storage.node.whole import DEFAULT_KUBELET_DIR
+            from podstore.storage.node.import_dir import DEFAULT_KUBELET_DIR
 
             kubelet_dir = DEFAULT_KUBELET_DIR
         if not isinstance(kubelet_dir, str | os.PathLike):

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from podstore.errors import PodStoreError
-from podstore.rules import validate
-from podstore.rules.times import TimeArg, format_ts, parse_time
+from podstore.pure import validate
+from podstore.pure.times import TimeArg, format_ts, parse_time
 from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.readonly import Guarded, Limits, Params, RowStream
 from podstore.storage import audit, events

@@ -1,6 +1,6 @@
 """PodStore: the kubelet device manager's podDevices, kept in SQLite.
 
-The facade, and nothing else: each public method checks its arguments (``rules/``), takes a
+The facade, and nothing else: each public method checks its arguments (``pure/``), takes a
 connection in the right kind of transaction (``sqlite/sessions.py``) and hands it to the
 storage code (``storage/``) or runs one of its statements (``storage/sql/``).
 """
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from podstore.checkpoint.podnames import DEFAULT_POD_LOGS, PodName, PodNames
 from podstore.checkpoint.topology import DEFAULT_SYSFS, NumaTopology
 from podstore.errors import InvalidInputError, PodStoreError
+from podstore.pure import run_options, validate
+from podstore.pure.alloc_resp import AllocRespInput
+from podstore.pure.alloc_resp import from_argument as response_from_argument
+from podstore.pure.times import TimeArg, parse_time
 from podstore.reading import Reader, history_query
-from podstore.rules import run_options, validate
-from podstore.rules.alloc_resp import AllocRespInput
-from podstore.rules.alloc_resp import from_argument as response_from_argument
-from podstore.rules.times import TimeArg, parse_time
 from podstore.sqlite import forking, integrity
 from podstore.sqlite import readonly as readonly_sql
 from podstore.sqlite.connection import (
@@ -41,7 +41,7 @@ from podstore.storage import events
 from podstore.storage import rows as entry_rows
 from podstore.storage.entries import hex_text, unhex_text
 from podstore.storage.node import dra as node_dra
-from podstore.storage.node import facts as node_facts
+from podstore.storage.node import numa_and_names
 from podstore.storage.node import read as node_read
 from podstore.storage.node import topology as node_topology
 from podstore.storage.sql import entries as q
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 # What only writes, imports, exports and syncs need (the node's sync machinery, the checkpoint
 # decoders and encoders) is imported inside the methods that use it: a process that only
 # reads does not pay for it at start-up (docs/performance.md, "Start-up and open").
-#: import_node's default kubelet directory (storage/node/whole.py says the same).
+#: import_node's default kubelet directory (storage/node/import_dir.py says the same).
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 log = logging.getLogger("podstore")
@@ -121,23 +121,13 @@ class PodStore:
     ) -> PodStore:
         """Open (creating if needed, mode 0600) the store at ``path`` (a path or sqlite URL).
 
-        The schema is brought to the newest revision first, under the write lock, unless
-        ``upgrade=False`` (an old schema then raises SchemaError) or ``readonly=True`` (never
-        writes, never migrates). ``durability="normal"`` trades the last commits on power loss
-        for speed; the default "full" fsyncs every commit.
-
-        ``verify`` (docs/reliability.md, "What is checked at open, and when"): "auto"
-        (default) runs the full ``PRAGMA quick_check`` before returning when the last close was
-        not clean (a ``-wal`` holds frames); otherwise the full check runs in a background
-        thread that every write waits for: the first answer does not wait (SQLite's own page
-        checks still refuse a damaged page a read meets), a write never lands on a file not
-        yet checked. "blocking" always runs the full check before
-        returning (~1.5 ms per MB). "background" runs it in a daemon thread only (reads and
-        writes do not wait). "off" skips it (``podstore verify`` can run it later). Damage a
-        background check finds is logged, and every later call raises StoreCorruptError;
-        :meth:`wait_verified` blocks until the check is done.
-
-        Raises InvalidInputError, SchemaError, StoreCorruptError or StoreBusyError.
+        The schema is migrated to head first unless ``upgrade=False`` (an old schema raises
+        SchemaError) or ``readonly=True`` (never writes). ``durability="normal"`` may lose the last
+        commits on power loss. ``verify`` picks when the integrity check runs ("auto": before
+        returning after an unclean close, else in the background with writes waiting for it;
+        "blocking", "background", "off": docs/reliability.md); damage found later makes every call
+        raise StoreCorruptError. Raises InvalidInputError, SchemaError, StoreCorruptError or
+        StoreBusyError.
         """
         if verify not in VERIFY_MODES:
             raise InvalidInputError(
@@ -167,11 +157,8 @@ class PodStore:
         return cls(sessions, _token=_OPEN_TOKEN)
 
     def wait_verified(self, timeout: float | None = None) -> bool:
-        """Wait for the open-time quick_check; True once it has passed, False on timeout.
-
-        Raises StoreCorruptError if it found damage. Returns True at once when no check runs
-        in the background (``verify="blocking"`` or ``"off"``, or ``"auto"`` after an unclean
-        close, which checked before returning).
+        """Wait for the open-time quick_check: True once it passed (at once when none runs in the
+        background), False on timeout; StoreCorruptError if it found damage.
         """
         return self._sessions.wait_checked(timeout)
 
@@ -196,14 +183,12 @@ class PodStore:
         return self._store_id
 
     def reset_identity(self) -> str:
-        """Give the store a new ``store_id`` (a random UUID) and re-chain its whole history
-        from the new genesis, in one transaction; returns the new id.
+        """Give the store a new random ``store_id`` and re-chain its whole history from the new
+        genesis, in one transaction; returns the new id.
 
-        For a copied store file (a cloned VM image, ``cp``): the copy then ships to the fleet
-        database as a store of its own instead of colliding with the original. Every event
-        keeps its content and seq; only the hashes (and the links over pruned gaps) change.
-        Raises ReadOnlyStoreError on a read-only open, StoreCorruptError (nothing changed)
-        when the history chain does not verify: re-chaining would hide the break.
+        For a copied store file, so that the copy ships to the fleet as a store of its own. Events
+        keep content and seq. Raises ReadOnlyStoreError, or StoreCorruptError (nothing changed) when
+        the chain does not verify: re-chaining would hide the break.
         """
         new_id = str(uuid.uuid4())
         with self._sessions.write() as conn:
@@ -499,15 +484,13 @@ class PodStore:
     ) -> ImportReport:
         """Load a ``kubelet_internal_checkpoint`` file, all or nothing, in one transaction.
 
-        The checksum is verified first (CheckpointCorruptError / CheckpointFormatError, store
-        unchanged). Without ``merge`` the file replaces every entry and the registered
-        devices; with it the file's entries are inserted over the existing ones and its
-        registered devices replace those of the same resources. Entries whose AllocResp does
-        not decode are skipped and reported (kubelet skips them too); ``strict=True`` refuses
-        the whole file instead. Files over ``max_bytes`` (default 256 MiB) are refused.
-        ``progress(done, total)`` is called as entries are decoded (for a progress bar).
-        ``allow_all_skipped=False`` refuses (ImportRefusedError, store unchanged) a replacing
-        import whose every entry was skipped while the store holds entries it would drop.
+        Verified first (the store is unchanged on error). Without ``merge`` the file replaces every
+        entry and the registered devices; with it, its entries go over the existing ones and its
+        registered devices replace those of the same resources. Entries whose AllocResp does not
+        decode are skipped and reported, as kubelet does (``strict=True``: refused). Files over
+        ``max_bytes`` (default 256 MiB) are refused; ``progress(done, total)`` follows the decoding;
+        ``allow_all_skipped=False`` refuses (ImportRefusedError) a replacing import whose every
+        entry was skipped while the store holds entries it would drop.
         """
         from podstore.storage import transfer
 
@@ -523,20 +506,13 @@ class PodStore:
     def sync_checkpoint(
         self, path: str | os.PathLike[str], *, max_bytes: int | None = None
     ) -> SyncReport:
-        """Bring the store to a ``kubelet_internal_checkpoint`` file's content, writing only
-        what differs, in one transaction (what ``podstore watch`` does on every rewrite).
+        """Bring the store to a ``kubelet_internal_checkpoint`` file's content, writing only what
+        differs, in one transaction (``podstore watch`` on every rewrite).
 
-        The file is read and verified exactly as :meth:`import_checkpoint` reads it, before
-        the write lock. Then each entry the file adds, changes (device map or decoded
-        response) or drops is written with one ``insert``, ``replace`` or ``delete`` history
-        event, and each registered resource that changed with a ``registered`` or
-        ``unregistered`` event; an unchanged entry keeps its position and gets no event, and
-        order alone (of entries, of IDs in a list) is never a change. Entries whose AllocResp
-        does not decode are skipped, as kubelet skips them. Entries this store already read
-        from an earlier version of the same file are not decoded again (the checksum is
-        always computed over the whole file). Raises what import raises
-        (CheckpointNotFoundError, CheckpointFormatError, CheckpointCorruptError, …); the
-        store is unchanged then.
+        Read and verified as :meth:`import_checkpoint` reads it. Each entry added, changed (device
+        map or decoded response) or dropped gets one ``insert``, ``replace`` or ``delete`` event,
+        each changed registered resource a ``registered`` or ``unregistered`` one; order alone is
+        never a change. Raises what import raises; the store is unchanged then.
         """
         from podstore.storage import sync
 
@@ -549,13 +525,9 @@ class PodStore:
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ExportReport:
-        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts; the report
-        counts the entries written and names those left out: an entry without an allocation
-        response is not in the file, as kubelet writes only entries with one.
-
-        Atomic: a temp file in the same directory, fsync, rename, fsync of the directory;
-        mode 0600. ``boot_id`` adds the (unmerged upstream) top-level BootID field.
-        ``progress(done, total)`` is called as entries are read (for a progress bar).
+        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts, atomically, mode
+        0600; the report counts the entries written and names those left out (no response: kubelet
+        writes only entries with one). ``boot_id`` adds the (unmerged upstream) BootID field.
         """
         from podstore.storage import transfer
 
@@ -575,18 +547,13 @@ class PodStore:
         kind: str = "auto",
         max_bytes: int | None = None,
     ) -> NodeSyncReport:
-        """Bring the store's CPU, memory or DRA manager state to a checkpoint file's content
-        (``kind``: ``cpu``, ``memory``, ``dra``, or ``auto``: by its content), in one
-        transaction, writing only what differs: one history event per assignment, NUMA node
-        of the machine state, claim, shared cpuset or policy that is new, differs or went
-        (order alone is never a change). What ``podstore watch --kubelet-dir`` does on every
-        rewrite of the file.
+        """Bring the CPU, memory or DRA manager state to a checkpoint file's content (``kind``:
+        ``cpu``, ``memory``, ``dra``, or ``auto``), in one transaction, one history event per item
+        that is new, differs or went (``podstore watch --kubelet-dir`` on every rewrite).
 
-        The file is read and verified before the write lock, by the rule of its version
-        (docs/node-files.md); a file that fails changes nothing. Raises what
-        ``podstore.checkpoint.read_node_checkpoint`` raises, and InvalidInputError for a
-        device manager checkpoint (:meth:`import_checkpoint` loads those) or for values the
-        store cannot hold (a size above 2^63 - 1, a claim UID listed twice).
+        Verified first by its version's rule (docs/node-files.md); a file that fails changes
+        nothing. Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device
+        manager checkpoint or values the store cannot hold.
         """
         from podstore.storage.node import sync as node_sync
 
@@ -594,13 +561,10 @@ class PodStore:
         return self._apply_node(prepared)
 
     def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
-        """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as the checkpoint file
-        kubelet would write for that state, atomically (mode 0600); returns its entries (as
-        ``verify-checkpoint`` counts them).
-
-        The format is the one the loaded file was written in (CPU v1 is written as v2, DRA
-        v1 in the data format: kubelet writes neither any more). Raises InvalidInputError when
-        the store holds no checkpoint of ``kind`` or what the format cannot carry.
+        """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as kubelet would, atomically
+        (mode 0600), in the loaded file's format (CPU v1 as v2, DRA v1 as data: kubelet writes
+        neither any more); returns its entries. InvalidInputError when the store holds no such
+        checkpoint or what the format cannot carry.
         """
         from podstore.checkpoint.files import write_checkpoint_file
         from podstore.checkpoint.kinds import read_node_checkpoint
@@ -669,7 +633,7 @@ class PodStore:
     def numa_topology(self) -> NumaTopology | None:
         """The node's CPU → NUMA node topology as loaded (None: unknown)."""
         with self._sessions.snapshot() as conn:
-            return node_facts.read_topology(conn)
+            return numa_and_names.read_topology(conn)
 
     def set_numa_topology(self, topology: NumaTopology | None) -> NodeSyncReport:
         """Replace the topology (None: unknown), one event per NUMA node that changed."""
@@ -677,9 +641,11 @@ class PodStore:
 
         if topology is not None and not isinstance(topology, NumaTopology):
             raise InvalidInputError(f"topology: expected a NumaTopology, got {topology!r:.80}")
-        items = node_facts.topology_items(topology)
+        items = numa_and_names.topology_items(topology)
         with self._sessions.write() as conn:
-            return node_sync.apply_facts(conn, "topology", node_facts.TOPOLOGY, items, None)
+            return node_sync.apply_topology_or_names(
+                conn, "topology", numa_and_names.TOPOLOGY, items, None
+            )
 
     def set_pod_names(self, names: Mapping[str, PodName] | PodNames) -> NodeSyncReport:
         """Replace the pod names, one event per name that came, changed or went."""
@@ -695,9 +661,11 @@ class PodStore:
             checked[validate.text(uid, "names key")] = PodName(
                 validate.text(name.namespace, "namespace"), validate.text(name.name, "name")
             )
-        items = node_facts.name_items(PodNames(checked))
+        items = numa_and_names.name_items(PodNames(checked))
         with self._sessions.write() as conn:
-            return node_sync.apply_facts(conn, "names", node_facts.NAMES, items, None)
+            return node_sync.apply_topology_or_names(
+                conn, "names", numa_and_names.NAMES, items, None
+            )
 
     def import_node(
         self,
@@ -707,23 +675,19 @@ class PodStore:
         pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
         max_bytes: int | None = None,
     ) -> NodeImportReport:
-        """Load every checkpoint present in ``kubelet_dir`` (the device, CPU, memory and DRA
-        managers' files), the NUMA topology under ``sysfs`` and the pod names under
-        ``pod_logs``, in one transaction, each writing only what differs with its history
-        events (the device file as :meth:`sync_checkpoint` does).
+        """Load every checkpoint present in ``kubelet_dir``, the NUMA topology under ``sysfs`` and
+        the pod names under ``pod_logs``, in one transaction, each writing only what differs.
 
-        Every present file is read and verified first: one that fails raises (what its reader
-        raises) and nothing changes. A kind whose file is absent is left as it was and named
-        in ``report.absent``; when none is there, CheckpointNotFoundError (not kubelet's
-        directory). A ``sysfs`` without NUMA nodes means no topology (stored so); one
-        without ``devices/system`` (no sysfs) and a missing ``pod_logs`` directory leave the
-        stored topology or names as they were (``report.topology`` / ``.names`` None).
+        Every present file is verified first; one that fails raises and nothing changes. An absent
+        kind is left as it was (``report.absent``); none present: CheckpointNotFoundError. A
+        ``sysfs`` that is no sysfs or a missing ``pod_logs`` leaves the stored topology or names as
+        they were (a typo must not delete them).
         """
-        from podstore.storage.node import whole as node_whole
+        from podstore.storage.node import import_dir
 
-        prepared = node_whole.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
+        prepared = import_dir.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
         with self._sessions.write() as conn:
-            return node_whole.apply(conn, prepared)
+            return import_dir.apply(conn, prepared)
 
     def topology(self) -> list[NumaUsage]:
         """The node's picture per NUMA node: CPUs (exclusive by container, the shared pool),
@@ -783,9 +747,9 @@ class PodStore:
         """Pod UID → namespace and name, for the pods whose names are known; ``past=True``
         adds the last name the history recorded for pods no longer named (deleted pods)."""
         with self._sessions.snapshot() as conn:
-            names = node_facts.read_names(conn).pods
+            names = numa_and_names.read_names(conn).pods
             if past:
-                names = {**node_facts.past_names(conn), **names}
+                names = {**numa_and_names.past_names(conn), **names}
             return names
 
     def container_numa(self, *, misaligned: bool = False) -> list[ContainerNuma]:
@@ -804,21 +768,15 @@ class PodStore:
         since: TimeArg | None = None,
         until: TimeArg | None = None,
     ) -> list[AllocationEvent]:
-        """Events of the allocation history, oldest first, optionally only those of one pod,
-        naming one device, or in the half-open time range [since, until).
-
-        Times are datetimes (naive = UTC) or ISO 8601 strings; storage/events.py lists the
-        operations. Raises InvalidInputError for a bad argument.
+        """Events of the allocation history, oldest first: of one pod, naming one device, or in
+        [since, until) (datetimes, naive = UTC, or ISO 8601 strings).
         """
         sql, params = history_query(pod_uid, device_id, since, until)
         return [events.to_event(r) for r in self._rows(sql, params)]
 
     def owners_at(self, device_id: str, when: TimeArg) -> list[tuple[str, str, str]]:
-        """Who held ``device_id`` at the instant ``when``: (pod UID, container, resource) of
-        every entry listing it then, sorted ("who had GPU X at 10:32").
-
-        Answered from the history, so exact back to the oldest kept event (see
-        prune_history). Raises InvalidInputError for a bad argument.
+        """(pod UID, container, resource) of every entry listing ``device_id`` at ``when``, sorted;
+        from the history, so exact back to the oldest kept event.
         """
         params = {
             "device_id": validate.text(device_id, "device_id"),
@@ -827,24 +785,20 @@ class PodStore:
         return [(r[0], r[1], r[2]) for r in self._rows(events_sql.OWNERS_AT, params)]
 
     def prune_history(self, before: TimeArg) -> int:
-        """Remove history events older than ``before``; returns how many were removed.
+        """Remove history events older than ``before``; returns how many went.
 
-        Per entry (and per registered resource) the latest event before the cut is kept when
-        the entry was still present then: it carries the state at the cut, so replaying the
-        remaining log from empty still gives the current state, and ``owners_at`` stays exact
-        for any instant from the cut on.
+        Per entry and registered resource, the latest event before the cut stays while the entry
+        existed then: replay still gives the current state, ``owners_at`` stays exact from the cut
+        on.
         """
         cut = parse_time(before, "before")
         with self._sessions.write() as conn:
             return events.prune(conn, cut)
 
     def verify_history(self) -> HistoryReport:
-        """Check the history's hash chain: every kept event's hash recomputes from what it
-        chains from (the previous event, the link prune_history left where that one was
-        removed, or the genesis of the store_id), no link stands where the predecessor is
-        kept, and the newest seq handed out is accounted for. Read-only; works on a read-only
-        open. ``report.ok`` is True when intact, else ``report.breaks`` names the first broken
-        seqs and what is wrong (docs/api.md, "Tamper-evident history")."""
+        """Check the history's hash chain (read-only): ``report.ok``, else ``report.breaks`` names
+        the first broken seqs and what is wrong (docs/api.md, "Tamper-evident history").
+        """
         with self._sessions.snapshot() as conn:
             return history_chain.verify(conn)
 
@@ -856,29 +810,20 @@ class PodStore:
         timeout: float | None = None,
         max_rows: int | None = None,
     ) -> QueryResult:
-        """Run one read-only SQL statement (the views of docs/sql.md, the tables) and return
-        its columns and rows.
+        """Run one read-only SQL statement and return its columns and rows.
 
-        Runs on a separate connection that can only read (mode=ro, query_only and an
-        authorizer), so it sees committed data only, not an open transaction's changes. Any
-        statement that would write — INSERT, UPDATE, DELETE, DDL, ATTACH, a PRAGMA with a
-        value — raises ReadOnlyStoreError; bad SQL or parameters raise InvalidInputError.
-        ``timeout`` (seconds of SQLite's work) and ``max_rows`` stop a statement that runs
-        longer or returns more rows with QueryLimitError.
+        On a connection of its own that can only read (committed data, not an open transaction's):
+        a statement that would write raises ReadOnlyStoreError, bad SQL InvalidInputError.
+        ``timeout`` (seconds of SQLite's work) and ``max_rows`` raise QueryLimitError past them.
         """
         limits = Limits(timeout, max_rows)
         self._check_open()
         return readonly_sql.run(self._sessions.options, sql, params, limits)
 
     def reader(self, *, timeout: float | None = None, max_rows: int | None = None) -> Reader:
-        """A read-only snapshot on a connection of its own, whose statements stream their
-        rows (``reader.stream(sql, params)``, ``reader.history(...)``); use it in a ``with``
-        block.
-
-        It sees committed data only, all of it as of its first read. ``timeout``: seconds
-        SQLite may spend on its statements in all (time spent by the caller between rows
-        does not count); ``max_rows``: rows any one statement may return. Past either, the
-        statement stops with QueryLimitError. Raises InvalidInputError for a bad limit.
+        """A read-only snapshot on a connection of its own (use it in ``with``), as of its first
+        read, whose statements stream their rows; ``timeout`` (SQLite's seconds over all its
+        statements) and ``max_rows`` (per statement) raise QueryLimitError past them.
         """
         limits = Limits(timeout, max_rows)
         self._check_open()

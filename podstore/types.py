@@ -163,14 +163,10 @@ class ExportReport:
 
 @dataclass(frozen=True, slots=True)
 class SyncReport:
-    """What ``PodStore.sync_checkpoint`` changed to bring the store to a checkpoint file.
-
-    ``inserted``, ``replaced``, ``deleted``, ``registered`` and ``unregistered`` count the
-    history events the sync wrote (one per entry or registered resource that differed);
-    ``shape_changed`` is true when only the file's null-vs-empty form of ``PodDeviceEntries``
-    or ``RegisteredDevices`` changed (kept for export, no event). ``entries`` counts the
-    file's entries, ``skipped`` those kubelet would skip (their AllocResp does not decode).
-    """
+    """What ``PodStore.sync_checkpoint`` changed: one history event per entry or registered resource
+    that differed (``inserted`` … ``unregistered``); ``shape_changed`` when only the file's
+    null-vs-empty form changed (kept for export, no event); ``entries`` the file's entries,
+    ``skipped`` those kubelet would skip."""
 
     path: str
     version: int
@@ -254,18 +250,14 @@ class DeviceOwner:
 
 @dataclass(frozen=True, slots=True)
 class AllocationEvent:
-    """One change in the allocation history (``PodStore.history``; docs/sql.md).
+    """One change in the allocation history (``PodStore.history``; the ops and JSON: docs/sql.md).
 
-    ``op`` is one of insert, replace, import, backfill, delete (entry events: ``pod_uid``,
-    ``container_name`` and ``resource_name`` set, ``device_ids`` the entry's NUMA map — for a
-    delete, the devices it had) or registered, unregistered (``pod_uid`` and
-    ``container_name`` None, ``device_ids`` the resource's device list). ``timestamp`` is an
-    aware UTC datetime; ``seq`` orders events (never reused). ``released``: the devices the
-    entry held before this event and no longer holds (a replace, or an import or sync over an
-    existing entry), sorted; empty when none, and for events before revision 0005 where the
-    history no longer showed it. The node's other managers (revision 0007) write ``cpu-set``,
-    ``cpu-delete``, ``memory-…``, ``dra-…`` and ``node-…`` events: ``payload`` holds the
-    item's value, ``manager`` says which (docs/sql.md, "The whole node").
+    Entry events carry ``pod_uid``, ``container_name`` and ``resource_name`` and the entry's NUMA
+    map in ``device_ids`` (a delete: what it had); ``registered``/``unregistered`` events the
+    resource's list, with no pod or container. ``timestamp`` is an aware UTC datetime; ``seq`` is
+    never reused. ``released``: what the event took from an entry that held it before, sorted (empty
+    for events before revision 0005). The node's other managers' events (``cpu-set`` …
+    ``node-delete``) carry the item's value in ``payload``; ``manager`` says which.
     """
 
     seq: int
@@ -356,19 +348,13 @@ class QueryResult:
 
 @dataclass(frozen=True, slots=True)
 class NodeSyncReport:
-    """What bringing one kind of the node's state to a source changed
-    (``PodStore.import_node_checkpoint``, ``set_*``, ``set_numa_topology``, ``set_pod_names``,
-    ``import_node``).
+    """What bringing one kind of the node's state to a source changed (docs/api.md).
 
-    ``kind``: ``cpu``, ``memory``, ``dra``, ``topology`` or ``names``. ``path``: the file or
-    directory read (None for a state given in Python). ``version``, ``checksum`` and
-    ``verified``: how the checkpoint was written and checked (None for topology and names).
-    ``items``: what the source holds (assignments, NUMA nodes of the machine state, claims,
-    NUMA nodes, names, plus the shared cpuset and the policies). ``written`` and ``deleted``
-    count the history events the change wrote — one per item that is new or differs, and per
-    item that went; ``form_changed`` is true when only the file's form (format, checksum,
-    null-vs-empty of whole maps) changed, which is kept for export without an event.
-    ``skipped``: what reading the source skipped (topology and names), with why.
+    ``kind``: ``cpu``, ``memory``, ``dra``, ``topology`` or ``names``; ``path`` None for a state
+    given in Python; ``version``, ``checksum``, ``verified`` None for topology and names. ``items``:
+    what the source holds; ``written``/``deleted``: history events for items new or changed, and
+    gone; ``form_changed``: only the file's form changed (kept for export, no event); ``skipped``:
+    what reading the topology or names skipped, with why.
     """
 
     kind: str

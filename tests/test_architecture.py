@@ -1,6 +1,6 @@
 """The package's layout holds: no import circle, and lower layers never import higher ones.
 
-Layers, bottom up (docs/design.md): errors/types/fsutil and deviceplugin; rules; checkpoint;
+Layers, bottom up (docs/design.md): errors/types/fsutil and deviceplugin; pure; checkpoint;
 sqlite; storage; store; the public face and the optional features over it (watch, metrics,
 fleet); cli. An import is read from the source (module level and inside functions alike), so a
 lazy import cannot hide a circle.
@@ -21,7 +21,7 @@ LAYERS = {
     "podstore.types": 0,
     "podstore.fsutil": 0,
     "podstore.deviceplugin": 0,
-    "podstore.rules": 1,
+    "podstore.pure": 1,
     "podstore.checkpoint": 2,
     "podstore.sqlite": 3,
     "podstore.storage": 4,

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from podstore import PodDevicesEntry, PodStore
 from podstore.deviceplugin import CDIDevice, ContainerAllocateResponse, DeviceSpec, Mount
-from podstore.rules import run_options
+from podstore.pure import run_options
 from podstore.storage import responses as response_rows
 from podstore.storage.sql import views
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from podstore import Annotation, CDIDevice, PodStore
-from podstore.rules import cdi
+from podstore.pure import cdi
 
 UID = "11111111-2222-3333-4444-555555555555"  # 36 characters, like a real pod UID
 

@@ -1,4 +1,4 @@
-"""The history hash chain's byte rule (podstore/rules/chain.py), pinned against hashes computed
+"""The history hash chain's byte rule (podstore/pure/chain.py), pinned against hashes computed
 outside podstore (``printf … | sha256sum`` of the bytes the rule describes), so a change of
 the encoding cannot pass unnoticed on both the node and the fleet side."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.chain_support import FIRST, GENESIS, STORE_ID
 
-from podstore.rules import chain
+from podstore.pure import chain
 
 
 def test_genesis_and_first_link_match_independent_vectors() -> None:

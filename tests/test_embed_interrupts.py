@@ -252,3 +252,49 @@ def test_an_interrupt_while_a_reader_counts_its_call_leaves_no_count(db_path: Pa
         assert forking.counter().n == 0, at
     assert tried >= 3
     store.close()
+
+
+@pytest.mark.parametrize("path", ["insert", "transaction"])
+def test_an_interrupt_the_signal_block_misses_as_a_write_begins_rolls_it_back(
+    db_path: Path, path: str
+) -> None:
+    """A signal the kernel gave another thread of the process (one that does not block it)
+    runs its handler in the main thread even inside podstore's blocked steps: at every line of
+    a write's beginning (``_Write._begin``, outermost or a savepoint), such an interrupt ends
+    the write rolled back, and the next write commits."""
+    store = PodStore.open(db_path, durability="normal", verify="off")
+    raw = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None)
+    code = sessions._Write._begin.__code__
+    op = _paths(store)[path][0]
+    tried = 0
+    for at in range(200):
+        fired = False
+        lines = 0
+
+        def inject(frame: types.FrameType, event: str, arg: Any, at: int = at) -> Any:
+            nonlocal fired, lines
+            if frame.f_code is not code:
+                return None
+            if event == "line" and not fired:
+                lines += 1
+                if lines > at:
+                    fired = True
+                    raise KeyboardInterrupt("as if from another thread")
+            return inject
+
+        uid = f"{path}-{at}"
+        sys.settrace(inject)
+        try:
+            op(uid)
+        except KeyboardInterrupt as exc:
+            assert not podstore.committed(exc)
+        finally:
+            sys.settrace(None)
+        if not fired:
+            break
+        tried += 1
+        uids = [uid] if path == "insert" else [uid + "-a", uid + "-b"]
+        assert _visible(raw, uids) == [False] * len(uids), (path, at)
+        _check_healthy(store, raw, f"probe-{path}-{at}")
+    assert tried >= 5, tried
+    store.close()

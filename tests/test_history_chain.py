@@ -3,7 +3,7 @@ event's own transaction, pruning keeps the chain checkable, and the interface th
 reads (``storage/events.prev_hash``/``head``, ``storage/sql/ship.py``) says what the node holds.
 
 Each check recomputes the hashes independently of ``storage/chain.verify``: from the stored
-columns, the byte rule (``rules/chain.py``) and what each event chains from.
+columns, the byte rule (``pure/chain.py``) and what each event chains from.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from podstore import (
     check_store,
 )
 from podstore.checkpoint import dumps_checkpoint
-from podstore.rules import chain
+from podstore.pure import chain
 from podstore.storage import events
 from podstore.storage.sql import ship
 

@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from podstore import ContainerAllocateResponse, PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint
-from podstore.rules import chain, times
+from podstore.pure import chain, times
 from podstore.storage import events
 from podstore.storage.entries import current_entries, current_registered
 from podstore.storage.events import replay

@@ -19,7 +19,7 @@ import pytest
 from harness.scale_store import podstore_argv
 
 from podstore import PodStore
-from podstore.rules import chain
+from podstore.pure import chain
 
 RES = "example.com/gpu"
 NEW_ID = "00000000-0000-4000-8000-000000000000"

@@ -13,7 +13,7 @@ from harness.audit_fixture import response_rows_consistent
 
 from podstore import ContainerAllocateResponse, PodStore
 from podstore.deviceplugin import CDIDevice, DeviceSpec, Mount
-from podstore.rules import run_options
+from podstore.pure import run_options
 from podstore.sqlite.connection import ConnectOptions, create_sqlalchemy_engine
 from podstore.sqlite.migrate import head_revision, run_downgrade, run_upgrade
 from podstore.storage.entries import current_entries, current_registered

@@ -18,7 +18,7 @@ import pytest
 from harness.refmodel import table_dump
 
 from podstore import PodDevicesEntry, PodStore, check_store
-from podstore.rules import chain
+from podstore.pure import chain
 from podstore.sqlite.connection import ConnectOptions
 from podstore.sqlite.migrate import run_downgrade, run_upgrade
 

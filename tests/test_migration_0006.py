@@ -244,7 +244,7 @@ def test_the_frozen_json_is_the_one_the_writers_write() -> None:
     """Revision 0006 converts rows with its own copy of responses.to_json: the same text."""
     import importlib.util
 
-    from podstore.rules import alloc_resp
+    from podstore.pure import alloc_resp
     from podstore.storage import responses
 
     here = Path(__file__).resolve().parent.parent / "migrations" / "versions"

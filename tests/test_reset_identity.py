@@ -16,7 +16,7 @@ from harness.refmodel import table_dump
 
 from podstore import PodStore, ReadOnlyStoreError, StoreCorruptError, check_store
 from podstore.cli import main
-from podstore.rules import chain
+from podstore.pure import chain
 
 RES = "example.com/gpu"
 

@@ -30,7 +30,7 @@ HEAVY = ("sqlalchemy", "alembic", "google.protobuf")
 #: The write side: the node's sync machinery, imports, exports, the checkpoint encoders.
 WRITE_SIDE = (
     "podstore.storage.node.sync",
-    "podstore.storage.node.whole",
+    "podstore.storage.node.import_dir",
     "podstore.storage.sync",
     "podstore.storage.transfer",
     "podstore.checkpoint.encode",

@@ -22,7 +22,7 @@ from harness.watch_support import (
 
 from podstore import PodStore, PodStoreError
 from podstore.metrics.stats import BUCKETS, SyncStats
-from podstore.rules.secrets import mask_url, scrub, url_password
+from podstore.pure.secrets import mask_url, scrub, url_password
 from podstore.watch.follower import Follower
 from podstore.watch.shipping import RetryingHook
 

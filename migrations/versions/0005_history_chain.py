@@ -5,7 +5,7 @@ Revises: 0004
 Create Date: 2026-12-04
 
 - ``allocation_events.hash`` (BLOB NOT NULL, 32 bytes): ``SHA-256(hash(n-1) ‖ canonical(event
-  n))`` from the genesis of the store's ``store_id`` (``podstore/rules/chain.py``).
+  n))`` from the genesis of the store's ``store_id`` (``podstore/pure/chain.py``).
 - ``allocation_events.released`` (TEXT NULL): the devices an entry event took away from an
   entry that existed before it, as a JSON array sorted by code point; NULL when none.
 - ``allocation_event_devices.released`` (0/1): the released devices get rows too (1), so
@@ -32,7 +32,7 @@ CASCADE fires. The new indexes are built after the fill. The append-only trigger
 first and re-created from its stored text. Downgrading rebuilds them without the new columns
 (the released-device rows go) and drops the links table.
 
-The byte rule is imported from ``podstore.rules.chain``: it is versioned (its genesis tag names
+The byte rule is imported from ``podstore.pure.chain``: it is versioned (its genesis tag names
 the format), and a new format would come with a new revision that re-chains; every other piece
 of DDL is spelled out here, frozen.
 """
@@ -46,7 +46,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from podstore.rules import chain
+from podstore.pure import chain
 
 revision: str = "0005"
 down_revision: str | None = "0004"

@@ -1,23 +1,11 @@
 """Kubelet's CPU manager checkpoint (``cpu_manager_state``), read and written as kubelet does.
 
-Four versions, told apart by shape and checksum, never by a version field:
-
-- **v1** (≤1.17): ``entries`` maps *container id* → cpuset; 1.18+ kubelets still read it.
-- **v2** (1.18+): ``entries`` maps pod UID → container → cpuset.
-- **v3** (pod-level resource managers): v2 plus ``podEntries`` (pod UID → ``{"cpuSet": …}``).
-- **v4** (2026): the state as a JSON string ``data`` with ``dataChecksum``, beside a v3 copy
-  whose checksum is 0 so that older kubelets still read it.
-
-v1–v3 carry FNV-1a 32 of go-spew's ``%#v`` of the whole struct through a pointer, with
-``Checksum`` zeroed; the type name in that text is ``CPUManagerCheckpoint`` (kubelet renames
-its versioned types to it, kubernetes#86689) or, for files some kubelets wrote, the versioned
-name itself. A stored checksum of 0 is accepted unverified for v1 and v2, as kubelet does. v4's
-``dataChecksum`` is FNV-1a 32 of ``"(string)"`` + ``data``; a file with ``data`` is read as v4
-only (kubelet does not fall back when it fails).
-
-Reading follows the newest kubelet's order (v4, v3, v2) and then v1, as 1.18–1.35 kubelets
-did. What comes back is what kubelet restores: cpusets parsed (:mod:`.cpuset`), so writing it
-gives the canonical strings kubelet writes.
+Versions v1–v4, told apart by shape and checksum, never by a version field (docs/node-files.md
+gives each and its checksum). The type name in the checksummed text is
+``CPUManagerCheckpoint`` (kubernetes#86689) or, for files some kubelets wrote, the versioned
+name itself. A file with ``data`` is read as v4 only: kubelet does not fall back when it
+fails. Otherwise reading follows the newest kubelet's order (v3, v2) and then v1, as
+1.18–1.35 kubelets did. Cpusets come back parsed, so writing gives kubelet's canonical strings.
 """
 
 from __future__ import annotations
@@ -46,7 +34,6 @@ from podstore.checkpoint.versions import (
     Layout,
     first_verified,
     has_key,
-    parse,
     read_data_format,
     read_tree,
     spew_rule,
@@ -200,14 +187,8 @@ def read_cpu_state(
 
 
 @collector_paused()
-def parse_cpu_state(text: str, origin: str = "") -> CPUManagerState:
-    """:func:`read_cpu_state` of text already read (``errors="surrogateescape"``)."""
-    return cpu_state_from_tree(parse(text, origin), origin)
-
-
-@collector_paused()
 def cpu_state_from_tree(tree: Any, origin: str = "") -> CPUManagerState:
-    """:func:`parse_cpu_state` of a document parsed by :func:`.gojson.parse`."""
+    """:func:`read_cpu_state` of a document parsed by :func:`.gojson.parse`."""
     if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
         return _read_v4(tree, origin)
     found = first_verified(tree, _LAYOUTS, "cpu manager", origin)

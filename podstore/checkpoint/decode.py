@@ -1,18 +1,12 @@
-"""Decode a parsed checkpoint document the way kubelet's ``json.Unmarshal`` fills its structs.
+"""The device manager's checkpoint decoded the way kubelet's ``json.Unmarshal`` fills its
+pre-initialised structs (an empty ``PodDeviceEntries`` slice, an empty ``RegisteredDevices``
+map).
 
-Go decodes *into* a value that may already hold data, and kubelet's value is pre-initialised
-(an empty ``PodDeviceEntries`` slice and an empty ``RegisteredDevices`` map). That explains
-every rule a careful importer must follow:
-
-- a missing key leaves the pre-initialised value (``[]`` / ``map[]``), ``null`` sets a slice or
-  map to nil, and ``null`` for a string, number or struct changes nothing;
-- a repeated key decodes again into the same place: a scalar is overwritten (the last one
-  wins), a map keeps its earlier keys, and a slice is decoded element by element over its
-  earlier elements, which keep the fields the later array does not mention (Go issue 21092);
-- keys match struct fields case-insensitively; unknown keys are ignored at every level;
-- the first value of the wrong type fails the whole document.
-
-:func:`load` applies kubelet 1.23–1.29's reading procedure (v2, then the v1 fallback of
+So a missing key leaves ``[]``/``map[]``; ``null`` nils a slice or map and changes nothing
+else; a repeated key decodes again into the same place (scalars: the last wins; maps keep
+earlier keys; slices decode over earlier elements, Go issue 21092); keys match fields
+case-insensitively and unknown ones are ignored; the first wrongly typed value fails the whole
+document. :func:`load` follows kubelet 1.23–1.29 (v2, then the v1 fallback of
 kubernetes#102882) and verifies the checksum.
 """
 

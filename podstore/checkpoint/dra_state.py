@@ -47,7 +47,7 @@ from podstore.checkpoint.gotypes import (
     Struct,
 )
 from podstore.checkpoint.values import utf8_text as _text
-from podstore.checkpoint.versions import has_key, parse, read_tree
+from podstore.checkpoint.versions import has_key, read_tree
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError, InvalidInputError
 
 #: The file's name in kubelet's root directory.
@@ -109,14 +109,8 @@ def read_dra_state(
 
 
 @collector_paused()
-def parse_dra_state(text: str, origin: str = "") -> DRAState:
-    """:func:`read_dra_state` of text already read (``errors="surrogateescape"``)."""
-    return dra_state_from_tree(parse(text, origin), origin)
-
-
-@collector_paused()
 def dra_state_from_tree(tree: Any, origin: str = "") -> DRAState:
-    """:func:`parse_dra_state` of a document parsed by :func:`.gojson.parse`."""
+    """:func:`read_dra_state` of a document parsed by :func:`.gojson.parse`."""
     if is_v1(tree):
         return read_v1(tree, origin)
     try:

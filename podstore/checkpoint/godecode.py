@@ -1,19 +1,12 @@
 """``json.Unmarshal`` into a Go value, for the types of :mod:`podstore.checkpoint.gotypes`.
 
-Go decodes *into* a value that may already hold data, which decides what a file means:
-
-- ``null`` sets a map, slice or pointer to nil and leaves a string, number or struct as it was;
-- a struct keeps the fields a JSON object does not mention; keys match fields by exact name,
-  then case-insensitively; unknown keys are ignored;
-- a map keeps its earlier keys, and each value is decoded into a fresh zero value (so a repeated
-  key replaces the whole earlier value);
-- a slice is decoded element by element over its earlier elements, which keep the fields a later
-  array does not mention (Go issue 21092); :class:`Slice` holds a slice that a shorter array
-  shortened, with the elements it may grow back over;
-- a number must parse as the field's integer type (``1.0`` into an ``int`` fails), a string
-  has its invalid UTF-8 replaced by U+FFFD.
-
-The first value Go would refuse raises :class:`DecodeError`, whose path names where.
+Go decodes *into* a value that may hold data: ``null`` nils a map, slice or pointer and leaves
+anything else; a struct keeps the fields an object does not mention (keys match exactly, then
+case-insensitively; unknown ones are ignored); a map keeps earlier keys and decodes each value
+into a fresh zero; a slice decodes over its earlier elements, which keep fields a later array
+does not mention (Go issue 21092; :class:`Slice` keeps what a shorter array cut off, which it
+may grow back over); ``1.0`` into an int fails; invalid UTF-8 becomes U+FFFD. The first value
+Go would refuse raises :class:`DecodeError` naming its path.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Go ``encoding/json`` behaviour that decides what kubelet accepts and what it writes.
+"""Go ``encoding/json`` where Python's :mod:`json` does not agree: kubelet reads its checkpoints
+with ``json.Unmarshal`` and writes them with ``json.Marshal``.
 
-Kubelet reads its checkpoint with ``json.Unmarshal`` and writes it with ``json.Marshal``.
-Python's :mod:`json` agrees with Go on most of the grammar; this module covers the rest:
-
-- :func:`parse` turns text into a tree whose objects are tuples of ``(key, value)`` pairs (so
-  duplicate keys and their order survive, as Go needs them), whose numbers keep their literal
-  text (:class:`Int`, :class:`Float`), and which rejects what Go's scanner rejects (``NaN``,
-  ``Infinity``, nesting deeper than 10000, trailing text, a byte order mark).
-- Scalar conversions the way Go's decoder performs them for a struct field: key folding
-  (:func:`fold_name`), ``strconv.ParseInt``/``ParseUint`` (:func:`parse_int`,
-  :func:`parse_uint`), ``base64.StdEncoding`` (:func:`decode_base64`) and the replacement of
-  invalid UTF-8 by U+FFFD (:func:`fix_string`).
-- :func:`encode` writes exactly the bytes ``json.Marshal`` writes (Go 1.22 and later).
-
-Strings reach this module as Python ``str`` decoded with ``errors="surrogateescape"``, so every
-byte that is not valid UTF-8 is one lone surrogate; every lone surrogate, wherever it came
-from, stands for one invalid byte.
+:func:`parse` keeps objects as tuples of pairs (duplicate keys and their order matter to Go)
+and numbers as their literal text, and rejects what Go's scanner rejects (``NaN``, nesting
+past 10000, trailing text, a BOM); the scalar conversions follow Go's decoder; :func:`encode`
+writes ``json.Marshal``'s bytes (Go 1.22+). Strings arrive decoded with
+``errors="surrogateescape"``: every lone surrogate stands for one invalid UTF-8 byte.
 """
 
 from __future__ import annotations

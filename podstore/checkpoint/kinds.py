@@ -152,7 +152,7 @@ def _no_kind(origin: str) -> CheckpointFormatError:
     )
 
 
-_FROM_TREE: dict[str, Callable[[Any, str], NodeState]] = {
+FROM_TREE: dict[str, Callable[[Any, str], NodeState]] = {
     "cpu": cpu_state_from_tree,
     "memory": memory_state_from_tree,
     "dra": dra_state_from_tree,
@@ -196,7 +196,7 @@ def read_node_checkpoint(
     first_error: CheckpointError | None = None
     for candidate in found:
         try:
-            return NodeCheckpoint(candidate, _FROM_TREE[candidate](tree, origin))
+            return NodeCheckpoint(candidate, FROM_TREE[candidate](tree, origin))
         except CheckpointError as e:
             first_error = first_error or e
     assert first_error is not None

@@ -1,23 +1,11 @@
 """Kubelet's memory manager checkpoint (``memory_manager_state``), read and written as kubelet
 does.
 
-Three versions, told apart by shape and checksum:
-
-- **v1** (1.21+): policy, the machine state (per NUMA node: assignments, a table per memory
-  type, the cells it is grouped with) and the memory blocks of each container.
-- **v2** (pod-level resource managers): v1 plus ``podEntries`` (pod UID → ``memoryBlocks``).
-- **v3** (2026): the state as a JSON string ``data`` with ``dataChecksum``, beside a v1 copy
-  with its own v1 checksum so that older kubelets still read it.
-
-v1 and v2 carry FNV-1a 32 of go-spew's ``%#v`` of the whole struct through a pointer with
-``Checksum`` zeroed, the type name in that text being ``MemoryManagerCheckpoint``; the
-machine state's map values are pointers, rendered ``<*>{…}``. v1 also verifies under its
-versioned name (one kubelet's rule), and a stored 0 is accepted unverified for v1 only, as
-kubelet does. v3's ``dataChecksum`` is FNV-1a 32 of ``"(string)"`` + ``data``; a file with
-``data`` is read as v3 only.
-
-What comes back keeps every nil apart from empty (``None`` stands for JSON ``null``), since
-kubelet keeps and writes them so: reading then writing a file kubelet wrote gives its bytes.
+Versions v1–v3, told apart by shape and checksum (docs/node-files.md gives each and its
+checksum). The machine state's map values are pointers, rendered ``<*>{…}`` in the checksummed
+text; v1 also verifies under its versioned type name (one kubelet's rule). A file with
+``data`` is read as v3 only. Every nil stays apart from empty (``None`` is JSON ``null``):
+kubelet keeps and writes them so, and reading then writing a file kubelet wrote gives its bytes.
 """
 
 from __future__ import annotations
@@ -48,7 +36,6 @@ from podstore.checkpoint.versions import (
     Layout,
     first_verified,
     has_key,
-    parse,
     read_data_format,
     read_tree,
     spew_rule,
@@ -221,14 +208,8 @@ def read_memory_state(
 
 
 @collector_paused()
-def parse_memory_state(text: str, origin: str = "") -> MemoryManagerState:
-    """:func:`read_memory_state` of text already read (``errors="surrogateescape"``)."""
-    return memory_state_from_tree(parse(text, origin), origin)
-
-
-@collector_paused()
 def memory_state_from_tree(tree: Any, origin: str = "") -> MemoryManagerState:
-    """:func:`parse_memory_state` of a document parsed by :func:`.gojson.parse`."""
+    """:func:`read_memory_state` of a document parsed by :func:`.gojson.parse`."""
     if string_field(tree, "DATA") or uint_field(tree, "DATACHECKSUM"):
         return _read_v3(tree, origin)
     found = first_verified(tree, _LAYOUTS, "memory manager", origin)

@@ -1,25 +1,11 @@
 """Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering.
 
-The device manager's file hashes ``Data.Data`` (below); the CPU and memory managers' files,
-and the DRA manager's first format, hash the whole checkpoint struct through a pointer
-(:func:`render_value`, for any type of :mod:`podstore.checkpoint.gotypes`).
-
-Kubelet renders the decoded ``checkpointData`` value with go-spew (``Sprintf("%#v")``, keys
-sorted, methods disabled) and hashes the UTF-8 text with FNV-1a 32 (kubelet-semantics §6).
-The rendering rules that matter here:
-
-- the top-level value and struct fields carry a ``(type)`` prefix; slice elements, map keys and
-  map values do not;
-- strings are written raw: no quotes, no escaping, an empty string writes nothing;
-- a nil slice or map is ``<nil>``, an empty one ``[]`` / ``map[]``;
-- map keys are sorted: NUMA ids numerically, resource names bytewise;
-- ``[]byte`` is written as decimal numbers separated by spaces.
-
-The v1 rule (§6.3) renders the legacy types, whose ``DeviceIDs`` is a flat ``[]string``, then
-renames the first ``checkpointDataV1`` and every ``PodDevicesEntryV1`` in the text, even
-inside user data, as kubelet did.
-
-The functions here trust their input (see :mod:`podstore.checkpoint.values` for checks).
+The device manager's file hashes ``Data.Data``; the CPU and memory managers' files, and the
+DRA manager's first format, hash the whole checkpoint struct through a pointer
+(:func:`render_value`). The rendering rules: kubelet-semantics §6 and docs/node-files.md ("The
+whole-struct checksum"). The v1 rule (§6.3) renames the first ``checkpointDataV1`` and every
+``PodDevicesEntryV1`` in the text, even inside user data, as kubelet did. Input is trusted
+(:mod:`podstore.checkpoint.values` checks it).
 """
 
 from __future__ import annotations

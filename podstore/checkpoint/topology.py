@@ -1,12 +1,9 @@
-"""The node's NUMA topology, read from sysfs: which CPUs belong to which NUMA node.
+"""The node's NUMA topology from sysfs: ``devices/system/node/nodeN/cpulist`` holds node N's CPUs.
 
-Linux lists each NUMA node as a directory ``devices/system/node/nodeN`` under sysfs (``/sys``)
-whose ``cpulist`` file holds the node's CPUs as a CPU list (``0-3,8-11``). A machine without
-NUMA support has no such directory: it then has no topology (``None``), which is not an error.
-A root without ``devices/system`` is no sysfs at all (:func:`is_sysfs`: a mistyped path), and
-callers leave what they stored from a real one as it was.
-Entries that are not a node directory with a readable, valid ``cpulist`` are skipped and
-named in :attr:`NumaTopology.skipped`, never fatal.
+A machine without NUMA support has no such directory: no topology (``None``), no error. A root
+without ``devices/system`` is no sysfs (:func:`is_sysfs`: a mistyped path), and callers keep what
+they stored. Entries that are no node directory with a readable, valid ``cpulist`` are skipped into
+:attr:`NumaTopology.skipped`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Checks on caller-supplied checkpoint values, before they are hashed or written.
 
-Two steps, kept apart because the encoder needs the values as given and the checksum needs
-them as kubelet will decode them again:
-
-- :func:`normalize` checks types and ranges and converts containers to the shapes the codec
-  works on (lists, ``bytes``); strings are left exactly as given.
-- :func:`sanitize` replaces every lone surrogate by U+FFFD, which is what kubelet's decoder
-  makes of the ``\\ufffd`` that Go's encoder writes for an invalid byte.
-
-Both return the caller's own objects when nothing had to change, so the common case copies
-nothing.
+Two steps, because the encoder needs the values as given and the checksum needs them as kubelet will
+decode them again: :func:`normalize` checks types and ranges and converts containers (strings stay
+exactly as given); :func:`sanitize` replaces each lone surrogate by U+FFFD, what kubelet makes of
+the ``\\ufffd`` Go writes for an invalid byte. Both return the caller's own objects when nothing
+changed.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from collections.abc import Sequence
 
 from podstore.checkpoint.gojson import fix_string
 from podstore.errors import InvalidInputError
-from podstore.rules import validate
+from podstore.pure import validate
 from podstore.types import PodDevicesEntry
 
 Entries = list[PodDevicesEntry] | None

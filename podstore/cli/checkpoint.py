@@ -29,11 +29,13 @@ KIND_NAMES = {
 }
 
 
-def node_report_line(report: NodeSyncReport) -> str:
-    """One line saying what a sync of a CPU, memory or DRA checkpoint changed."""
-    what = KIND_NAMES.get(report.kind, report.kind)
+def node_report_line(report: NodeSyncReport, what: str | None = None) -> str:
+    """One line saying what a sync of a CPU, memory or DRA checkpoint (or of ``what``: the
+    topology, the names) changed."""
+    what = what or KIND_NAMES.get(report.kind, report.kind)
+    version = "" if report.version is None else f" [{report.version}]"
     return (
-        f"{what} from {escape_controls(str(report.path))} [{report.version}]: "
+        f"{what} from {escape_controls(str(report.path))}{version}: "
         f"{report.items} items, {report.written} written, {report.deleted} deleted"
         + ("" if report.changed else " (unchanged)")
     )

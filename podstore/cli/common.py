@@ -11,7 +11,7 @@ from click.shell_completion import CompletionItem
 from podstore import logs
 from podstore.cli.context import DEFAULT_DB
 from podstore.errors import InvalidInputError, PodStoreError
-from podstore.rules.times import parse_time as parse_time_argument
+from podstore.pure.times import parse_time as parse_time_argument
 
 
 def parse_time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -47,15 +47,15 @@ def devices(ctx: Context, resource: str | None, output: str) -> None:
         emit((_row(h, names) for h in reader.devices(resource)), DEVICES_COLUMNS, output)
 
 
-def _row(held: DeviceHolding, names: Mapping[str, PodName]) -> dict[str, Any]:
-    name = names.get(held.pod_uid) if held.pod_uid is not None else None
+def _row(holding: DeviceHolding, names: Mapping[str, PodName]) -> dict[str, Any]:
+    name = names.get(holding.pod_uid) if holding.pod_uid is not None else None
     return {
-        "resource": held.resource,
-        "device_id": held.device_id,
-        "numa_nodes": list(held.numa_nodes),
-        "registered": held.registered,
-        "pod_uid": held.pod_uid,
-        "container": held.container,
+        "resource": holding.resource,
+        "device_id": holding.device_id,
+        "numa_nodes": list(holding.numa_nodes),
+        "registered": holding.registered,
+        "pod_uid": holding.pod_uid,
+        "container": holding.container,
         "namespace": name.namespace if name else None,
         "name": name.name if name else None,
     }

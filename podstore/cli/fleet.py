@@ -287,6 +287,16 @@ _OWNER_URL_HELP = (
 )
 
 
+_TEMP_FILE_LIMIT = click.option(
+    "--temp-file-limit",
+    default="1GB",
+    show_default=True,
+    metavar="SIZE",
+    help="Temporary file space one statement of the role may fill (as a superuser: a setting "
+    "the role cannot lift).",
+)
+
+
 @fleet.command("grant-node")
 @click.argument("node")
 @click.option("--url", "url", metavar="OWNER_URL", default=None, help=_OWNER_URL_HELP)
@@ -297,23 +307,27 @@ _OWNER_URL_HELP = (
     help="The role's name (default: podstore_node_ and the node name with every character "
     "outside [a-z0-9_] as _).",
 )
+@_TEMP_FILE_LIMIT
 @click.option("--print-sql", is_flag=True, help="Print the SQL instead of running it.")
-def grant_node(node: str, url: str | None, role: str | None, print_sql: bool) -> None:
+def grant_node(
+    node: str, url: str | None, role: str | None, temp_file_limit: str, print_sql: bool
+) -> None:
     """Create the login role that ships NODE's stores and can do nothing else.
 
     The role gets EXECUTE on the three shipping functions (and SELECT on the schema's version
     table): PostgreSQL refuses it every other write — UPDATE, DELETE, TRUNCATE, INSERT into
     any table, another node's stores, new objects. How it logs in (a password, a
-    certificate) is the server's configuration.
+    certificate) is the server's configuration. As a superuser it also bounds the role's
+    temporary files and revokes large objects from PUBLIC in the fleet database.
     """
     from podstore.fleet import admin
 
     target = _owner_url(url, print_sql)
     if print_sql:
-        _print_statements(admin.grant_node_sql(node, role))
+        _print_statements(admin.grant_node_sql(node, role, temp_file_limit=temp_file_limit))
         return
     driver()
-    report = admin.grant_node(target, node, role=role)
+    report = admin.grant_node(target, node, role=role, temp_file_limit=temp_file_limit)
     _report_grant(report, f"ships the stores of node {node} and nothing else")
 
 
@@ -321,22 +335,28 @@ def grant_node(node: str, url: str | None, role: str | None, print_sql: bool) ->
 @click.argument("role")
 @click.option("--url", "url", metavar="OWNER_URL", default=None, help=_OWNER_URL_HELP)
 @click.option("--login", is_flag=True, help="Create the role with LOGIN (default NOLOGIN).")
+@_TEMP_FILE_LIMIT
 @click.option("--print-sql", is_flag=True, help="Print the SQL instead of running it.")
-def grant_reader(role: str, url: str | None, login: bool, print_sql: bool) -> None:
+def grant_reader(
+    role: str, url: str | None, login: bool, temp_file_limit: str, print_sql: bool
+) -> None:
     """Create ROLE if missing and give it SELECT on the fleet's tables and views only.
 
     `podstore fleet sql` runs statements as this role (default podstore_reader). As a
     superuser it also revokes set_config() from PUBLIC in the fleet database, so that a
-    statement cannot switch back to the role of the URL it was sent with.
+    statement cannot switch back to the role of the URL it was sent with, revokes large
+    objects from PUBLIC, and bounds the role's temporary files.
     """
     from podstore.fleet import admin
 
     target = _owner_url(url, print_sql)
     if print_sql:
-        _print_statements(admin.grant_reader_sql(role, login=login))
+        _print_statements(
+            admin.grant_reader_sql(role, login=login, temp_file_limit=temp_file_limit)
+        )
         return
     driver()
-    report = admin.grant_reader(target, role, login=login)
+    report = admin.grant_reader(target, role, login=login, temp_file_limit=temp_file_limit)
     _report_grant(report, "reads the fleet's tables and views and nothing else")
 
 

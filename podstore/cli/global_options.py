@@ -49,43 +49,6 @@ def _log_format(_ctx: click.Context, _param: click.Parameter, value: str | None)
         use_log_format(value)
 
 
-def group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The group's own copies: they fill ``db``, ``readonly`` and ``busy_timeout`` (and apply
-    ``--log-format`` as they are parsed)."""
-    fn = click.option(
-        "--log-format",
-        type=LOG_FORMAT,
-        default="text",
-        show_default=True,
-        envvar="PODSTORE_LOG_FORMAT",
-        show_envvar=True,
-        expose_value=False,
-        is_eager=True,
-        callback=_log_format,
-        help=LOG_FORMAT_HELP,
-    )(fn)
-    fn = click.option(
-        "--busy-timeout",
-        "busy_timeout",
-        type=BUSY_TIMEOUT,
-        default=DEFAULT_BUSY_TIMEOUT,
-        show_default=True,
-        metavar="SECONDS",
-        help=BUSY_HELP,
-    )(fn)
-    fn = click.option("--readonly", is_flag=True, help=READONLY_HELP)(fn)
-    return click.option(
-        "--db",
-        "db",
-        metavar="PATH",
-        envvar="PODSTORE_DB",
-        show_envvar=True,
-        default=DEFAULT_DB,
-        show_default=True,
-        help=DB_HELP,
-    )(fn)
-
-
 def _setter(attribute: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or value is False:
@@ -97,50 +60,41 @@ def _setter(attribute: str) -> Callable[[click.Context, click.Parameter, Any], N
     return callback
 
 
-def _command_options() -> list[click.Option]:
-    return [
-        click.Option(
-            ["--db"],
-            metavar="PATH",
-            default=None,
-            expose_value=False,
-            callback=_setter("db"),
-            help=DB_HELP,
+def global_options(group: bool) -> list[click.Option]:
+    """``--db``, ``--readonly``, ``--busy-timeout``, ``--log-format``: the group's fill its
+    parameters; a command's copies write into the shared Context, and only when given."""
+    specs: list[tuple[list[str], str, Any, dict[str, Any]]] = [
+        (["--db", "db"], "db", DEFAULT_DB, {"metavar": "PATH", "envvar": "PODSTORE_DB"}),
+        (["--readonly"], "readonly", False, {"is_flag": True}),
+        (
+            ["--busy-timeout", "busy_timeout"],
+            "busy_timeout",
+            DEFAULT_BUSY_TIMEOUT,
+            {"type": BUSY_TIMEOUT, "metavar": "SECONDS"},
         ),
-        click.Option(
-            ["--readonly"],
-            is_flag=True,
-            default=False,
-            expose_value=False,
-            callback=_setter("readonly"),
-            help=READONLY_HELP,
-        ),
-        click.Option(
-            ["--busy-timeout"],
-            type=BUSY_TIMEOUT,
-            default=None,
-            metavar="SECONDS",
-            expose_value=False,
-            callback=_setter("busy_timeout"),
-            help=BUSY_HELP,
-        ),
-        click.Option(
-            ["--log-format"],
-            type=LOG_FORMAT,
-            default=None,
-            expose_value=False,
-            is_eager=True,
-            callback=_log_format,
-            help=LOG_FORMAT_HELP,
-        ),
+        (["--log-format"], "", "text", {"type": LOG_FORMAT, "envvar": "PODSTORE_LOG_FORMAT"}),
     ]
+    helps = (DB_HELP, READONLY_HELP, BUSY_HELP, LOG_FORMAT_HELP)
+    out = []
+    for (decls, attribute, default, kw), help_text in zip(specs, helps, strict=True):
+        if not attribute:  # --log-format applies itself as it is parsed
+            kw.update(expose_value=False, is_eager=True, callback=_log_format)
+        if group:
+            shown = default is not False
+            kw.update(default=default, show_default=shown, show_envvar="envvar" in kw)
+        else:
+            kw.pop("envvar", None)
+            kw.setdefault("callback", _setter(attribute))
+            kw.update(default=None, expose_value=False)
+        out.append(click.Option(decls, help=help_text, **kw))
+    return out
 
 
 def add_global_options(command: click.Command) -> None:
     """Give ``command`` (and, for a group, its commands so far) the global options it does
     not define itself."""
     taken = {opt for p in command.params for opt in getattr(p, "opts", ())}
-    command.params.extend(o for o in _command_options() if not taken & set(o.opts))
+    command.params.extend(o for o in global_options(False) if not taken & set(o.opts))
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             add_global_options(sub)

@@ -16,7 +16,7 @@ import click
 
 from podstore import __version__, logs
 from podstore.cli.context import Context
-from podstore.cli.global_options import PodstoreGroup, group_options
+from podstore.cli.global_options import PodstoreGroup, global_options
 from podstore.errors import PodStoreError
 
 # Each command module defines its commands and knows nothing of this group; the group names
@@ -49,9 +49,9 @@ COMMANDS = {
 @click.group(
     cls=PodstoreGroup,
     lazy={name: f"podstore.cli.{where}" for name, where in COMMANDS.items()},
+    params=global_options(True),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@group_options
 # The version is the package's own constant: looking it up in the installed metadata
 # (importlib.metadata) costs more than the rest of `podstore --version`.
 @click.version_option(__version__, prog_name="podstore")

@@ -13,7 +13,7 @@ from podstore.checkpoint.topology import DEFAULT_SYSFS
 from podstore.cli.checkpoint import KIND_NAMES, node_report_line
 from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
-from podstore.types import ContainerNuma, NodeSyncReport, NumaUsage, SyncReport
+from podstore.types import ContainerNuma, NumaUsage, SyncReport
 
 #: Where kubelet keeps its state.
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
@@ -55,14 +55,6 @@ def _device_line(report: SyncReport) -> str:
         f"{KIND_NAMES['devices']} from {escape_controls(report.path)} [v{report.version}]: "
         f"{report.entries} entries, {report.inserted} inserted, {report.replaced} replaced, "
         f"{report.deleted} deleted" + ("" if report.changed else " (unchanged)")
-    )
-
-
-def _facts_line(report: NodeSyncReport, what: str) -> str:
-    return (
-        f"{what} from {escape_controls(str(report.path))}: {report.items} items, "
-        f"{report.written} written, {report.deleted} deleted"
-        + ("" if report.changed else " (unchanged)")
     )
 
 
@@ -108,43 +100,19 @@ def import_node(
         (report.topology, "NUMA topology", f"{sysfs} is no sysfs"),
         (report.names, "pod names", f"{pod_logs} is no directory"),
     )
-    for facts, what, why in sources:
-        if facts is None:
+    for source, what, why in sources:
+        if source is None:
             click.echo(f"absent: {what}: {escape_controls(why)} (left as it was)")
             continue
-        click.echo("imported " + _facts_line(facts, what))
-        for reason in facts.skipped[:SKIPPED_SHOWN]:
+        click.echo("imported " + node_report_line(source, what))
+        for reason in source.skipped[:SKIPPED_SHOWN]:
             click.echo(f"  skipped {escape_controls(reason)}")
-        if len(facts.skipped) > SKIPPED_SHOWN:
-            click.echo(f"  ... and {len(facts.skipped) - SKIPPED_SHOWN} more")
+        if len(source.skipped) > SKIPPED_SHOWN:
+            click.echo(f"  ... and {len(source.skipped) - SKIPPED_SHOWN} more")
 
 
-def _usage_row(u: NumaUsage) -> dict[str, Any]:
-    return {
-        "numa_node": u.numa_node,
-        "kind": u.kind,
-        "name": u.name,
-        "held": u.held,
-        "free": u.free,
-        "total": u.total,
-        "holders": list(u.holders),
-    }
-
-
-def _nodes(nodes: tuple[int, ...] | None) -> list[int] | None:
-    return None if nodes is None else list(nodes)
-
-
-def _misaligned_row(c: ContainerNuma) -> dict[str, Any]:
-    return {
-        "pod_uid": c.pod_uid,
-        "namespace": c.namespace,
-        "pod_name": c.pod_name,
-        "container": c.container,
-        "device_numa": _nodes(c.device_numa),
-        "cpu_numa": _nodes(c.cpu_numa),
-        "memory_numa": _nodes(c.memory_numa),
-    }
+def _row(value: NumaUsage | ContainerNuma, columns: list[str]) -> dict[str, Any]:
+    return {c: list(v) if isinstance(v := getattr(value, c), tuple) else v for c in columns}
 
 
 @click.command("topology")
@@ -165,7 +133,9 @@ def topology(ctx: Context, misaligned: bool, output: str) -> None:
     store = ctx.store(readonly=True)
     if misaligned:
         emit(
-            map(_misaligned_row, store.container_numa(misaligned=True)), MISALIGNED_COLUMNS, output
+            (_row(c, MISALIGNED_COLUMNS) for c in store.container_numa(misaligned=True)),
+            MISALIGNED_COLUMNS,
+            output,
         )
         return
-    emit(map(_usage_row, store.topology()), TOPOLOGY_COLUMNS, output)
+    emit((_row(u, TOPOLOGY_COLUMNS) for u in store.topology()), TOPOLOGY_COLUMNS, output)

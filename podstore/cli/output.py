@@ -1,27 +1,14 @@
-"""One output option for every command that lists things: ``-o table|json|yaml|csv``, and
-:func:`emit`, which writes rows in that format as they come.
+"""``-o table|json|yaml|csv`` for every command that lists things, and :func:`emit`, which writes
+rows (mappings with the same keys, from any iterable) in that format as they come.
 
-Rows are mappings with the same keys (the columns) in any order; any iterable of them will do,
-a generator included. Nothing is built whole in memory: JSON, YAML and CSV are written row by
-row (in small batches), and a table is written a window of rows at a time — the column widths
-come from the first window and only grow after it — so the memory a listing needs does not
-depend on how many rows it has.
-
-Formats:
-
-- ``table``: a header of upper-case column names, then one line per row, columns left-aligned
-  two spaces apart; lists are joined with commas, None is blank, and control characters
-  (C0, DEL, C1, the Unicode line and paragraph separators and the bidirectional overrides) are
-  escaped as ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e`` … so that a value cannot break a line,
-  fake a row or recolour the terminal. No rows: ``(none)``.
-- ``json``: a list of objects, keys in column order, two-space indent, exactly as
-  ``json.dumps(rows, indent=2)`` would print it (the library's encoder writes each batch of
-  rows; the batches are spliced between one pair of brackets), but strict: a non-finite
-  float (which SQL can produce) is written as the string ``"Infinity"``, ``"-Infinity"`` or
-  ``"NaN"``, never as a bare token that JSON parsers refuse.
-- ``yaml``: the same list as block YAML (``cli/yaml_text.py``; ``.inf``/``.nan`` are valid
-  YAML).
-- ``csv``: a header row, then the rows; lists joined with commas, None empty.
+Nothing is built whole: JSON, YAML and CSV go out in small batches, a table a window at a time
+(widths from the first window, growing after it), so a listing's memory does not grow with
+its rows. Table cells escape control characters (C0, DEL, C1, line and paragraph separators,
+bidirectional overrides) as ``\\n``, ``\\x1b``, ``\\u202e`` … so that a value cannot break a
+line, fake a row or recolour the terminal; lists are comma-joined, None blank, no rows
+``(none)``. JSON is what ``json.dumps(rows, indent=2)`` prints, but strict: a non-finite float
+(SQL can make one) is the string ``"Infinity"``/``"-Infinity"``/``"NaN"``. YAML:
+``cli/yaml_text.py``.
 """
 
 from __future__ import annotations

@@ -48,20 +48,20 @@ def _pod_rows(
     others = iter(node)
     pending = next(others, None)
 
-    def row(uid: str, pod: PodSummary | None, held: NodePodSummary | None) -> dict[str, Any]:
+    def row(uid: str, pod: PodSummary | None, node_pod: NodePodSummary | None) -> dict[str, Any]:
         name = names.get(uid)
         return {
             "pod_uid": uid,
             # Every manager's containers, where the others know the pod.
-            "containers": held.containers if held else pod.containers if pod else 0,
+            "containers": node_pod.containers if node_pod else pod.containers if pod else 0,
             "entries": pod.entries if pod else 0,
             "devices": pod.devices if pod else 0,
             "resources": list(pod.resources) if pod else [],
             "namespace": name.namespace if name else None,
             "name": name.name if name else None,
-            "cpus": held.cpus if held else 0,
-            "memory_bytes": held.memory_bytes if held else 0,
-            "claims": held.claims if held else 0,
+            "cpus": node_pod.cpus if node_pod else 0,
+            "memory_bytes": node_pod.memory_bytes if node_pod else 0,
+            "claims": node_pod.claims if node_pod else 0,
         }
 
     for pod in devices:
@@ -129,8 +129,8 @@ def _get_rows(store: PodStore, pod_uid: str) -> list[dict[str, Any]]:
         by_node: dict[int | None, list[int]] = {}
         for cpu in sorted(cpus):
             by_node.setdefault(node_of.get(cpu), []).append(cpu)
-        for numa, held in sorted(by_node.items(), key=lambda x: (x[0] is None, x[0] or 0)):
-            add(container, "cpu", numa, [format_cpuset(frozenset(held))], manager="cpu")
+        for numa, numa_cpus in sorted(by_node.items(), key=lambda x: (x[0] is None, x[0] or 0)):
+            add(container, "cpu", numa, [format_cpuset(frozenset(numa_cpus))], manager="cpu")
     for container, blocks in sorted(store.pod_memory(pod_uid).items(), key=_container_order):
         for block in blocks:
             # A block taken from several NUMA nodes shows on each, with its size.

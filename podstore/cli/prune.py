@@ -9,7 +9,7 @@ import click
 from podstore.cli.common import parse_time
 from podstore.cli.context import Context
 from podstore.cli.durations import describe, duration
-from podstore.rules.times import format_ts
+from podstore.pure.times import format_ts
 
 
 @click.command()

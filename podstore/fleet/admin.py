@@ -10,7 +10,10 @@ superuser); a node or reader role is refused by the server.
   views and nothing else, which ``fleet sql`` runs statements as;
 - both take from PUBLIC what PostgreSQL gives every role by default and a restricted role
   must not have: CREATE on the fleet's schema, TEMPORARY on the database, and (as a
-  superuser) EXECUTE on ``set_config``, with which a statement could switch the role back.
+  superuser) EXECUTE on ``set_config``, with which a statement could switch the role back,
+  and on the functions that create or write large objects (data a role would keep in the
+  database); as a superuser both also bound the role's temporary files (``temp_file_limit``,
+  a setting only a superuser may change, so the role cannot lift it).
 
 The SQL is built here, not sent as parameters, because role names are identifiers; every
 name is checked against :data:`ROLE_NAME` and every literal quoted.
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from podstore.errors import InvalidInputError
 from podstore.fleet import db, migrate
 from podstore.fleet.urls import FleetURL, resolve
-from podstore.rules import validate
+from podstore.pure import validate
 
 #: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
@@ -39,6 +42,22 @@ SHIP_FUNCTIONS = (
     "json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
+#: The functions with which any role creates or writes large objects: data of its own kept in
+#: the database, outside every fleet table (EXECUTE is PUBLIC's by default).
+LARGE_OBJECT_FUNCTIONS = (
+    "pg_catalog.lo_creat(integer)",
+    "pg_catalog.lo_create(oid)",
+    "pg_catalog.lo_from_bytea(oid, bytea)",
+    "pg_catalog.lo_import(text)",
+    "pg_catalog.lo_import(text, oid)",
+    "pg_catalog.lo_open(oid, integer)",
+    "pg_catalog.lo_put(oid, bigint, bytea)",
+)
+REVOKE_LARGE_OBJECTS = f"REVOKE EXECUTE ON FUNCTION {', '.join(LARGE_OBJECT_FUNCTIONS)} FROM PUBLIC"
+#: Temporary file space one statement of a node or reader role may fill (a sort or a
+#: materialized ``generate_series`` spills there); a superuser-only setting.
+TEMP_FILE_LIMIT = "1GB"
+_TEMP_FILE_LIMIT = re.compile(r"[1-9][0-9]{0,9}(kB|MB|GB|TB)")
 #: Connections a node role may hold at once, and its sessions' limits (role settings).
 NODE_CONNECTIONS = 4
 NODE_SETTINGS = {
@@ -95,8 +114,19 @@ END
 $podstore$"""
 
 
-def grant_node_sql(node: str, role: str | None = None) -> list[str]:
-    """The statements :func:`grant_node` runs, in order (``fleet grant-node --print-sql``)."""
+def _temp_limit(role: str, limit: str) -> str:
+    if not isinstance(limit, str) or not _TEMP_FILE_LIMIT.fullmatch(limit):
+        raise InvalidInputError(
+            f"temp_file_limit: expected a size such as 1GB or 512MB, got {limit!r}"
+        )
+    return f"ALTER ROLE {_ident(role)} SET temp_file_limit = '{limit}'"
+
+
+def grant_node_sql(
+    node: str, role: str | None = None, *, temp_file_limit: str = TEMP_FILE_LIMIT
+) -> list[str]:
+    """The statements :func:`grant_node` runs, in order (``fleet grant-node --print-sql``);
+    the last two need a superuser."""
     node = validate.text(node, "node")
     if not node:
         raise InvalidInputError("node: expected a non-empty name")
@@ -111,6 +141,12 @@ def grant_node_sql(node: str, role: str | None = None) -> list[str]:
         f"GRANT EXECUTE ON FUNCTION {', '.join(SHIP_FUNCTIONS)} TO {_ident(name)}",
         "INSERT INTO fleet_node_grants (node, role_name) "
         f"VALUES ({_literal(node)}, {_literal(name)}) ON CONFLICT DO NOTHING",
+        # A node role can keep a transaction open for ever (its timeouts are its own to
+        # change): membership lets the granting role end its sessions (pg_terminate_backend)
+        # without a superuser. It gives the granting role nothing else it lacked.
+        f"GRANT {_ident(name)} TO CURRENT_USER",
+        _temp_limit(name, temp_file_limit),
+        REVOKE_LARGE_OBJECTS,
     ]
 
 
@@ -120,9 +156,11 @@ def _reader_relations() -> list[str]:
     return [t.name for t in schema.metadata.sorted_tables] + [name for name, _ in views.VIEWS]
 
 
-def grant_reader_sql(role: str, *, login: bool = False) -> list[str]:
+def grant_reader_sql(
+    role: str, *, login: bool = False, temp_file_limit: str = TEMP_FILE_LIMIT
+) -> list[str]:
     """The statements :func:`grant_reader` runs, in order (``fleet grant-reader
-    --print-sql``); the last one needs a superuser."""
+    --print-sql``); the last three need a superuser."""
     name = _role(role)
     return [
         _role_block(name, login=login),
@@ -131,7 +169,30 @@ def grant_reader_sql(role: str, *, login: bool = False) -> list[str]:
         # So that `fleet sql` with the granting role's URL can SET ROLE to the reader.
         f"GRANT {_ident(name)} TO CURRENT_USER",
         f"REVOKE EXECUTE ON FUNCTION {SET_CONFIG} FROM PUBLIC",
+        _temp_limit(name, temp_file_limit),
+        REVOKE_LARGE_OBJECTS,
     ]
+
+
+def _superuser_only(statement: str) -> str | None:
+    """Why ``statement`` is skipped when the granting role is no superuser (None: it is not)."""
+    if SET_CONFIG in statement:
+        return (
+            "set_config() is still executable by every role (only a superuser can "
+            "revoke it): `fleet sql` with a superuser URL stays refused until a "
+            "superuser runs this grant"
+        )
+    if statement == REVOKE_LARGE_OBJECTS:
+        return (
+            "every role may still create large objects (only a superuser can revoke "
+            "lo_create and the like from PUBLIC): run this grant as a superuser"
+        )
+    if " SET temp_file_limit " in statement:
+        return (
+            "the role's temporary files are not bounded (temp_file_limit is a superuser "
+            "setting): run this grant as a superuser"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,35 +240,48 @@ def _run_grant(
         ):
             raise InvalidInputError(f"role {role} is a superuser: it cannot be restricted")
         for statement in statements:
-            if SET_CONFIG in statement and not superuser:
-                warnings.append(
-                    "set_config() is still executable by every role (only a superuser can "
-                    "revoke it): `fleet sql` with a superuser URL stays refused until a "
-                    "superuser runs this grant"
-                )
+            skipped = None if superuser else _superuser_only(statement)
+            if skipped is not None:
+                warnings.append(skipped)
                 continue
             conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
     return GrantReport(role, not existed, tuple(warnings))
 
 
-def grant_node(url: str | FleetURL | None, node: str, *, role: str | None = None) -> GrantReport:
+def grant_node(
+    url: str | FleetURL | None,
+    node: str,
+    *,
+    role: str | None = None,
+    temp_file_limit: str = TEMP_FILE_LIMIT,
+) -> GrantReport:
     """Create (if missing) the login role that ships ``node``'s stores — ``role``, else
     :func:`node_role` — and give it EXECUTE on the shipping functions and nothing else; the
     server then refuses it any other write, any other node's store, any new object. How it
     authenticates (a password, a certificate) is the server's configuration. Raises
-    InvalidInputError for a bad name, FleetRefusedError when the URL's role lacks the rights."""
+    InvalidInputError for a bad name, FleetRefusedError when the URL's role lacks the rights.
+    As a superuser it also bounds the role's temporary files (``temp_file_limit``) and takes
+    large objects from PUBLIC; otherwise the report warns that it could not."""
     target = resolve(url)
-    statements = grant_node_sql(node, role)
+    statements = grant_node_sql(node, role, temp_file_limit=temp_file_limit)
     name = _role(role) if role is not None else node_role(node)
     return db.retrying(target, lambda: _run_grant(target, name, statements, node))
 
 
-def grant_reader(url: str | FleetURL | None, role: str, *, login: bool = False) -> GrantReport:
+def grant_reader(
+    url: str | FleetURL | None,
+    role: str,
+    *,
+    login: bool = False,
+    temp_file_limit: str = TEMP_FILE_LIMIT,
+) -> GrantReport:
     """Create ``role`` if missing (NOLOGIN unless ``login``) and give it SELECT on the fleet's
-    tables and views and nothing else; as a superuser also revoke set_config() from PUBLIC.
-    ``fleet sql`` runs statements as this role (default ``podstore_reader``)."""
+    tables and views and nothing else; as a superuser also revoke set_config() and large
+    objects from PUBLIC and bound the role's temporary files (``temp_file_limit``, which
+    ``fleet sql`` with a superuser URL applies too). ``fleet sql`` runs statements as this
+    role (default ``podstore_reader``)."""
     target = resolve(url)
-    statements = grant_reader_sql(role, login=login)
+    statements = grant_reader_sql(role, login=login, temp_file_limit=temp_file_limit)
     name = _role(role)
     return db.retrying(target, lambda: _run_grant(target, name, statements))
 

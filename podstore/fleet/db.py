@@ -98,6 +98,8 @@ def dispose_all() -> None:
 # SQLSTATE classes and codes (PostgreSQL Appendix A).
 _UNAVAILABLE_CLASSES = ("08", "53", "57P", "58")
 _CANCELED = "57014"  # query_canceled: the statement timeout
+_LOCK_TIMEOUT = "55P03"  # lock_not_available: the lock timeout
+_LIMIT = "53400"  # configuration_limit_exceeded: temp_file_limit, not a server in trouble
 # read_only_sql_transaction; active_sql_transaction (SET TRANSACTION READ WRITE too late)
 _READ_ONLY = ("25006", "25001")
 _PERMISSION = "42501"  # insufficient_privilege: the server refused the role a right
@@ -114,6 +116,12 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
     where = f"fleet database {url.shown}"
     if sqlstate == _CANCELED:
         return FleetError(f"{where}: the statement was cancelled (statement timeout): {first}")
+    if sqlstate == _LOCK_TIMEOUT:
+        waited = FleetError(f"{where}: gave up waiting for a lock (lock timeout): {first}")
+        waited.lock_timeout = True  # type: ignore[attr-defined]
+        return waited
+    if sqlstate == _LIMIT:
+        return FleetError(f"{where}: refused, past a limit the server sets for the role: {first}")
     if sqlstate in _READ_ONLY:
         return ReadOnlyStoreError(f"{where}: refused, the transaction is read-only: {first}")
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:

@@ -1,9 +1,12 @@
 """Create and upgrade the central schema: ``podstore fleet init`` and its API.
 
 The Alembic scripts ship as ``podstore.fleet.migrations`` with their own version table
-(``fleet_alembic_version``). Each run holds a transaction-scoped advisory lock, so two
-``fleet init`` at once migrate once; PostgreSQL DDL is transactional, so a failed upgrade
-leaves the previous schema.
+(``fleet_alembic_version``). Each run holds an EXCLUSIVE lock on that table for its
+transaction, so two ``fleet init`` at once migrate once, and no node or reader role can take
+or hold that lock (before the first run, when the table does not exist yet, an advisory lock
+stands in, waited for a bounded time); PostgreSQL DDL is transactional, so a failed upgrade
+leaves the previous schema. Every other lock the migration needs is waited for at most
+:data:`LOCK_TIMEOUT`, and a refusal names the sessions holding the fleet's tables.
 """
 
 from __future__ import annotations
@@ -15,15 +18,25 @@ from typing import TYPE_CHECKING
 
 from podstore.errors import FleetError
 from podstore.fleet import db
-from podstore.fleet.sql import ADVISORY_LOCK, REVISION, VERSION_TABLE_EXISTS
+from podstore.fleet.sql import (
+    ADVISORY_LOCK,
+    LOCK_HOLDERS,
+    LOCK_VERSION_TABLE,
+    REVISION,
+    VERSION_TABLE_EXISTS,
+)
 from podstore.fleet.urls import FleetURL, resolve
 from podstore.sqlite.migrate import head_of, scripts_at, scripts_location
 
 if TYPE_CHECKING:
     import sqlalchemy
 
-# An arbitrary constant: the advisory lock id of podstore's fleet migrations.
+# An arbitrary constant: the advisory lock id of podstore's fleet migrations (first run only).
 _LOCK_ID = 0x706F_6473_746F_7265  # "podstore"
+#: How long ``fleet init`` waits for a lock other than the version table's: a session that
+#: keeps a transaction open on the fleet's tables (a node role may lift its own idle timeout)
+#: makes it fail with the session named, instead of waiting for ever.
+LOCK_TIMEOUT = "1min"
 
 
 @functools.cache
@@ -34,7 +47,7 @@ def migrations_dir() -> str:
 #: The newest revision under fleet/migrations/versions: ``ship`` and the reads check the
 #: database against it without loading Alembic (~150 ms per process). Bump it with every new
 #: revision; a test pins it to Alembic's head.
-HEAD_REVISION = "f0005"
+HEAD_REVISION = "f0006"
 
 
 def head_revision() -> str:
@@ -104,20 +117,53 @@ class InitReport:
         return self.before != self.after
 
 
+def _lock(conn: sqlalchemy.Connection) -> None:
+    """Keep other runs out for this transaction, with a lock no node or reader role can hold:
+    EXCLUSIVE on the version table needs UPDATE, DELETE or TRUNCATE on it, and lets their
+    SELECT (ACCESS SHARE) through. Any role may take an advisory lock, so the one that stands
+    in before the version table exists is waited for at most LOCK_TIMEOUT."""
+    from sqlalchemy import text
+
+    timeout = text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+    conn.execute(timeout)
+    if not conn.execute(text(VERSION_TABLE_EXISTS)).scalar():
+        conn.execute(text(ADVISORY_LOCK), {"id": _LOCK_ID})
+    if conn.execute(text(VERSION_TABLE_EXISTS)).scalar():
+        # Another run may migrate for minutes: wait for it without a bound.
+        conn.execute(text("SET LOCAL lock_timeout = 0"))
+        conn.execute(text(LOCK_VERSION_TABLE))
+        conn.execute(timeout)
+
+
 def _run(url: FleetURL, command: str, target: str) -> InitReport:
     from alembic import command as alembic_command
     from alembic.config import Config
     from sqlalchemy import text
 
-    with db.transaction(url) as conn:
-        conn.execute(text(ADVISORY_LOCK), {"id": _LOCK_ID})
-        before = current_revision(conn)
-        cfg = Config()
-        cfg.set_main_option("script_location", migrations_dir())
-        cfg.attributes["connection"] = conn
-        getattr(alembic_command, command)(cfg, target)
-        after = current_revision(conn)
-        warnings = owner_warnings(conn)
+    try:
+        with db.transaction(url) as conn:
+            _lock(conn)
+            before = current_revision(conn)
+            cfg = Config()
+            cfg.set_main_option("script_location", migrations_dir())
+            cfg.attributes["connection"] = conn
+            getattr(alembic_command, command)(cfg, target)
+            after = current_revision(conn)
+            warnings = owner_warnings(conn)
+    except FleetError as exc:
+        if not getattr(exc, "lock_timeout", False):
+            raise
+        with db.transaction(url) as conn:
+            holders = ", ".join(
+                f"pid {pid} ({role})" for pid, role in conn.execute(text(LOCK_HOLDERS))
+            )
+        raise FleetError(
+            f"fleet database {url.shown}: fleet init waited {LOCK_TIMEOUT} for a lock and gave "
+            "up; nothing was changed. Sessions holding locks on the fleet's tables: "
+            f"{holders or 'none now'}. A session that stays in a transaction is ended with "
+            "SELECT pg_terminate_backend(pid) (by the role that granted the node, or a "
+            "superuser); then run fleet init again"
+        ) from None
     forget_schema(url)
     return InitReport(before, after, warnings)
 

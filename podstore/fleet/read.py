@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from podstore.errors import FleetError, InvalidInputError, QueryLimitError
-from podstore.fleet import db, migrate
+from podstore.fleet import admin, db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.urls import FleetURL, resolve
-from podstore.rules import validate
-from podstore.rules.times import TimeArg, parse_time
+from podstore.pure import validate
+from podstore.pure.times import TimeArg, parse_time
 from podstore.types import QueryResult
 
 if TYPE_CHECKING:
@@ -193,7 +193,8 @@ def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> No
     from sqlalchemy import text
 
     row = conn.execute(text(q.READER_CHECK), {"role": reader}).one()
-    session_privileged, exists, reader_privileged, reader_set_config, session = row
+    session_privileged, exists, reader_privileged, reader_set_config, session = row[:5]
+    session_superuser, reader_temp_limit = row[5:]
     hint = f"podstore fleet grant-reader {reader} --url OWNER_URL"
     if not exists:
         if session_privileged:
@@ -215,6 +216,12 @@ def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> No
             f"a statement could switch back to the URL's role {session}; run `{hint}` as a "
             "superuser (it revokes set_config from PUBLIC in the fleet database)"
         )
+    if session_superuser:
+        # Role settings come with a login, not with SET ROLE: the reader's bound on temporary
+        # files is applied here (a superuser setting, so the statement cannot lift it again);
+        # a reader without one gets the default of `grant-reader`.
+        limit = reader_temp_limit or admin.TEMP_FILE_LIMIT
+        conn.execute(text(q.TEMP_FILE_LIMIT), {"limit": limit})
     conn.exec_driver_sql(q.SET_ROLE.format(role=_quote_ident(reader)))
 
 

@@ -19,7 +19,7 @@ Two kinds of tables:
 ``last_seq``, the newest node ``seq`` this database holds (shipping resumes after it), the head
 of its hash chain, the counters ``fleet nodes`` shows, its refusals and its retirement.
 
-The chain (``podstore/rules/chain.py``): ``fleet_events`` keeps what each event's hash covers,
+The chain (``podstore/pure/chain.py``): ``fleet_events`` keeps what each event's hash covers,
 ``fleet_chain_links`` what an event chains from where its predecessor is not held (history
 pruned on the node, or shipped before the chain). ``fleet_store_log`` records what was done to
 a store by hand or on the node's word (renamed, retired, a chain adopted).

@@ -42,9 +42,9 @@ from podstore.fleet import db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.status import ShippingStatus
 from podstore.fleet.urls import FleetURL, resolve
+from podstore.pure import validate
+from podstore.pure.times import parse_ts
 from podstore.reading import EventRow, StateEntry
-from podstore.rules import validate
-from podstore.rules.times import parse_ts
 from podstore.store import PodStore
 
 if TYPE_CHECKING:

@@ -15,6 +15,20 @@ from __future__ import annotations
 VERSION_TABLE = "fleet_alembic_version"
 
 ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(:id)"
+LOCK_VERSION_TABLE = f"LOCK TABLE {VERSION_TABLE} IN EXCLUSIVE MODE"
+#: The other sessions holding a lock on a relation of the fleet's schema, or an advisory lock
+#: in its database, and their roles.
+LOCK_HOLDERS = """
+    SELECT DISTINCT l.pid, a.usename
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    LEFT JOIN pg_class c ON c.oid = l.relation
+    WHERE l.granted AND l.pid <> pg_backend_pid()
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND (l.locktype = 'advisory'
+           OR (l.locktype = 'relation'
+               AND c.relnamespace = CAST(current_schema() AS regnamespace)))
+    ORDER BY l.pid
+"""
 VERSION_TABLE_EXISTS = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
 REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
@@ -206,6 +220,8 @@ SERVER_ROLES = (
     "pg_read_all_data",
     "pg_write_all_data",
     "pg_checkpoint",
+    # PostgreSQL 17: VACUUM, LOCK TABLE, REINDEX … on every relation.
+    "pg_maintain",
 )
 
 
@@ -219,18 +235,30 @@ def _privileged(role: str) -> str:
 
 #: Before `fleet sql` drops to the reader role: whether the session's own role is privileged,
 #: whether the reader role exists, is privileged itself, and could call set_config() (with
-#: which a statement run under a privileged session could switch back to that session's role).
+#: which a statement run under a privileged session could switch back to that session's role);
+#: the session's role, whether it is a superuser (so may set temp_file_limit), and the
+#: reader's own temp_file_limit (a role setting, which SET ROLE does not bring).
 READER_CHECK = f"""
     SELECT {_privileged("(SELECT oid FROM pg_roles WHERE rolname = session_user)")},
            r.oid IS NOT NULL,
            CASE WHEN r.oid IS NOT NULL THEN {_privileged("r.oid")} END,
            CASE WHEN r.oid IS NOT NULL THEN has_function_privilege(
                r.oid, 'pg_catalog.set_config(text, text, boolean)', 'EXECUTE') END,
-           session_user
+           session_user,
+           (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
+           (SELECT o.option_value
+            FROM pg_db_role_setting d
+            CROSS JOIN LATERAL pg_options_to_table(d.setconfig) AS o
+            WHERE d.setrole = r.oid AND o.option_name = 'temp_file_limit'
+              AND d.setdatabase IN (0, (SELECT oid FROM pg_database
+                                        WHERE datname = current_database()))
+            ORDER BY d.setdatabase DESC LIMIT 1)
     FROM (SELECT 1) AS one LEFT JOIN pg_roles r ON r.rolname = :role
 """
 #: Formatted with the role name quoted (quote_ident).
 SET_ROLE = "SET LOCAL ROLE {role}"
+#: The reader's temporary-file bound, for a superuser session about to drop to it.
+TEMP_FILE_LIMIT = "SELECT set_config('temp_file_limit', :limit, true)"
 
 # ---- fleet verify ----------------------------------------------------------------------------
 #

@@ -4,7 +4,7 @@ Accepted: ``postgresql://user@host:port/db``, ``postgresql+psycopg://…``, and 
 forms (``postgresql://user@/db?host=/run/postgresql``); none given means
 ``$PODSTORE_FLEET_URL``. Every URL is driven by psycopg 3 (``postgresql+psycopg``).
 
-A URL is never printed as given: :func:`mask` and :func:`scrub` apply ``rules/secrets.py``.
+A URL is never printed as given: :func:`mask` and :func:`scrub` apply ``pure/secrets.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from podstore.errors import InvalidInputError
-from podstore.rules import secrets
+from podstore.pure import secrets
 
 #: The environment variable naming the fleet database when no URL is given.
 ENV = "PODSTORE_FLEET_URL"

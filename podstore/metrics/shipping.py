@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from podstore.errors import PodStoreError
-from podstore.rules.times import parse_ts
+from podstore.pure.times import parse_ts
 from podstore.store import PodStore
 
 

@@ -867,15 +867,15 @@ class _Write(Generic[T]):
         slot = sessions._enter()
         conn = slot.conn
         assert conn is not None
+        outer = not slot.depth
         try:
-            if slot.depth:
+            if not outer:
                 if not conn.in_transaction:  # SAVEPOINT would begin a transaction of its own
                     raise _ended_by_sqlite()
                 # A failing call inside a transaction() block must not leave half of itself
                 # behind if the caller catches the error and carries on.
-                name = f"podstore_{slot.depth}"
+                self._savepoint = name = f"podstore_{slot.depth}"
                 conn.execute(f"SAVEPOINT {name}")
-                self._savepoint = name
             else:
                 sessions._joined_elsewhere()
                 # A fork in a thread holding this write lock must not wait for this thread.
@@ -885,28 +885,44 @@ class _Write(Generic[T]):
                 finally:
                     slot.counter.waits_for = None
                 if sessions.unmarked:
-                    try:
-                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    except BaseException:
-                        try:
-                            conn.execute("ROLLBACK")
-                        finally:
-                            sessions._end_write(slot)
-                        raise
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     self._marking = True
                 slot.owner = current_task()
                 # Those a block interrupted at its end left here (Sessions._unwind) go.
                 self._opened = tuple(r for r in _OPEN.get() if getattr(r(), "depth", 0))
                 _OPEN.set((*self._opened, weakref.ref(slot)))
-        except sqlite3.Error as exc:
-            sessions._exit(slot)
-            _raise_translated(exc)
-        except BaseException:
-            sessions._exit(slot)
+            self._slot, self._conn, self._gen = slot, conn, STATE.generation
+            slot.depth += 1
+        except BaseException as exc:
+            self._undo_begin(slot, conn, outer)
+            if isinstance(exc, sqlite3.Error):
+                _raise_translated(exc)
             raise
-        slot.depth += 1
-        self._slot, self._conn, self._gen = slot, conn, STATE.generation
         return conn
+
+    def _undo_begin(self, slot: _Slot, conn: sqlite3.Connection, outer: bool) -> None:
+        """An error, or an interrupt the signal block did not keep out (one the kernel gave
+        another thread of the process, which does not block it, is run in the main thread
+        at once), came while the write began: undo what of it was done."""
+        try:
+            if outer and slot.queue is not None and conn.in_transaction:
+                conn.execute("ROLLBACK")
+            elif not outer and self._savepoint is not None and conn.in_transaction:
+                name = self._savepoint
+                with contextlib.suppress(sqlite3.Error):  # it may not have been made
+                    conn.execute(f"ROLLBACK TO {name}")
+                    conn.execute(f"RELEASE {name}")
+        except sqlite3.Error:
+            pass  # the connection's state is checked by its next use
+        finally:
+            try:
+                if outer:
+                    slot.owner = None
+                    if _OPEN.get() and _OPEN.get()[-1]() is slot:
+                        _OPEN.set(_OPEN.get()[:-1])
+                    self._sessions._end_write(slot)
+            finally:
+                self._sessions._exit(slot)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
@@ -967,13 +983,17 @@ class _Write(Generic[T]):
         except sqlite3.Error as error:
             _raise_translated(error)
         finally:
-            if name is not None:
-                slot.depth -= 1
-            else:
-                slot.depth, slot.owner = 0, None
-                _OPEN.set(self._opened)
-                sessions._end_write(slot)
-            sessions._exit(slot)
+            try:
+                if name is not None:
+                    slot.depth -= 1
+                else:
+                    slot.depth, slot.owner = 0, None
+                    try:
+                        _OPEN.set(self._opened)
+                    finally:
+                        sessions._end_write(slot)
+            finally:
+                sessions._exit(slot)
         return committed
 
 

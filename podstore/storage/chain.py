@@ -1,16 +1,11 @@
 """Checking the history's hash chain, and re-chaining it under a new identity.
 
-:func:`verify` walks the kept events in seq order with the links beside them (two cursors,
-merged as they go, so a long history is checked in flat memory) and recomputes every hash from
-what it chains from (``storage/events.py``, "The hash chain"). What it reports, per break, is
-a :class:`~podstore.types.ChainBreak`; the kinds are listed there. One edit is reported once:
-after a break the walk goes on from the stored hash, so the events after an edited one still
-check; an event whose own hash was replaced is told apart from one whose content was edited by
-its successor, which chains from the recomputed hash in the first case and from the stored one
-in the second.
-
-:func:`rechain` gives every kept event its hash under a new genesis (``reset_identity``),
-including the links, which then hold the hash of the last kept event before each gap.
+:func:`verify` walks the kept events and the links beside them as two merged cursors (flat memory
+however long the history) and recomputes every hash from what it chains from (docs/sql.md, "The hash
+chain"); the break kinds are :class:`~podstore.types.ChainBreak`'s. One edit is reported once: after
+a break the walk goes on from the stored hash. A replaced hash is told from edited content by the
+successor, which chains from the recomputed hash in the first case and the stored one in the second.
+:func:`rechain` (``reset_identity``) rewrites every hash and link under a new genesis.
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podstore.errors import StoreCorruptError
-from podstore.rules import chain
+from podstore.pure import chain
 from podstore.storage.sql import events as sql
 from podstore.types import ChainBreak, HistoryReport
 

@@ -64,9 +64,9 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
             sql.UPDATE_ALLOCATION,
             (row.devices is None, raw, row.alloc_resp_json_null, doc, allocation_id),
         )
-        held = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
-        released = events.released_devices((d for (d,) in held), row.devices)
-        if held:
+        listed_before = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
+        released = events.released_devices((d for (d,) in listed_before), row.devices)
+        if listed_before:
             spans.close(conn, seq, released, allocation_id)
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         replacing = True
@@ -192,20 +192,20 @@ def _write_chunk(
     conn.executemany(sql.INSERT_POD_WITH_ID, new_pods)
     conn.executemany(sql.INSERT_CONTAINER_WITH_ID, new_containers)
     conn.executemany(sql.INSERT_ALLOCATION_WITH_ID, new_allocations)
-    held: dict[int, list[str]] = {}
+    listed_before: dict[int, list[str]] = {}
     if updates:
         conn.executemany(sql.UPDATE_ALLOCATION, updates)
         # A key written twice in one chunk is folded before (write_many), so each id once.
         chosen = json.dumps(list(replaced))
         for aid, device_id in conn.execute(sql.HELD_BY_ALLOCATIONS, (chosen,)).fetchall():
-            held.setdefault(int(aid), []).append(device_id)
+            listed_before.setdefault(int(aid), []).append(device_id)
         conn.executemany(sql.CLEAR_EMPTY_LISTS, [(aid,) for aid in replaced])
     pending = events.Pending()
     closing: list[tuple[int, str | None, int]] = []
     for key, numa_map, old in written:
         gone: list[str] = []
-        if old is not None and old in held:
-            gone = events.released_devices(held[old], numa_map)
+        if old is not None and old in listed_before:
+            gone = events.released_devices(listed_before[old], numa_map)
             closing.append(spans.ending(replaced[old], gone, old))
         pending.entry(op, key, numa_map, gone, spans=True)
     if closing:

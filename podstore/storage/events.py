@@ -1,72 +1,18 @@
-"""The allocation history: an append-only event log written with every change, and its replay.
+"""The allocation history: events appended inside each change's own transaction, and replay.
 
-Every change to an entry or to the registered devices appends rows to ``allocation_events``
-inside the change's own transaction, so a rolled-back change leaves no event and a committed
-one always has its event; the devices each event names are what ``allocation_event_devices``
-shows (revision 0006: a view, below).
+The ops, the ``device_ids`` and ``released`` JSON and the hash chain are the SQL contract:
+docs/sql.md ("allocation_events", "The hash chain"). What this code keeps true:
 
-Operations (``allocation_events.op``):
-
-=============  ==================================================================================
-insert         ``PodStore.insert`` created the (pod, container, resource) entry
-replace        ``PodStore.insert`` over an existing entry (the entry keeps its position)
-import         the entry was written from checkpoint data: ``import_checkpoint`` (new or over
-               an existing entry) or ``from_checkpoint_data``
-backfill       the entry existed when revision 0002 created the log (one per entry, at upgrade)
-delete         the entry was removed: ``PodStore.delete`` (one event per entry of each pod), or
-               a non-merge import dropping an entry its file does not hold; ``device_ids`` are
-               the devices it had
-registered     a resource's registered device list was set or changed (also at backfill);
-               ``pod_uid`` and ``container`` are NULL, ``device_ids`` the new list
-unregistered   a resource left the registered devices; ``device_ids`` its last list
-=============  ==================================================================================
-
-``device_ids`` is JSON: for entry events the NUMA map as in a checkpoint (``{"0": ["a"],
-"-1": ["b"]}``, keys in ascending numeric order, NULL for a null map); for registered events a
-list (NULL for a null list). Replaying the log from empty (:func:`replay`) reproduces the
-store's entries and registered devices; ``prune_history`` keeps that true.
-
-An entry event that changes an entry which existed before it (``replace``, or ``import`` over an
-existing entry, also from a sync) records in ``released`` the devices the entry held before and
-no longer holds: a JSON array sorted by code point, NULL when none (a ``delete`` names what it
-gave up in ``device_ids``, as before). ``history(device_id=X)`` shows the event that released
-X; ``owners_at`` counts only the devices an event lists, never those it released.
-
-Which event names which device: an entry event's devices are its device spans
-(``storage/spans.py``), written by the entry writers with the entry — the event that lists a
-device opens a span, the event that ends the entry's list closes it, saying whether it listed
-the device again or released it; an event :class:`Pending` queues without spans (a registered
-event, or one of another kind) gets ``event_device_rows`` rows. ``_device_pairs`` in
-``sql/events.py`` reads both, for one device.
-
-Timestamps are stored as ``rules/times.py`` describes. An event's time is never before its
-predecessor's, even if the wall clock steps back: ``seq`` order and time order agree, which
-time queries rely on.
-
-The hash chain
---------------
-Every event's ``hash`` is ``rules/chain.link(prev, event)``, written with the event: ``prev`` is
-the genesis of the store's ``store_id`` for seq 1, else the hash of event ``seq - 1``, read in
-the same probe of the log's tail that gives the next seq and time (``sql.LAST``). When the
-predecessor is not kept — ``prune_history`` removed it — ``history_chain_links`` holds, for the
-kept event's seq, the hash it chains from: prune writes the link from the removed event's hash
-before removing it. When prune removes the newest events, it writes the link for the seq after
-the newest ever handed out, which is where the next event continues (:func:`head` reads it).
-So for every kept event exactly one of these holds, and :func:`prev_hash` says which:
-
-- seq 1: it chains from the genesis (no link);
-- event ``seq - 1`` is kept: it chains from that event's hash (no link);
-- otherwise: it chains from its link.
-
-A link is also made where the hash of the missing predecessor was never known under the current
-identity — a gap already present when revision 0005 chained an existing history, and every gap
-when ``reset_identity`` re-chains a copy from a new genesis: it holds the hash of the last kept
-event before the gap (the genesis if none), so the whole chain still depends on the genesis.
-Checking (``storage/chain.py``) recomputes every hash from its predecessor and reports the first
-event whose hash does not follow, an event missing without a link, and a link where the
-predecessor is kept. Removing the newest events together with the links that follow them is
-not detectable on the node alone: the fleet database, which holds what was shipped, is the
-witness for that (docs/fleet.md).
+- a rolled-back change leaves no event, a committed one always has its event; replaying the
+  log from empty (:func:`replay`) gives the store's entries and registered devices;
+- an event's time is never before its predecessor's (the wall clock may step back): time
+  queries rely on ``seq`` order and time order agreeing;
+- an entry event's devices are its device spans (``storage/spans.py``); an event
+  :class:`Pending` queues without spans gets ``event_device_rows`` rows;
+- each event's ``hash`` is ``chain.link(prev, event)``, ``prev`` read in the same probe of the
+  log's tail that gives the next seq and time (``sql.LAST``); over a pruned predecessor it
+  comes from ``history_chain_links`` (:func:`prev_hash`, :func:`head`). Removing the newest
+  events with their links is not detectable on the node alone: the fleet is the witness.
 """
 
 from __future__ import annotations
@@ -79,8 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podstore.errors import InvalidInputError, StoreCorruptError
-from podstore.rules import chain
-from podstore.rules.times import format_ts, parse_ts
+from podstore.pure import chain
+from podstore.pure.times import format_ts, parse_ts
 from podstore.storage.node import codec as node_codec
 from podstore.storage.sql import events as sql
 from podstore.types import AllocationEvent, DevicesPerNUMA

@@ -1,30 +1,13 @@
 """Decoded plugin responses: the JSON each allocation keeps beside its bytes, and the SQL
 run-option merge.
 
-Every allocation's ``ContainerAllocateResponse`` is also kept decoded, as one JSON text in
-``allocations.response`` (revision 0006; before it, as rows of five tables), written by
-``storage/entries.py`` with the allocation, from what the write already decoded
-(``rules/alloc_resp.Response``). The views ``response_envs``, ``response_mounts``,
-``response_devices``, ``response_annotations`` and ``response_cdi_devices`` read it back as
-the rows docs/sql.md describes.
-
-The JSON
---------
-An object with up to five members, in this order, each present only when the response sets
-something of that kind: ``"envs"`` ``[[name, value], …]`` and ``"annotations"`` ``[[key,
-value], …]`` (keys ascending by code point), ``"mounts"`` ``[[container_path, host_path,
-read_only], …]`` (``read_only`` a JSON boolean), ``"devices"`` ``[[container_path, host_path,
-permissions], …]`` and ``"cdi_devices"`` ``[name, …]`` (list order). Compact (no spaces),
-non-ASCII characters as themselves. NULL when the response sets nothing, or there is none.
-The encoding is canonical: two responses that decode to the same settings have the same text,
-so a sync compares texts (``sql/sync.CHANGED_RESPONSES``). Revision 0006 writes the same text
-for the rows it converts (its own frozen copy of :func:`to_json`; a test holds them equal).
-
-The run-option merge in SQL over the ``response_*`` views is ``sql/views.RUN_OPTIONS_FOR_
-CONTAINER`` (the one-container form of the ``v_run_options`` views); :func:`shape` turns its
-rows into the runtime types and logs the conflicts it reports, as ``rules/run_options.merge``
-does. ``device_run_container_options`` itself merges the stored bytes (faster for one
-container); the hypothesis test in tests/test_audit_run_options.py holds them all equal.
+``allocations.response`` (revision 0006) holds each response's settings as canonical JSON
+(:func:`to_json`; docs/sql.md reads it through the ``response_*`` views): two responses that
+decode to the same settings have the same text, so a sync compares texts. Revision 0006 keeps
+a frozen copy of :func:`to_json`; a test holds them equal. :func:`shape` turns the rows of
+the SQL merge (``sql/views.RUN_OPTIONS_FOR_CONTAINER``) into runtime types;
+``device_run_container_options`` merges the stored bytes instead (faster for one container)
+and tests/test_audit_run_options.py holds both equal.
 """
 
 from __future__ import annotations
@@ -33,8 +16,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podstore.rules import run_options
-from podstore.rules.alloc_resp import Response
+from podstore.pure import run_options
+from podstore.pure.alloc_resp import Response
 from podstore.types import DeviceRunContainerOptions
 
 # One encoder, reused (json.dumps with options builds a new one per call).

@@ -1,14 +1,7 @@
 """From a checkpoint file to the rows the store writes: the one layer under import, sync and
-``from_checkpoint_data``.
-
-- :func:`read_verified`: a file read and verified exactly as import reads it (v2, then v1;
-  checksum; a size limit), optionally reusing the entries an earlier read decoded;
-- :func:`to_row`: an entry as the :class:`Row` it restores as, or why kubelet skips it, and
-  :func:`skipped_entry` to report that;
-- :func:`device_rows`: an entry's NUMA map as device rows and empty-list markers, the one
-  expansion behind every table that holds them (the store's, and a sync's TEMP tables);
-- :data:`BULK_ROWS`: above it, writing rows goes through the bulk writer.
-"""
+``from_checkpoint_data`` (a file read and verified as import reads it; an entry as its :class:`Row`
+or why kubelet skips it; a NUMA map as device rows and empty-list markers, for every table that
+holds them)."""
 
 from __future__ import annotations
 
@@ -17,13 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from podstore.errors import InvalidInputError
-from podstore.rules import alloc_resp
-from podstore.rules.alloc_resp import Response
+from podstore.pure import alloc_resp
+from podstore.pure.alloc_resp import Response
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, SkippedEntry
 
 if TYPE_CHECKING:
     from podstore.checkpoint import Checkpoint
-    from podstore.checkpoint.incremental import EntryCache
 
 #: Above this many rows a write goes through the bulk writer (``entries.write_many``): its
 #: whole-store id reads cost more than they save for a handful of rows.
@@ -60,25 +52,19 @@ def file_path(path: str | os.PathLike[str], argument: str) -> str:
 def read_verified(
     path: str | os.PathLike[str],
     max_bytes: int | None = None,
-    cache: EntryCache | None = None,
 ) -> tuple[str, Checkpoint]:
     """The path as a string and the file read and verified as import reads it (v2, then v1;
-    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file. With
-    ``cache``, entries already read from an earlier version of the file are not decoded again
-    (same result: ``checkpoint/incremental.py``).
+    checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file.
 
     Raises InvalidInputError for bad arguments and what ``read_checkpoint`` raises.
     """
     # Here, not at the top: a process that only reads the store never decodes a file.
     from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_checkpoint
-    from podstore.checkpoint.incremental import read_cached
 
     name = file_path(path, "path")
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
         raise InvalidInputError(f"max_bytes: expected a positive int, got {max_bytes!r}")
-    if cache is not None:
-        return name, read_cached(name, cache, max_bytes=limit)
     return name, read_checkpoint(name, max_bytes=limit)
 
 

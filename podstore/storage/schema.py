@@ -1,20 +1,11 @@
 """The tables, in SQLAlchemy Core: the single source of truth that migrations follow.
 
-The nested Go maps pod → container → resource → {NUMA → [device]} become one row per level.
-Wherever the kubelet checkpoint tells JSON ``null`` from an empty list or map, a flag column or
-a marker row keeps the difference so that an imported file exports byte for byte.
-
-Physical layout (revision 0004): every table keyed by a composite or text primary key is
-``WITHOUT ROWID`` (``_CLUSTERED``), so its rows live in the primary-key B-tree itself and a
-write touches one B-tree fewer than a rowid table with a separate key index. ``pods``,
-``containers``, ``allocations`` and ``allocation_events`` keep their integer rowid key (other
-tables point at it, and ``allocations.id`` is the entry order).
-
-Revision 0006 writes an entry's contract in fewer B-trees (docs/performance.md): the decoded
-response is one JSON column of ``allocations`` (the ``response_*`` names are views over it),
-the device lists are device spans that the history shares (``allocation_devices`` and
-``allocation_event_devices`` are views over them), and the history has no time index. The views
-are in ``storage/sql/views.py``.
+One row per level of pod → container → resource → {NUMA → [device]}; wherever the checkpoint tells
+JSON ``null`` from empty, a flag column or a marker row keeps the difference, so an imported file
+exports byte for byte. Tables keyed by a composite or text key are ``WITHOUT ROWID`` (revision 0004:
+one B-tree fewer per write); revision 0006 keeps the decoded response as one JSON column and the
+device lists as spans the history shares (docs/sql.md, "Physical layout"; the views are
+``storage/sql/views.py``).
 """
 
 from __future__ import annotations
@@ -191,7 +182,7 @@ store_meta = Table(
 # ``device_ids`` is JSON: the NUMA map of an entry event, the device list of a registered event.
 # The ops it may carry are in storage/ops.py.
 
-# Revision 0005: ``hash`` chains every event to its predecessor (rules/chain.py): the 32 bytes
+# Revision 0005: ``hash`` chains every event to its predecessor (pure/chain.py): the 32 bytes
 # SHA-256(hash of the previous event ‖ the event's canonical bytes), from the genesis of the
 # store's store_id. ``released`` lists the devices an entry event took away from an entry that
 # existed before it (a replace, or an import or sync over an existing entry): a JSON array

@@ -1,15 +1,10 @@
-"""The self-check (``podstore verify``): SQLite's own integrity checks plus the store's
-invariants.
+"""``podstore verify``: SQLite's integrity checks plus the store's invariants (not the open-time
+``quick_check``, nor a checkpoint's checksum).
 
-Not to be confused with the open-time ``quick_check`` (``PodStore.open(verify=...)``,
-``sqlite/integrity.py``) or with a checkpoint's checksum (``podstore verify-checkpoint``,
-``checkpoint/``). :func:`check_store` opens a store file read-only and returns a list of
-:class:`Finding`; it never writes and never repairs. :func:`check_connection` runs the same
-checks on an open sqlite3 connection (the crash harnesses use it after every simulated crash).
-
-Severity ``error`` means the file is damaged or holds a state no podstore call produces
-(a half-applied write, or an edit from outside); ``warning`` means something legal but worth
-a look. ``podstore verify`` exits 1 when any finding is an error.
+:func:`check_store` opens the file read-only and returns :class:`Finding` s, never writing or
+repairing; :func:`check_connection` runs the same on an open connection (the crash harnesses use
+it). ``error``: damage, or a state no podstore call produces; ``warning``: legal but worth a look.
+``podstore verify`` exits 1 on any error.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from podstore.errors import InvalidInputError, PodStoreError
-from podstore.rules import alloc_resp
+from podstore.pure import alloc_resp
 from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import HEAD_REVISION

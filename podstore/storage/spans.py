@@ -1,25 +1,18 @@
-"""Device spans: an entry's device lists and their history in one table (revision 0006).
+"""Device spans (revision 0006): an entry's device lists and their history in one table.
 
-``allocation_device_spans`` holds one row per (NUMA node, list position) of every device list
-an entry event wrote. ``since_seq`` is the event that listed the device; ``until_seq`` the event
-that ended the list (NULL while the entry still lists it) and ``until_released`` how that
-event names the device:
+``allocation_device_spans`` (docs/sql.md) has one row per (NUMA node, list position) of every
+device list an entry event wrote, open (``until_seq`` NULL) while the entry lists it. So an
+insert writes each device once: the open spans are the entry's devices now
+(``allocation_devices``), and the same rows, through the ``(device_id, until_seq)`` index, tell
+which events named a device (``allocation_event_devices``). Writing device rows and event rows
+separately cost two random index pages per device.
 
-- 0: it lists it — a ``delete`` (which names what the entry held until it), or an event that
-  writes the entry again and lists the device again (it also opens a new span);
-- 1: it released it — a ``replace`` or ``import`` over the entry that no longer lists it;
-- NULL: not at all — the entry a replacing import dropped and wrote anew as a new entry (the
-  import's event names only what it lists).
-
-So an insert writes each device once: the open spans are the entry's devices now (the
-``allocation_devices`` view), and the same rows, through the index on ``(device_id,
-until_seq)``, tell which events named a device (``allocation_event_devices``, the view that adds
-``event_device_rows`` for events without spans). Round 2 wrote the device rows, then the same
-devices again as event rows with an index of their own: two random index pages per device.
-
-An entry keeps its allocation id for life, and a new entry takes an id no entry ever had (see
-``sql/entries.INSERT_ALLOCATION``), so the spans of a deleted entry never mix with a later
-one's. Closed spans stay until ``prune_history`` has removed the events at both their ends.
+``until_released``: 0 the closing event lists the device (a ``delete``, or a rewrite listing
+it again, which opens a new span); 1 it released it (a ``replace``/``import`` that no longer
+lists it); NULL it does not name it (an entry a replacing import dropped and wrote anew). An
+allocation id is never reused (``sql/entries.INSERT_ALLOCATION``), so a deleted entry's spans
+never mix with a later one's. Closed spans stay until ``prune_history`` removed the events at
+both their ends.
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
-"""Bringing the store to a checkpoint file's content by writing only what differs (a sync).
+"""A sync: the store brought to a checkpoint file's content by writing only what differs.
 
-The file is read and verified exactly as an import reads it (``rows.read_verified``, which
-``prepare_import`` uses too), before the write lock; entries the last read of the same
-file decoded are reused when the caller keeps a :class:`SyncState` (a follower does;
-``checkpoint/incremental.py``, same result). Inside the caller's transaction its rows go into
-temporary tables (with a state, kept between syncs of one file: only entries that came or went
-are loaded) and SQL set differences against the
-store (``sql/sync.py``) name the entries to insert, replace and delete and the registered
-resources that changed; only those are written, through the
-same entry writers as every other change (``storage/entries.py``), so decoded responses,
-device spans, history events and entry positions are exactly what an insert, a delete or an
-import makes.
+The file is read and verified as an import reads it (``rows.read_verified``), before the
+write lock. Inside the caller's transaction its rows go into TEMP tables and SQL set
+differences (``sql/sync.py``) name what to write; the writes go through the ordinary entry
+writers, so spans, events and positions are what an insert, delete or import makes. Every sync
+reads and loads the whole file (a follower's cache of the last read saved about 3 ms a sync
+at kubelet's default of 110 pods).
 
-What counts as a change: an entry the file adds (``insert``) or drops (``delete``), an entry
-whose device map — as a multiset per NUMA node, null kept apart from empty — or whose decoded
-response differs, or that had no response or a null AllocResp where the file has another
-(``replace``); a registered resource added or changed as a multiset (``registered``) or gone
-(``unregistered``). Order alone is never a change, so an unchanged entry keeps its position
-and its stored bytes.
-
-Events are written in this order: deletes (store order), unregistered and registered
-resources (by name), replaces, then inserts (file order). New entries take the next
-positions in file order.
+A change: an entry added or dropped; an entry whose device map (a multiset per NUMA node,
+null apart from empty) or decoded response differs, or whose missing or null AllocResp the
+file gives another (``replace``); a registered resource added, changed as a multiset, or gone.
+Order alone is never a change, so an unchanged entry keeps its position and bytes. Events go
+in this order: deletes (store order), unregistered and registered (by name), replaces, inserts
+(file order, taking the next positions).
 """
 
 from __future__ import annotations
@@ -29,12 +20,11 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from podstore.checkpoint import Checkpoint
 from podstore.checkpoint.bulk import collector_paused
-from podstore.checkpoint.incremental import EntryCache
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import entries, events, responses, rows, spans
 from podstore.storage.entries import Key
@@ -56,49 +46,19 @@ class PreparedSync:
     checkpoint: Checkpoint
 
 
-@dataclass
-class SyncState:
-    """What a follower's repeated syncs of one file keep between calls (one thread uses it):
-    the entries the last read decoded (``cache``), and which of them the connection's file
-    tables hold, under which ``ord``.
-
-    The file tables (entries, device rows, empty-list markers) stay filled from one sync to
-    the next, and each sync adds and removes only the entries that came and went. A token row
-    in the same TEMP schema says whether they hold what ``loaded`` says: a sync rolled back
-    (which rolls back its changes to them), another connection or another file's sync, and
-    the token differs, so everything is loaded afresh.
-    """
-
-    cache: EntryCache = field(default_factory=EntryCache)
-    token: str = ""
-    loaded: dict[int, tuple[int, PodDevicesEntry]] = field(default_factory=dict)
-    next_ord: int = 0
-
-
-def prepare(
-    path: str | os.PathLike[str],
-    *,
-    max_bytes: int | None = None,
-    state: SyncState | None = None,
-) -> PreparedSync:
-    """Read and verify ``path`` exactly as an import does (``rows.read_verified``; with
-    ``state``, the entries the last read of the file decoded are reused)."""
-    cache = None if state is None else state.cache
-    return PreparedSync(*rows.read_verified(path, max_bytes, cache))
+def prepare(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> PreparedSync:
+    """Read and verify ``path`` exactly as an import does (``rows.read_verified``)."""
+    return PreparedSync(*rows.read_verified(path, max_bytes))
 
 
 def sync_file(
-    sessions: Sessions,
-    path: str | os.PathLike[str],
-    state: SyncState | None = None,
-    *,
-    max_bytes: int | None = None,
+    sessions: Sessions, path: str | os.PathLike[str], *, max_bytes: int | None = None
 ) -> SyncReport:
     """Bring the store to the file at ``path`` in one transaction of its own (read and
     verified before the write lock)."""
-    prepared = prepare(path, max_bytes=max_bytes, state=state)
+    prepared = prepare(path, max_bytes=max_bytes)
     with sessions.write() as conn:
-        return apply(conn, prepared, state)
+        return apply(conn, prepared)
 
 
 class _File:
@@ -163,12 +123,8 @@ class _File:
         return sorted(ords, key=lambda o: self.entries[o][0])
 
 
-def apply(
-    conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState | None = None
-) -> SyncReport:
+def apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
     """Bring the store to ``prepared``'s content inside the caller's transaction."""
-    if state is None:
-        state = SyncState()
     for statement in sql.SETUP:
         conn.execute(statement)
     _clear(conn)
@@ -176,10 +132,7 @@ def apply(
         # Tens of thousands of short-lived tuples per sync: the cyclic collector would rescan
         # the whole checkpoint for them (as when reading it).
         with collector_paused():
-            return _apply(conn, prepared, state)
-    except BaseException:
-        state.token = ""  # the rollback undoes this sync's changes to the file tables
-        raise
+            return _apply(conn, prepared)
     finally:
         # SQLite rolls a transaction back by itself on some errors (a full disk), and with it
         # the tables SETUP created in it: clearing them then would only hide the error.
@@ -210,48 +163,25 @@ def _entry_rows(
     return entry, devices, empty
 
 
-def _load_entries(conn: sqlite3.Connection, file: _File, state: SyncState) -> None:
-    """Make the file tables hold the file's entries: only those that came or went since the
-    last sync of this state, or all of them when the tables do not hold what it says."""
-    found = conn.execute(sql.TOKEN).fetchone()
-    if found is None or not state.token or found[0] != state.token:
-        for statement in sql.CLEAR_FILE:
-            conn.execute(statement)
-        state.loaded = {}
-    loaded = state.loaded
-    now: dict[int, tuple[int, PodDevicesEntry]] = {}
+def _load_entries(conn: sqlite3.Connection, file: _File) -> None:
+    """Fill the file tables with the file's entries (``ord``: their place in ``file.kept``)."""
     entry_rows = []
     device_rows: list[tuple[int, int, int, str]] = []
     empty_rows: list[tuple[int, int, bool]] = []
-    for index, e, row in file.kept:
-        known = loaded.get(id(e))
-        if known is not None and known[1] is e:
-            ord_ = known[0]
-        else:
-            ord_ = state.next_ord
-            state.next_ord += 1
-            entry, devices, empty = _entry_rows(ord_, e)
-            entry_rows.append(entry)
-            device_rows.extend(devices)
-            empty_rows.extend(empty)
-        now[id(e)] = (ord_, e)
+    for ord_, (index, e, row) in enumerate(file.kept):
+        entry, devices, empty = _entry_rows(ord_, e)
+        entry_rows.append(entry)
+        device_rows.extend(devices)
+        empty_rows.extend(empty)
         file.entries[ord_] = (index, e)
         if row is not None:
             file.rows[ord_] = row
-    gone = [(o,) for key, (o, _e) in loaded.items() if key not in now]
-    for statement in sql.DROP_FILE_ENTRY:
-        conn.executemany(statement, gone)
     conn.executemany(sql.LOAD_ENTRY, entry_rows)
     conn.executemany(sql.LOAD_DEVICE, device_rows)
     conn.executemany(sql.LOAD_EMPTY_LIST, empty_rows)
-    state.loaded = now
-    state.token = os.urandom(8).hex()
-    conn.execute(sql.SET_TOKEN, (state.token,))
 
 
-def _decode_needed(
-    conn: sqlite3.Connection, file: _File, state: SyncState, ords: list[int]
-) -> list[int]:
+def _decode_needed(conn: sqlite3.Connection, file: _File, ords: list[int]) -> list[int]:
     """Decode the responses of ``ords``; those that do not decode leave the sync (and so
     become deletes where the store holds them). Returns the ords that decoded."""
     kept = []
@@ -259,7 +189,6 @@ def _decode_needed(
         if file.row(ord_) is None:
             for statement in sql.DROP_ENTRY:
                 conn.execute(statement, (ord_,))
-            state.loaded.pop(id(file.entries[ord_][1]), None)
         else:
             kept.append(ord_)
     return kept
@@ -353,15 +282,15 @@ def _sync_shape(conn: sqlite3.Connection, cp: Checkpoint) -> bool:
     return changed
 
 
-def _apply(conn: sqlite3.Connection, prepared: PreparedSync, state: SyncState) -> SyncReport:
+def _apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
     file = _File(prepared.checkpoint)
-    _load_entries(conn, file, state)
+    _load_entries(conn, file)
     conn.execute(sql.PAIR)
     conn.execute(sql.CANDIDATES)
     new = file.in_file_order(int(o) for (o,) in conn.execute(sql.NEW).fetchall())
     candidates = [int(o) for (o,) in conn.execute(sql.CANDIDATE_ORDS).fetchall()]
-    new = _decode_needed(conn, file, state, new)
-    candidates = _decode_needed(conn, file, state, candidates)
+    new = _decode_needed(conn, file, new)
+    candidates = _decode_needed(conn, file, candidates)
     conn.execute(sql.DOOM)
     changed = {int(o) for (o,) in conn.execute(sql.CHANGED_DEVICES).fetchall()}
     _load_candidate_responses(conn, file, candidates)

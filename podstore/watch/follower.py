@@ -1,15 +1,10 @@
 """The follower: sync at start, then on every change of the checkpoint file, until stopped.
 
-One sync is what ``PodStore.sync_checkpoint`` does — one transaction, or nothing when the file
-is missing or fails verification — run by the follower through storage/ with the state it owns
-(``storage/sync.SyncState``: the entries its last read decoded, the file tables it loaded).
-Wake-ups that arrive during a sync collapse into one more sync of whatever the file is then, so
-a burst of rewrites costs a few syncs and the last good file wins. Between events nothing runs
-but a stat every ``interval`` seconds (the polling fallback, which also catches a change whose
-event was lost), so an idle follower costs next to no CPU.
-
-A problem (missing file, bad file, store error) is logged once, when it first appears or
-differs from the previous one, and again when it clears; every sync is counted by result.
+A sync is ``PodStore.sync_checkpoint``'s, run through storage/ directly. Wake-ups during a sync
+collapse into one more sync of whatever the file is then: a burst of rewrites costs a few syncs and
+the last good file wins. Between events only a stat runs every ``interval`` (the polling fallback,
+which also catches a lost event). A problem is logged when it first appears or changes, and when it
+clears; every sync is counted by result.
 """
 
 from __future__ import annotations
@@ -83,7 +78,6 @@ class Follower:
         self.store = store
         self.path = path
         self._sessions = sessions_of(store)
-        self._sync_state = sync.SyncState()
         self.interval = interval
         self.stats = stats if stats is not None else SyncStats()
         self.on_sync = list(on_sync or ())
@@ -124,7 +118,7 @@ class Follower:
 
     def _apply(self) -> SyncReport | NodeSyncReport:
         """One sync of the file (``watch/node.py`` follows the other managers' files)."""
-        return sync.sync_file(self._sessions, self.path, self._sync_state)
+        return sync.sync_file(self._sessions, self.path)
 
     def _log(self, outcome: SyncOutcome) -> None:
         if outcome.ok:

@@ -1,27 +1,14 @@
-"""``GET /healthz`` and ``GET /readyz`` of ``podstore watch --metrics-addr``: cheap answers from
-what the follower's loop records as it goes (a :class:`Pulse`), never from the store.
+"""``/healthz`` and ``/readyz`` of ``podstore watch --metrics-addr``, answered from what each
+follower's loop records (a :class:`Pulse`), never from the store (docs/watch.md).
 
-Live (``/healthz`` 200) unless one of these holds for a follower:
-
-- its loop has ended (``stopped``): returned, or left by an exception that ended the thread
-  running it;
-- one sync has run for longer than ``stuck_after`` (``sync stuck``: a lock held, a file
-  system that hangs);
-- its loop has not come round for ``interval + stuck_after`` outside a sync (``loop stuck``:
-  an after-sync step — a textfile write, a prune — that hangs);
-- its syncs have failed with store errors (``error``: busy past the busy timeout, disk full)
-  for longer than ``stuck_after``, counted from the start of the first failed sync of the
-  current run of them (``store errors``).
-
-A missing or bad checkpoint file is not a liveness problem (a restart would not mend it; the
-metrics and alerts say so), nor is a fleet database that is down. Ready (``/readyz`` 200)
-once every follower's first sync ended with anything but a store error — a ``--kubelet-dir``
-file absent since the start has nothing to sync and counts as done (a node without DRA never
-writes its file) —, until the watch stops (then the store is about to close).
-
-Both answers are small JSON objects: ``{"status": "ok"|"unhealthy"|"ready"|"not ready",
-"problems": [...], "followers": [{"checkpoint", "last_good_sync_age_seconds", "last_result",
-...}]}``.
+Unhealthy when a follower's loop has ended, one sync has run past ``stuck_after`` (a lock
+held, a hung file system), the loop has not come round for ``interval + stuck_after`` outside
+a sync (a hung after-sync step), or its syncs have failed with store errors for longer than
+``stuck_after`` (counted from the first failure of the current run). A missing or bad
+checkpoint file, or a fleet that is down, is no liveness problem: a restart would not mend
+it. Ready once every follower's first sync ended with anything but a store error (a
+``--kubelet-dir`` file absent from the start counts as done: a node without DRA never writes
+its file), until the watch stops.
 """
 
 from __future__ import annotations

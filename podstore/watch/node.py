@@ -1,16 +1,13 @@
-"""``podstore watch --kubelet-dir``: every checkpoint of the node followed, each by its own
-rename, and the node's facts (NUMA topology, pod names) kept with them.
+"""``podstore watch --kubelet-dir``: every checkpoint of the node followed, each by its own rename,
+with the NUMA topology and pod names.
 
-One :class:`NodeFollower` per kind (the device manager's file and the CPU, memory and DRA
-managers'), each the follower of ``follower.py`` with its own trigger, wake-up and counters,
-syncing its file with the store's sync of that kind (diffs only, one transaction, history
-events; a rewrite of the same bytes is skipped, ``storage/node/sync.FileSync``). A file absent
-since the start is not a problem — a node without the memory manager never writes its file —: it
-is logged once at INFO, not counted as a sync, and followed (its directory is watched) until it
-appears. One that was there and went is ``missing`` as usual. :class:`NodeFacts` reads the
-topology and the pod names again after every sync and at every polling tick, and writes them
-when they differ. :class:`FollowerGroup` runs the followers together: the first in the caller's
-thread, the others in threads of their own."""
+One :class:`NodeFollower` per kind, each a ``follower.py`` follower with its own trigger, wake-up
+and counters. A file absent since the start is no problem (a node without the memory manager never
+writes its file): logged once at INFO, not counted, and followed until it appears; one that was
+there and went is ``missing``. :class:`TopologyAndNames` re-reads both after every sync and tick and
+writes what differs. :class:`FollowerGroup` runs the first follower in the caller's thread, the
+others in threads of their own.
+"""
 
 from __future__ import annotations
 
@@ -99,7 +96,7 @@ class NodeFollower(Follower):
         super()._log(outcome)
 
 
-class NodeFacts:
+class TopologyAndNames:
     """The topology and pod names, read again when asked and written when they differ; a
     source that is not there (no sysfs, no pod log directory: a mistyped path) leaves what
     the store holds as it was, and says so once."""

@@ -1,16 +1,10 @@
-"""``watch --keep-history DURATION``: prune the history the node keeps, now and then, never past
-what the fleet database has not received.
+"""``watch --keep-history DURATION``: prune the node's history now and then, never past what the
+fleet has not received.
 
-The follower calls :meth:`Pruner.maybe` after every sync and at every polling tick (so an
-idle node prunes too); it prunes at most once every ``every`` seconds (10 minutes), in one
-transaction (``PodStore.prune_history``), in the follower's thread, so a prune never races a
-sync of this watch.
-
-With shipping configured the cut is also held at the oldest event the fleet lacks: ``shipped``
-returns the newest seq the fleet database confirmed (the ``ShippingStatus``' ``last_seq``),
-and the cut is at most the time of the oldest kept event after it, so every event after that
-seq stays. While the fleet has confirmed nothing to this process (it was down from the start)
-nothing is pruned at all.
+:meth:`Pruner.maybe` runs after every sync and polling tick (an idle node prunes too), at most once
+every ``every`` seconds, in the follower's thread, so a prune never races this watch's syncs. With
+shipping, the cut stays at or before the oldest kept event after the newest seq the fleet confirmed;
+until the fleet has confirmed anything to this process, nothing is pruned.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from podstore.errors import PodStoreError
-from podstore.rules.times import format_ts
+from podstore.pure.times import format_ts
 from podstore.store import PodStore
 from podstore.watch.failures import ProblemLog
 

@@ -17,15 +17,15 @@ from typing import Any
 from podstore import logs
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.metrics.stats import SyncStats
-from podstore.rules.secrets import mask_url, scrub, url_password
+from podstore.pure.secrets import mask_url, scrub, url_password
 from podstore.store import PodStore
 from podstore.watch.follower import DEFAULT_CHECKPOINT, Follower, SyncOutcome
 from podstore.watch.health import STUCK_AFTER, Health
 from podstore.watch.node import (
     FollowerGroup,
     NodeDirs,
-    NodeFacts,
     NodeFollower,
+    TopologyAndNames,
     node_followers,
 )
 from podstore.watch.retention import PRUNE_EVERY, Pruner
@@ -101,7 +101,7 @@ class Watch:
         self.stats_by_kind: dict[str, SyncStats] = {"devices": self.stats}
         self.follower: Follower
         self.node_followers: list[NodeFollower] = []
-        self.facts: NodeFacts | None = None
+        self.topology_and_names: TopologyAndNames | None = None
         if config.kubelet_dir is not None:
             self._follow_node(config.kubelet_dir)
         else:
@@ -142,9 +142,9 @@ class Watch:
         self.stats = self.stats_by_kind["devices"]
         for f in self.node_followers:
             f.on_sync = self.follower.on_sync
-        facts = self.facts = NodeFacts(self.store, dirs)
-        self.follower.on_sync.append(lambda _outcome: facts.refresh())
-        self.follower.on_tick.append(facts.refresh)
+        node_info = self.topology_and_names = TopologyAndNames(self.store, dirs)
+        self.follower.on_sync.append(lambda _outcome: node_info.refresh())
+        self.follower.on_tick.append(node_info.refresh)
 
     def _registry(self) -> Any:
         """The metrics registry (read at scrape time), when anything exposes it."""
@@ -273,8 +273,8 @@ class Watch:
                 self.config.kubelet_dir,
             )
             return EXIT_FAILED
-        if self.facts is not None:
-            self.facts.refresh()
+        if self.topology_and_names is not None:
+            self.topology_and_names.refresh()
         if failed:
             return EXIT_FAILED
         code = EXIT_OK

@@ -4,7 +4,7 @@ thread of its own, so that a slow or unreachable server never blocks or skips a 
 Every notification asks for one more call; notifications that arrive while a call runs or
 waits collapse into one (shipping sends everything the server lacks, so one call catches up).
 A failing call is retried with capped exponential backoff; its error is logged once per
-distinct problem, through ``describe`` (the shipper masks URLs there with ``rules/secrets``).
+distinct problem, through ``describe`` (the shipper masks URLs there with ``pure/secrets``).
 """
 
 from __future__ import annotations

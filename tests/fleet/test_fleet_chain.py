@@ -1,6 +1,6 @@
 """The hash chain on the server: PostgreSQL recomputes every hash of a batch and refuses one
 that does not continue the chain it holds; ``fleet verify`` re-checks what it holds and finds
-every kind of central edit. Events here are made and hashed in the test (rules/chain.py), so
+every kind of central edit. Events here are made and hashed in the test (pure/chain.py), so
 the server's rule is checked against the node's without a node store in between."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness.fleetlib import chained, connect, entry_rows, rows, send_batch
 
 from podstore.cli import cli
 from podstore.fleet import read
-from podstore.rules import chain
+from podstore.pure import chain
 
 
 def test_canonical_bytes_match_the_rule_and_its_fixed_vectors(fleet_url: str) -> None:

@@ -29,7 +29,7 @@ from podstore import FleetRefusedError, PodStore
 from podstore.fleet import admin, read
 from podstore.fleet.migrations.versions.f0005_hostile_node import STORES_PER_NODE
 from podstore.fleet.ship import ship
-from podstore.rules import chain
+from podstore.pure import chain
 
 
 def _store_row(url: str, sid: str) -> tuple[object, ...]:

@@ -154,7 +154,7 @@ def test_a_flip_flopping_node_name_is_refused_until_renamed(tmp_path: Path, flee
 def test_a_retired_store_is_history_only(tmp_path: Path, fleet_url: str) -> None:
     import time
 
-    from podstore.rules.times import format_ts
+    from podstore.pure.times import format_ts
     from podstore.storage.events import utcnow
 
     db, other_db = tmp_path / "old.db", tmp_path / "other.db"

@@ -22,7 +22,7 @@ from harness.pgserver import PgServer
 from podstore import FleetError, FleetRefusedError, InvalidInputError, ReadOnlyStoreError
 from podstore.cli import cli
 from podstore.fleet import admin, read, schema, views
-from podstore.rules import chain
+from podstore.pure import chain
 
 TABLES = [t.name for t in schema.metadata.sorted_tables]
 FIRST_COLUMN = {t.name: next(iter(t.columns)).name for t in schema.metadata.sorted_tables}
@@ -360,6 +360,7 @@ def test_admin_commands_are_refused_to_node_and_reader_roles(fleet_url: str) -> 
         "pg_read_all_data",
         "pg_write_all_data",
         "pg_checkpoint",
+        "pg_maintain",
     ],
 )
 def test_fleet_sql_refuses_a_reader_role_in_any_predefined_role_that_reaches_the_server(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from podstore.rules import chain
+from podstore.pure import chain
 from podstore.storage import events
 
 # Vectors of the chain's byte rule, computed outside podstore (tests/test_chain_rule.py says how).

@@ -1,5 +1,5 @@
 """A synthetic fleet, generated straight into PostgreSQL with COPY: many stores' histories,
-chained as nodes chain them (rules/chain.py), with the current state those histories end in.
+chained as nodes chain them (pure/chain.py), with the current state those histories end in.
 
 Shipping 10,000,000 events through the shipping functions would take the better part of an
 hour; this writes the same rows a shipper would leave (events with their hashes, the stores'
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from podstore.rules import chain
+from podstore.pure import chain
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 GPU = "nvidia.com/gpu"

@@ -191,10 +191,10 @@ def chained(
     rows: list[tuple[Any, ...]],
     prev: bytes | None = None,
 ) -> tuple[list[dict[str, Any]], bytes]:
-    """Events as the shipping functions take them, hashed with rules/chain.py: ``rows`` are
+    """Events as the shipping functions take them, hashed with pure/chain.py: ``rows`` are
     (seq, ts, op, pod_uid, container, resource, device_ids, released); the chain starts at
     ``prev`` (default: the store's genesis). Returns the records and the last hash."""
-    from podstore.rules import chain
+    from podstore.pure import chain
 
     value = chain.genesis(store_id) if prev is None else prev
     out = []

@@ -25,7 +25,7 @@ from typing import Any
 from podstore import ContainerAllocateResponse, DeviceSpec, PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
 from podstore.deviceplugin import CDIDevice, Mount
-from podstore.rules.alloc_resp import decode
+from podstore.pure.alloc_resp import decode
 
 Registered = dict[str, list[str] | None] | None
 Key = tuple[str, str, str]

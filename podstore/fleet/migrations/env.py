@@ -1,7 +1,7 @@
 """Alembic environment of the central fleet schema.
 
 Only ``podstore.fleet.migrate`` runs it, handing over its own connection (inside a transaction
-that holds an advisory lock), so logging is never reconfigured here.
+that holds the migrations' lock), so logging is never reconfigured here.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podstore.rules.times import parse_ts
+from podstore.pure.times import parse_ts
 from podstore.storage.ops import NODE_EVENT_OPS
 from podstore.types import AllocationEvent
 

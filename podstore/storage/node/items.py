@@ -1,7 +1,6 @@
 """Items: what a sync of the node's other managers compares, writes and records.
 
-An item is one thing a kind holds, under the key its history events carry —
-``(pod_uid, container, resource)`` as ``allocation_events`` spells a key:
+An item is one thing a kind holds, under the key its history events carry:
 
 ==========================  =========  ===========  ======================================
 item                        pod_uid    container    resource
@@ -20,11 +19,10 @@ a pod's name                pod        NULL         ``pod-name``
 a NUMA node's CPUs          NULL       NULL         ``numa:N``
 ==========================  =========  ===========  ======================================
 
-No device plugin resource can be spelled so (an extended resource name holds a ``/``, and
-kubelet never hands ``cpu`` or ``memory`` to a plugin), so these keys never meet a device
-entry's. An item's ``payload`` is the JSON its events carry; ``canon`` is what two values of
-one key are compared by — the payload with every list whose order kubelet does not keep as a
-meaning sorted — so a rewrite that only reorders a file changes nothing and writes no event.
+No device plugin resource is spelled so (an extended resource name holds a ``/``; kubelet
+never hands ``cpu`` or ``memory`` to a plugin). ``canon``, what two values of one key are
+compared by, is the payload with every list whose order kubelet gives no meaning sorted: a
+rewrite that only reorders a file writes no event.
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ def pod_cpus(conn: sqlite3.Connection, pod_uid: str) -> dict[str | None, frozens
     """Container → exclusive CPUs of one pod (None: the pod's own cpuset)."""
     out: dict[str | None, set[int]] = {}
     for container, cpu in conn.execute(sql.POD_CPUS, (pod_uid,)):
-        held = out.setdefault(container, set())
+        container_cpus = out.setdefault(container, set())
         if cpu is not None:
-            held.add(int(cpu))
+            container_cpus.add(int(cpu))
     return {c: frozenset(cpus) for c, cpus in out.items()}
 
 

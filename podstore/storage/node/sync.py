@@ -1,20 +1,15 @@
 """Bringing one kind of the node's state to a wanted state, writing only what differs.
 
-The wanted items are computed before the write lock (:func:`prepare` reads and verifies a file;
-:func:`prepared_state` takes a state given in Python). Inside the caller's transaction
-:func:`apply_items` loads the wanted keys and their canonical text into a TEMP table, and one
-query against ``node_items`` (each stored item's canonical text, payload and devices) names the
-keys that are new, differ or went. For each it writes the rows and one history event where the
-item is new or its ``canon`` differs (``<family>-set``, the new payload) and removes the rows
-with one event where it went (``<family>-delete``, the last payload); an item whose canon is the
-same is left as stored, rows and order alike. Events go out deletes and changes first (in key
-order), then new items in the source's order (where a new DRA claim goes in the list).
-``node_files`` takes the file's format, form and digest without an event.
+The wanted items are built before the write lock (:func:`prepare`, :func:`prepared_state`).
+:func:`apply_items` puts their keys and canonical text in a TEMP table; one query against
+``node_items`` names the keys that are new, differ or went, each written with one event
+(``<family>-set`` with the new payload, ``<family>-delete`` with the last); an item with the
+same canon stays as stored, rows and order alike. Deletes and changes go first (key order),
+then new items in the source's order (where a new DRA claim goes in the list).
 
-A follower's sync of one file (:class:`FileSync`, :func:`sync_file`) skips the parse and the
-write when the file's bytes have the digest its last sync read and the store still says its
-kind was brought to those bytes (``node_files.digest``, which every other writer of the kind
-changes in the same transaction).
+A follower's :class:`FileSync` skips the parse and the write when the file's bytes have the
+digest its last sync read and ``node_files.digest`` (which every other writer of the kind
+changes in the same transaction) still says the store holds them.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,14 +29,13 @@ from podstore.checkpoint import (
     read_node_checkpoint,
 )
 from podstore.checkpoint.bulk import collector_paused
-from podstore.checkpoint.cpu_state import parse_cpu_state
-from podstore.checkpoint.dra_state import parse_dra_state
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
-from podstore.checkpoint.memory_state import parse_memory_state
+from podstore.checkpoint.kinds import FROM_TREE
+from podstore.checkpoint.versions import parse
 from podstore.errors import InvalidInputError
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import events
-from podstore.storage.node import cpu, dra, facts, files, memory
+from podstore.storage.node import cpu, dra, files, memory, numa_and_names
 from podstore.storage.node.items import Item, Items, Key, Part, dumps, key_order, key_text
 from podstore.storage.sql import node as sql
 from podstore.types import NodeSyncReport
@@ -49,13 +43,7 @@ from podstore.types import NodeSyncReport
 #: The kinds this package keeps (the device manager's is storage/sync.py's).
 KINDS = ("cpu", "memory", "dra")
 _PARTS: dict[str, Part] = {"cpu": cpu.PART, "memory": memory.PART, "dra": dra.PART}
-_ALL_PARTS = (*_PARTS.values(), facts.TOPOLOGY, facts.NAMES)
-#: The reader of each kind's text (what ``read_node_checkpoint`` runs for it).
-_PARSE: dict[str, Callable[[str, str], Any]] = {
-    "cpu": parse_cpu_state,
-    "memory": parse_memory_state,
-    "dra": parse_dra_state,
-}
+_ALL_PARTS = (*_PARTS.values(), numa_and_names.TOPOLOGY, numa_and_names.NAMES)
 
 NodeState = CPUManagerState | MemoryManagerState | DRAState
 
@@ -76,7 +64,7 @@ class PreparedNode:
 
 
 def prepared_state(
-    kind: str, state: NodeState, path: str | None = None, digest: str | None = None
+    kind: str, state: object, path: str | None = None, digest: str | None = None
 ) -> PreparedNode:
     """The items of a state (read from a file, or given). Raises InvalidInputError for a
     state of another kind, or values the store cannot hold."""
@@ -104,7 +92,9 @@ def _prepared_text(kind: str, text: str, origin: str, path: str | os.PathLike[st
     where = os.path.abspath(os.fspath(path))
     # Thousands of items, none in a cycle: a collector pass would rescan them all.
     with collector_paused():
-        return prepared_state(kind, _PARSE[kind](text, origin), where, file_digest(text))
+        return prepared_state(
+            kind, FROM_TREE[kind](parse(text, origin), origin), where, file_digest(text)
+        )
 
 
 def prepare(
@@ -289,7 +279,7 @@ def read_state(conn: sqlite3.Connection, kind: str) -> NodeState | None:
     raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
 
 
-def apply_facts(
+def apply_topology_or_names(
     conn: sqlite3.Connection, kind: str, part: Part, wanted: Items, path: str | None
 ) -> NodeSyncReport:
     """Bring the topology or the names to ``wanted`` (``kind`` says which, for the report)."""

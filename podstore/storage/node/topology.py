@@ -38,24 +38,26 @@ def summary(conn: sqlite3.Connection) -> list[NumaUsage]:
 
 def _cpus(conn: sqlite3.Connection) -> list[NumaUsage]:
     totals: dict[Node, int] = {int(n): int(c) for n, c in conn.execute(sql.TOPOLOGY_CPUS)}
-    held: dict[Node, list[int]] = {}
+    exclusive: dict[Node, list[int]] = {}
     holders: dict[Node, list[str]] = {}
     for node, pod, ns, name, container, cpus in conn.execute(sql.TOPOLOGY_EXCLUSIVE):
         ids = [int(c) for c in str(cpus).split(",")]
-        held.setdefault(node, []).extend(ids)
+        exclusive.setdefault(node, []).extend(ids)
         holders.setdefault(node, []).append(
             f"{_who(pod, ns, name, container)}={format_cpuset(frozenset(ids))}"
         )
     shared: dict[Node, int] = {n: int(c) for n, c in conn.execute(sql.TOPOLOGY_SHARED)}
     out = []
-    for node in sorted(set(totals) | set(held) | set(shared), key=lambda n: (n is None, n or 0)):
-        if node in totals or node in held:
+    for node in sorted(
+        set(totals) | set(exclusive) | set(shared), key=lambda n: (n is None, n or 0)
+    ):
+        if node in totals or node in exclusive:
             out.append(
                 NumaUsage(
                     node,
                     "cpu",
                     "exclusive",
-                    len(held.get(node, ())),
+                    len(exclusive.get(node, ())),
                     None,
                     totals.get(node),
                     tuple(holders.get(node, ())),
@@ -87,21 +89,21 @@ def _memory(conn: sqlite3.Connection) -> list[NumaUsage]:
 
 
 def _devices(conn: sqlite3.Connection) -> list[NumaUsage]:
-    held: dict[tuple[Node, str], int] = {}
+    in_use: dict[tuple[Node, str], int] = {}
     holders: dict[tuple[Node, str], list[str]] = {}
     for node, resource, pod, ns, name, container, ids in conn.execute(sql.TOPOLOGY_DEVICES):
         key = (None if node is None else int(node), str(resource))
         listed = sorted(set(str(ids).split("\x1f")))
-        held[key] = held.get(key, 0) + len(listed)
+        in_use[key] = in_use.get(key, 0) + len(listed)
         holders.setdefault(key, []).append(f"{_who(pod, ns, name, container)}={','.join(listed)}")
     free = {str(r): int(c) for r, c in conn.execute(sql.TOPOLOGY_FREE_DEVICES)}
-    keys = set(held) | {(None, r) for r in free}
+    keys = set(in_use) | {(None, r) for r in free}
     return [
         NumaUsage(
             node,
             "device",
             resource,
-            held.get((node, resource), 0),
+            in_use.get((node, resource), 0),
             free.get(resource, 0) if node is None else None,
             None,
             tuple(holders.get((node, resource), ())),
@@ -111,9 +113,11 @@ def _devices(conn: sqlite3.Connection) -> list[NumaUsage]:
 
 
 def _dra(conn: sqlite3.Connection) -> list[NumaUsage]:
-    held: dict[str, int] = {}
+    in_use: dict[str, int] = {}
     holders: dict[str, list[str]] = {}
     for driver, ns, claim, count in conn.execute(sql.TOPOLOGY_DRA):
-        held[driver] = held.get(driver, 0) + int(count)
+        in_use[driver] = in_use.get(driver, 0) + int(count)
         holders.setdefault(driver, []).append(f"{ns}/{claim}={int(count)}")
-    return [NumaUsage(None, "dra", d, held[d], None, None, tuple(holders[d])) for d in sorted(held)]
+    return [
+        NumaUsage(None, "dra", d, in_use[d], None, None, tuple(holders[d])) for d in sorted(in_use)
+    ]

@@ -105,9 +105,6 @@ def _seq_from(param: str, *, strict: bool = False) -> str:
     ) SELECT max(lo) FROM b)"""
 
 
-#: The first seq at or after a time (``:at``); for tests of the search itself.
-SEQ_FROM = f"SELECT {_seq_from(':at')}"
-
 # ---- reading ---------------------------------------------------------------------------------
 
 _EVENT_COLUMNS = "e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource, e.device_ids, e.released"

@@ -11,7 +11,6 @@ from __future__ import annotations
 FILE = "SELECT version, policy_name, form FROM node_files WHERE kind = ?"
 DIGEST = "SELECT digest FROM node_files WHERE kind = ?"
 SET_DIGEST = "UPDATE node_files SET digest = ? WHERE kind = ?"
-FILES = "SELECT kind, version FROM node_files ORDER BY kind"
 SET_FILE = """
     INSERT INTO node_files (kind, version, policy_name, form) VALUES (?, ?, NULL, ?)
     ON CONFLICT (kind) DO UPDATE SET version = excluded.version, form = excluded.form

@@ -1,12 +1,10 @@
-"""What a pod is, said once for every count and listing (``podstore status``, the
-``podstore_pods`` gauge, ``podstore pods``): a pod UID that holds something — device entries,
-a container's exclusive CPUs or memory blocks, DRA claims. A name alone is no pod, nor is a
-CPU or memory entry of the pod's own (no container). Its containers are those of its device
-entries, exclusive CPUs and memory blocks.
+"""What a pod is, said once for every count and listing (``podstore status``, the ``podstore_pods``
+gauge, ``podstore pods``): a UID holding device entries, a container's exclusive CPUs or memory
+blocks, or DRA claims (a name alone is no pod, nor a pod-level CPU or memory entry).
 
-The device plugins' pods are the ``pods`` table; the counts add the pods and containers only
-the CPU, memory and DRA managers know, found through the unique indexes of ``pods`` and
-``containers``, so a count costs no pass over the device entries."""
+The CPU, memory and DRA managers' pods are found through the unique indexes of ``pods`` and
+``containers``, so a count costs no pass over the device entries.
+"""
 
 from __future__ import annotations
 

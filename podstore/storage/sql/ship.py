@@ -1,11 +1,9 @@
-"""The SQL of shipping the history to the fleet database (``podstore.fleet.ship``): reading
-events after a ``seq``, and where the numbering stands. (The snapshot of the current state
-that heals a gap reads the entries with ``storage/entries.read_entries``.)
+"""The SQL of shipping the history to the fleet (``podstore.fleet.ship``): events after a ``seq``,
+and where the numbering stands.
 
-Event numbers are dense: ``storage/events`` gives each event the number after the newest ever
-handed out (the newest kept event, or the floor ``prune_history`` leaves in ``store_meta``;
-both roll back with a failed transaction), so every number up to :data:`HIGH_WATER` was an
-event, and a number missing below it is an event ``prune_history`` removed.
+Event numbers are dense (each event takes the number after the newest ever handed out, and a failed
+transaction rolls that back), so every number up to :data:`HIGH_WATER` was an event, and one missing
+below it was pruned.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ HIGH_WATER = events.HIGH_WATER
 _EVENT_COLUMNS = "seq, ts, op, pod_uid, container, resource, device_ids, released, hash"
 
 #: Up to ``limit`` events after ``seq``, oldest first: (seq, ts, op, pod_uid, container,
-#: resource, device_ids, released, hash) — the fields ``rules/chain.canonical`` covers, as
+#: resource, device_ids, released, hash) — the fields ``pure/chain.canonical`` covers, as
 #: stored, and the event's hash (32 bytes). What event ``seq`` chains from:
 #: ``storage/events.prev_hash``.
 EVENTS_AFTER = f"""
@@ -44,9 +42,4 @@ EVENT_DEVICES_BETWEEN = """
     SELECT seq, device_id FROM allocation_event_devices
     WHERE seq > ? AND seq <= ? AND released = 0
     ORDER BY seq, device_id
-"""
-
-#: The time of the newest kept event up to ``seq`` (NULL when none is kept).
-TS_THROUGH = """
-    SELECT ts FROM allocation_events WHERE seq <= ? ORDER BY seq DESC LIMIT 1
 """

@@ -61,10 +61,6 @@ SETUP = (
         resource TEXT NOT NULL, device_id TEXT NOT NULL
     )
     """,
-    # Which load the file tables hold (storage/sync.SyncState): one row.
-    """
-    CREATE TEMP TABLE IF NOT EXISTS sync_state (token TEXT NOT NULL)
-    """,
     # Stored entries the file no longer holds, with their container and pod for the clean-up.
     """
     CREATE TEMP TABLE IF NOT EXISTS sync_doomed (
@@ -73,21 +69,11 @@ SETUP = (
     """,
 )
 
-#: Empties the file tables (entries, device rows, empty-list markers), which otherwise stay
-#: filled from one sync of a file to the next (``storage/sync.SyncState``).
-CLEAR_FILE = (
+#: Empties the tables of one sync (at its start and after it).
+CLEAR = (
     "DELETE FROM temp.sync_entries",
     "DELETE FROM temp.sync_devices",
     "DELETE FROM temp.sync_empty_lists",
-)
-TOKEN = "SELECT token FROM temp.sync_state"
-SET_TOKEN = """
-    INSERT INTO temp.sync_state (rowid, token) VALUES (1, ?)
-    ON CONFLICT (rowid) DO UPDATE SET token = excluded.token
-"""
-
-#: Empties the tables of one sync (at its start and after it).
-CLEAR = (
     "DELETE FROM temp.sync_pairs",
     "DELETE FROM temp.sync_candidates",
     "DELETE FROM temp.sync_registered",
@@ -215,13 +201,10 @@ CANDIDATE_ORDS = "SELECT ord FROM temp.sync_candidates ORDER BY ord"
 
 # A file entry whose AllocResp does not decode is skipped (as kubelet skips it): it leaves the
 # temporary tables, so the store's entry, if any, becomes a delete.
-DROP_FILE_ENTRY = (
+DROP_ENTRY = (
     "DELETE FROM temp.sync_entries WHERE ord = ?",
     "DELETE FROM temp.sync_devices WHERE ord = ?",
     "DELETE FROM temp.sync_empty_lists WHERE ord = ?",
-)
-DROP_ENTRY = (
-    *DROP_FILE_ENTRY,
     "DELETE FROM temp.sync_pairs WHERE ord = ?",
     "DELETE FROM temp.sync_candidates WHERE ord = ?",
 )

@@ -1,20 +1,10 @@
 """The SQL views: podstore's public SQL contract (docs/sql.md), and the run-option merge.
 
-Kind names ('env', 'device', 'mount', 'annotation', 'cdi') and their merge order are
-``rules/run_options.KINDS``.
-
-Alembic's MetaData holds tables only, so the views (and the trigger that keeps the event log
-append-only) are created by the migrations with ``op.execute``. Each revision that creates or
-changes one keeps a frozen copy of its text (0002 the ``v_*`` views; 0006 the views over what
-it stores once — ``allocation_devices``, ``allocation_event_devices``, ``response_*`` — and the
-run-option views over the response JSON), so that editing this module never changes what an
-old revision means; a change here needs a new revision, and a test checks that a store at head
-holds exactly the SQL below.
-
-The run-option merge is written once (``_ranked``) and used twice: by the ``v_run_options`` /
-``v_run_option_conflicts`` views over every container, and by ``RUN_OPTIONS_FOR_CONTAINER``,
-the query behind ``PodStore.device_run_container_options``, restricted to one container up
-front so that it reads only that container's rows.
+The migrations create the views with ``op.execute`` (Alembic's MetaData holds tables only),
+each revision from a frozen copy of its text, so editing this module never changes what an old
+revision means: a change here needs a new revision (a test holds a store at head to exactly
+this SQL). The run-option merge is written once (``_ranked``): the ``v_run_options`` views use
+it over every container, ``RUN_OPTIONS_FOR_CONTAINER`` restricted to one container up front.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ _NODE_OPS = (
     "'node-set', 'node-delete'"
 )
 
-# ---- pure functions: the chain's byte rule (podstore/rules/chain.py), callable by anyone ------
+# ---- pure functions: the chain's byte rule (podstore/pure/chain.py), callable by anyone ------
 #
 # SQL-standard bodies (RETURN ...): parsed when created, so what they call is bound then and no
 # search_path at call time can redirect it; simple enough to be inlined into the queries.

@@ -1,13 +1,10 @@
-"""``import_node``: every checkpoint file a kubelet directory holds, the NUMA topology and the
-pod names, verified first and then loaded in one transaction.
+"""``import_node``: every checkpoint a kubelet directory holds, the NUMA topology and the pod names,
+verified before the write lock (:func:`prepare`; one failure writes nothing) and then loaded in the
+caller's transaction (:func:`apply`), each writing only what differs.
 
-:func:`prepare` reads and verifies every file that is there (before the write lock): one that
-fails verification raises, and nothing is written. A kind whose file is absent is left as it
-was, and so are the topology when ``sysfs`` is no sysfs and the names when ``pod_logs`` is no
-directory (a mistyped path must not delete what a real one gave); a directory without any
-of the four files is no kubelet directory, and raises. :func:`apply` then writes every kind,
-the topology and the names, each writing only what differs with its history events (the
-device manager's file as ``sync_checkpoint`` does), in the caller's transaction.
+An absent file leaves its kind as it was, and so does a ``sysfs`` that is no sysfs or a ``pod_logs``
+that is no directory (a mistyped path must not delete what a real one gave); a directory without any
+of the four files is no kubelet directory, and raises.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from podstore.checkpoint import (
 from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import CheckpointNotFoundError
 from podstore.storage import sync as device_sync
-from podstore.storage.node import facts
+from podstore.storage.node import numa_and_names
 from podstore.storage.node import sync as node_sync
 from podstore.types import NodeImportReport, NodeSyncReport, SyncReport
 
@@ -36,7 +33,7 @@ DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 
 @dataclass(slots=True)
-class PreparedWholeNode:
+class PreparedNode:
     kubelet_dir: str
     devices: device_sync.PreparedSync | None
     kinds: dict[str, node_sync.PreparedNode] = field(default_factory=dict)
@@ -56,13 +53,13 @@ def prepare(
     pod_logs: str | os.PathLike[str],
     *,
     max_bytes: int | None = None,
-) -> PreparedWholeNode:
+) -> PreparedNode:
     """Read and verify every present checkpoint of ``kubelet_dir``, the topology under
     ``sysfs`` and the names under ``pod_logs``. Raises the first file's error (unreadable,
     corrupt, not of its kind, values the store cannot hold), and CheckpointNotFoundError
     when none of the files is there."""
     root = os.path.abspath(os.fspath(kubelet_dir))
-    out = PreparedWholeNode(root, None)
+    out = PreparedNode(root, None)
     for kind in KINDS:
         path = os.path.join(root, FILE_NAMES[kind])
         try:
@@ -86,7 +83,7 @@ def prepare(
     return out
 
 
-def apply(conn: sqlite3.Connection, prepared: PreparedWholeNode) -> NodeImportReport:
+def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeImportReport:
     """Load ``prepared`` in the caller's transaction."""
     reports: dict[str, SyncReport | NodeSyncReport] = {}
     if prepared.devices is not None:
@@ -95,18 +92,22 @@ def apply(conn: sqlite3.Connection, prepared: PreparedWholeNode) -> NodeImportRe
         reports[kind] = node_sync.apply(conn, kind_prepared)
     topology = names = None
     if prepared.has_sysfs:
-        topology = node_sync.apply_facts(
+        topology = node_sync.apply_topology_or_names(
             conn,
             "topology",
-            facts.TOPOLOGY,
-            facts.topology_items(prepared.topology),
+            numa_and_names.TOPOLOGY,
+            numa_and_names.topology_items(prepared.topology),
             prepared.sysfs,
         )
         if prepared.topology is not None:
             topology = replace(topology, skipped=prepared.topology.skipped)
     if prepared.names is not None:
-        names = node_sync.apply_facts(
-            conn, "names", facts.NAMES, facts.name_items(prepared.names), prepared.pod_logs
+        names = node_sync.apply_topology_or_names(
+            conn,
+            "names",
+            numa_and_names.NAMES,
+            numa_and_names.name_items(prepared.names),
+            prepared.pod_logs,
         )
         names = replace(names, skipped=prepared.names.skipped)
     return NodeImportReport(prepared.kubelet_dir, reports, tuple(prepared.absent), topology, names)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from podstore.rules import alloc_resp, cdi
+from podstore.pure import alloc_resp, cdi
 from podstore.types import (
     Annotation,
     DeviceInfo,

@@ -72,12 +72,6 @@ def parse(data: bytes) -> Response | str:
         return str(exc) or type(exc).__name__
 
 
-def decode_error(data: bytes) -> str | None:
-    """Why ``data`` is not a ContainerAllocateResponse, or None when it decodes."""
-    parsed = parse(data)
-    return parsed if isinstance(parsed, str) else None
-
-
 def from_argument(value: AllocRespInput, argument: str = "alloc_resp") -> Response | None:
     """The response to store for a message, raw bytes, or None (kubelet's nil response).
 
