@@ -298,3 +298,33 @@ def test_an_interrupt_the_signal_block_misses_as_a_write_begins_rolls_it_back(
         _check_healthy(store, raw, f"probe-{path}-{at}")
     assert tried >= 5, tried
     store.close()
+
+
+def test_podstores_own_thread_blocks_signals(db_path: Path) -> None:
+    """The background check's thread blocks the catchable signals, so the kernel never gives
+    it one (the main thread's block would not hold then): read from the kernel's view of the
+    thread (/proc/self/task/TID/status, SigBlk)."""
+    with PodStore.open(db_path) as store:
+        store.insert("p", "c", RES, None, b"")
+    seen: list[int] = []
+    started = threading.Event()
+    original = sessions.quick_check
+
+    def check(conn: sqlite3.Connection) -> None:
+        seen.append(threading.get_native_id())
+        with open(f"/proc/self/task/{seen[0]}/status") as f:
+            blocked = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+        seen.append(blocked)
+        started.set()
+        original(conn)
+
+    sessions.quick_check = check
+    try:
+        store = PodStore.open(db_path, verify="background")
+        assert started.wait(30)
+        store.close()
+    finally:
+        sessions.quick_check = original
+    blocked = seen[1]
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGHUP):
+        assert blocked & (1 << (sig - 1)), (sig, hex(blocked))

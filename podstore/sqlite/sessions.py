@@ -222,6 +222,7 @@ class _Checker:
         _thread.start_new_thread(self._run, (target, conn))
 
     def _run(self, target: Callable[[sqlite3.Connection], None], conn: sqlite3.Connection) -> None:
+        signals.keep_out()
         self._ident = threading.get_ident()
         try:
             target(conn)

@@ -59,6 +59,14 @@ def hold() -> Any:
     return previous
 
 
+def keep_out() -> None:
+    """Block the catchable signals in the calling thread for good: a thread of podstore's own
+    then never receives one, which the kernel would otherwise give it while the main thread
+    blocks them — and Python would run the handler in the main thread at once, inside the
+    steps the block keeps it out of."""
+    _sigmask(_SIG_BLOCK, _ALL, None)
+
+
 def release(previous: Any) -> None:
     """Restore the mask :func:`hold` replaced; a handler that became due meanwhile runs here
     (its exception is raised from this call)."""
