@@ -32,8 +32,9 @@ from podstore import aio_process
 from podstore.errors import PodStoreError, StoreBusyError
 from podstore.pure.times import TimeArg
 from podstore.reading import Reader
+from podstore.sqlite import signals
 from podstore.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Durability
-from podstore.sqlite.guarded import PAGE_ROWS, RowStream
+from podstore.sqlite.readonly import PAGE_ROWS, RowStream
 from podstore.store import PodStore, Verify
 from podstore.types import AllocationEvent
 
@@ -100,7 +101,7 @@ class AsyncPodStore:
 
     def __init__(self, store: PodStore, *, workers: int = DEFAULT_WORKERS) -> None:
         self.sync = store
-        self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="podstore")
+        self._workers = _executor(workers)
         self._worker_count = workers
         self._tx_threads = _TransactionThreads.of(self)
         # The options the store was opened with are its sessions' (no public accessor).
@@ -286,11 +287,15 @@ class AsyncPodStore:
 _LIVE: weakref.WeakSet[AsyncPodStore] = weakref.WeakSet()
 
 
+def _executor(workers: int) -> ThreadPoolExecutor:
+    # podstore's own threads block catchable signals, so the kernel hands a signal to the main
+    # thread, where podstore holds it off while a commit changes state (sqlite/signals.py).
+    return ThreadPoolExecutor(workers, "podstore", initializer=signals.keep_out)
+
+
 def _new_workers_in_child() -> None:
     for astore in list(_LIVE):
-        astore._workers = ThreadPoolExecutor(
-            max_workers=astore._worker_count, thread_name_prefix="podstore"
-        )
+        astore._workers = _executor(astore._worker_count)
         astore._tx_threads = _TransactionThreads.of(astore)
 
 
@@ -371,6 +376,7 @@ class _TransactionThreads:
             self._threads = 0
 
     def _serve(self) -> None:
+        signals.keep_out()
         while (calls := self._waiting.get()) is not None:
             calls.serve()
             self._idle.release()
