@@ -1,31 +1,9 @@
-"""The central tables, in SQLAlchemy Core for PostgreSQL: what the fleet migrations follow.
+"""The central tables in SQLAlchemy Core, which the fleet migrations follow (docs/fleet.md,
+"Central schema"): the history, each store's current state (written in the transaction of the
+events that produced it), and ``fleet_stores``, one row per store.
 
-Every table's primary key begins with ``store_id``, the node store's identity, so that Citus
-can distribute each table by it with all of one store's rows on one shard (docs/fleet.md,
-"Citus"); the views join on ``store_id`` only, so their joins stay on one shard too.
-
-Two kinds of tables:
-
-- the **history**: ``fleet_events`` (the node's ``allocation_events``, keyed ``(store_id,
-  seq)``, with the devices each names, as in ``allocation_event_devices``), and the snapshots
-  that healed gaps (``fleet_snapshots``, ``fleet_snapshot_devices``);
-- the **current state** of each store: ``fleet_entries`` (one row per entry, its NUMA map as
-  JSON), ``fleet_allocations`` (one row per listed device), ``fleet_registered`` and
-  ``fleet_double_allocated``, and the node's other items (CPUs, memory, DRA claims, topology,
-  pod names: ``fleet_node_items``, revision f0003), written in the same transaction as the
-  events that produced them.
-
-``fleet_stores`` holds one row per store: its node name (the node that first shipped it owns it),
-``last_seq``, the newest node ``seq`` this database holds (shipping resumes after it), the head
-of its hash chain, the counters ``fleet nodes`` shows, its refusals and its retirement.
-
-The chain (``podstore/pure/chain.py``): ``fleet_events`` keeps what each event's hash covers,
-``fleet_chain_links`` what an event chains from where its predecessor is not held (history
-pruned on the node, or shipped before the chain). ``fleet_store_log`` records what was done to
-a store by hand or on the node's word (renamed, retired, a chain adopted).
-
-One table is not per store: ``fleet_node_grants`` (which role ships for which node, written by
-``podstore fleet grant-node``), a handful of rows that Citus keeps as a reference table.
+Every primary key but ``fleet_node_grants``'s begins with ``store_id`` and the views join on it
+only, so that Citus keeps all of one store's rows, and every join, on one shard.
 """
 
 from __future__ import annotations
@@ -65,7 +43,6 @@ def _store_id() -> Column[str]:
 
 
 def _key() -> tuple[Column[str], Column[str], Column[str]]:
-    """An entry's key: (pod, container, resource)."""
     return (
         Column("pod_uid", Text, nullable=False),
         Column("container", Text, nullable=False),
@@ -189,10 +166,8 @@ fleet_registered = Table(
     PrimaryKeyConstraint("store_id", "resource"),
 )
 
-# The node's other items (revision f0003): what its CPU, memory and DRA managers, its NUMA
-# topology and its pod names hold now, one row per item, kept by the shipping functions from
-# the ``cpu-``, ``memory-``, ``dra-`` and ``node-`` events (podstore/storage/node/items.py: the key
-# is the one those events carry). The views of the whole node read them.
+# The node's other items now (revision f0003: CPU, memory, DRA, topology, pod names), kept from
+# the ``cpu-``, ``memory-``, ``dra-`` and ``node-`` events under their key (storage/node/items.py).
 fleet_node_items = Table(
     "fleet_node_items",
     metadata,
@@ -200,12 +175,10 @@ fleet_node_items = Table(
     # The key as one value: the JSON text of [pod_uid, container, resource] (pod_uid and
     # container may be NULL, which a primary key column may not).
     Column("item_key", Text, nullable=False),
-    # The event family: cpu, memory, dra, node (topology and pod names).
     Column("kind", Text, nullable=False),
     Column("pod_uid", Text, nullable=True),
     Column("container", Text, nullable=True),
     Column("resource", Text, nullable=False),
-    # The item's payload as its latest event carries it.
     Column("value", JSONB, nullable=True),
     # The DRA devices a claim names (driver/pool/device), as its events list them.
     Column("devices", ARRAY(Text), nullable=False, server_default=text("'{}'")),

@@ -1,10 +1,6 @@
-"""How shipping stands, for a process that ships again and again (``podstore watch
---ship-to``): the lag behind the node, failures, the last seq shipped.
-
-One :class:`ShippingStatus` per store and fleet database; ``ship(..., status=...)`` fills it
-at the end of every call, successful or not, and any thread may read :meth:`snapshot` (a
-metrics exporter, a log line) at any time.
-"""
+"""How shipping stands for a process that ships again and again (``watch --ship-to``): one
+:class:`ShippingStatus` per store, filled by every ``ship(..., status=...)`` call and read by
+any thread through :meth:`~ShippingStatus.snapshot`."""
 
 from __future__ import annotations
 
@@ -15,16 +11,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ShippingFigures:
-    """One consistent reading of a :class:`ShippingStatus`.
-
-    ``last_seq``: the newest node seq the fleet database held after the last call that
-    reached it (None before any did). ``lag_events``: node events it did not hold yet when
-    the last call ended (None: unknown). ``lag_seconds``: how old the oldest of them was (0
-    when none). ``successes``, ``failures``, ``refusals`` (failures the server refused:
-    another node, a diverged chain, a retired store): calls so far. ``last_success``,
-    ``last_failure``: wall-clock times (``time.time()``) of the latest ones. ``last_error``:
-    the latest failure's message (URLs masked), None after a success.
-    """
+    """One consistent reading of a :class:`ShippingStatus`: the newest seq the fleet held
+    after the last call that reached it, the node events it lacked then (None: unknown) and
+    the age of the oldest, call counts (``refusals``: failures the server refused), wall-clock
+    times of the latest success and failure, and the latest error (None after a success)."""
 
     last_seq: int | None
     lag_events: int | None
@@ -38,7 +28,7 @@ class ShippingFigures:
 
 
 class ShippingStatus:
-    """Thread-safe counters and gauges of one store's shipping (see the module docstring)."""
+    """Thread-safe counters and gauges of one store's shipping."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

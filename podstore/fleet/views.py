@@ -1,13 +1,9 @@
-"""The central views: the fleet's stable SQL contract (docs/fleet.md).
+"""The central views, the fleet's stable SQL contract (docs/fleet.md): each a node view
+(docs/sql.md) with ``node`` and ``store_id`` in front, its rule applied store by store, joined
+on ``store_id`` only, retired stores left out.
 
-Each mirrors a node view (docs/sql.md) with ``node`` and ``store_id`` in front, and applies
-its rule within one store: ``v_fleet_double_allocations`` is ``v_double_allocations`` store
-by store (the same device ID on two nodes is two devices). The joins are on ``store_id``, so
-they stay on one shard when the tables are distributed by it. They show the current state, so
-a retired store (``podstore fleet retire``) is left out; its history stays in the tables.
-
-Revisions f0002, f0003 and f0004 keep frozen copies of this text; a change here needs a new
-revision, and a test checks that a database at head holds exactly these definitions.
+Revisions f0002 to f0004 keep frozen copies of this text: a change here needs a new revision
+(a test checks that a database at head holds exactly these definitions).
 """
 
 from __future__ import annotations
