@@ -55,15 +55,13 @@ fleet_stores = Table(
     metadata,
     _store_id(),
     Column("node", Text, nullable=False),
-    # The newest node seq held here: every event up to it is in fleet_events (or was pruned on
-    # the node before it was shipped, and a snapshot stands in for it).
+    # The newest node seq held: every event up to it is held, or a snapshot stands in for it.
     Column("last_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("last_shipped_at", DateTime(timezone=True), nullable=True),
     Column(
         "first_shipped_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
     ),
-    # The chain value the store's next event must chain from: the hash of event last_seq, or
-    # the anchor a snapshot recorded (NULL: nothing chained shipped yet).
+    # What the next event must chain from: event last_seq's hash or a snapshot's anchor.
     Column("head_hash", LargeBinary, nullable=True),
     # Kept by the shipping functions, so `fleet nodes` never counts the history.
     *(
@@ -130,8 +128,8 @@ fleet_allocations = Table(
     metadata,
     _store_id(),
     *_key(),
-    # The seq of the entry's state (fleet_entries.seq): a batch deletes the old version's rows
-    # and inserts the new version's in one statement, under different keys.
+    # fleet_entries.seq: a batch deletes the old version's rows and inserts the new ones in one
+    # statement, under different keys.
     Column("seq", BigInteger, nullable=False),
     Column("numa_node", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
@@ -139,14 +137,12 @@ fleet_allocations = Table(
     PrimaryKeyConstraint(
         "store_id", "pod_uid", "container", "resource", "seq", "numa_node", "position"
     ),
-    # Who holds a device now, fleet-wide; and per store, the pods holding it (recounting
-    # double allocations probes it by device, store and resource).
+    # Who holds a device now; recounting double allocations probes device, store, resource.
     Index("ix_fleet_allocations_device", "device_id", "store_id", "resource", "pod_uid"),
 )
 
-# The devices held from more than one pod of a store, kept with every batch (the devices the
-# batch names and those already listed are recounted), so v_fleet_double_allocations reads a
-# handful of rows instead of grouping every allocation of the fleet.
+# Devices held from more than one pod of a store, recounted by every batch, so that
+# v_fleet_double_allocations reads a handful of rows instead of grouping every allocation.
 fleet_double_allocated = Table(
     "fleet_double_allocated",
     metadata,
@@ -190,22 +186,19 @@ fleet_node_items = Table(
     Index("ix_fleet_node_items_devices", "devices", postgresql_using="gin"),
 )
 
-# A snapshot stands in for history the node pruned before it was shipped: the store's whole
-# current state at node seq ``at_seq`` replaced the central state, and owners-at-time answers
-# for instants from ``ts`` on start again from it.
+# A snapshot stands in for history pruned before it was shipped: the state at ``at_seq``
+# replaced the central state, and owners-at-time starts again from it for instants from ``ts``.
 fleet_snapshots = Table(
     "fleet_snapshots",
     metadata,
     _store_id(),
     Column("at_seq", BigInteger, nullable=False),
-    # What fleet_stores.last_seq was before: events after it up to at_seq that the node no
-    # longer had are ``missing_events``.
+    # last_seq before: the events after it up to at_seq the node lacked are missing_events.
     Column("after_seq", BigInteger, nullable=False),
     Column("missing_events", BigInteger, nullable=False),
     Column("entries", Integer, nullable=False),
     Column("registered", Integer, nullable=False),
-    # The node time the snapshot was taken at (never before an event or snapshot of the store
-    # the fleet already held).
+    # Node time, never before an event or snapshot the fleet already held.
     Column("ts", DateTime(timezone=True), nullable=False),
     Column("taken_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     # The node's chain value at at_seq, which the store's later events chain from.
@@ -229,9 +222,8 @@ fleet_snapshot_devices = Table(
     Index("ix_fleet_snapshot_devices_device_id", "device_id", "store_id"),
 )
 
-# What event ``seq`` chains from where the event before it is not held: ``adopted`` (events
-# shipped before the chain), ``pruned`` (a kept event after events the node pruned before they
-# were shipped), ``snapshot`` (the first event after a snapshot whose newest event is pruned).
+# What event ``seq`` chains from where the event before it is not held: ``adopted`` (shipped
+# before the chain), ``pruned`` (after pruned events), ``snapshot`` (after a snapshot).
 fleet_chain_links = Table(
     "fleet_chain_links",
     metadata,
