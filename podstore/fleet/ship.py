@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,8 +21,8 @@ from podstore.fleet import db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.status import ShippingStatus
 from podstore.fleet.urls import FleetURL, resolve
+from podstore.metrics.stats import lag
 from podstore.pure import validate
-from podstore.pure.times import parse_ts
 from podstore.reading import EventRow, StateEntry
 from podstore.store import PodStore
 
@@ -235,19 +234,12 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
 
 
 def _lag(store: PodStore, last: int | None) -> tuple[int | None, float | None]:
-    """Node events after ``last`` and the age of the oldest of them, read from the store."""
     if last is None:
         return None, None
     try:
-        with store.reader() as reader:
-            high = reader.high_water()
-            oldest = reader.first_ts_after(last)
+        return lag(store, last)
     except PodStoreError:
         return None, None
-    lag = max(0, high - last)
-    if oldest is None or lag == 0:
-        return lag, 0.0
-    return lag, max(0.0, time.time() - parse_ts(oldest).timestamp())
 
 
 def ship(
