@@ -10,6 +10,7 @@ text, but strict: a non-finite float (SQL can make one) is ``"NaN"``, ``"Infinit
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -64,6 +65,13 @@ def emit(
     count = writer(iter(rows), list(columns), stream)
     stream.flush()
     return count
+
+
+def render(rows: Iterable[Row], columns: Sequence[str], fmt: str) -> str:
+    """Rows in ``fmt`` as one string without the final newline (small outputs, tests)."""
+    buf = io.StringIO()
+    emit(rows, columns, fmt, out=buf)
+    return buf.getvalue().rstrip("\n")
 
 
 # ---- values ------------------------------------------------------------------------------------

@@ -41,26 +41,19 @@ class WatchConfig:
     """What ``podstore watch`` was asked to do (docs/watch.md)."""
 
     checkpoint: str = DEFAULT_CHECKPOINT
-    #: One sync (and one ship with ``ship_to``), then exit.
     once: bool = False
     #: Seconds between polls of the file when no file event came.
     interval: float = 10.0
     #: (host, port) to serve ``GET /metrics``, ``/healthz`` and ``/readyz`` on.
     metrics_addr: tuple[str, int] | None = None
-    #: node_exporter textfile to rewrite after every sync.
     textfile: str | None = None
-    #: Fleet database URL to ship the history to after applied syncs.
     ship_to: str | None = None
-    #: The node name the fleet database records.
     node: str = ""
-    #: A file holding the fleet database URL (``--ship-to-file``), read at start and before
-    #: every ship; missing or empty: not shipping (until a URL is there).
+    #: Read at start and before every ship; missing or empty: not shipping (until a URL is).
     ship_to_file: str | None = None
-    #: Keep this many seconds of history (``--keep-history``); None: keep all.
+    #: Seconds of history to keep; None: all.
     keep_history: float | None = None
-    #: Prune at most once per this many seconds.
     prune_every: float = PRUNE_EVERY
-    #: /healthz turns 503 when a follower is stuck this long (``--stuck-after``).
     stuck_after: float = STUCK_AFTER
     #: ``--kubelet-dir``: follow every checkpoint kubelet keeps there (``checkpoint`` is then
     #: its device manager's), with the topology under ``sysfs`` and names under ``pod_logs``.
