@@ -17,7 +17,7 @@ import click
 from podstore.cli.common import parse_time
 from podstore.cli.extras import require
 from podstore.cli.output import F, emit, output_option
-from podstore.cli.sql import param_option, unique_columns
+from podstore.cli.sql import MAX_ROWS, param_option, unique_columns
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -185,13 +185,7 @@ def owners(device_id: str, url: str, node: str | None, at: str | None, output: s
     show_default=True,
     help="Seconds each fetch of the statement may run on the server.",
 )
-@click.option(
-    "--max-rows",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="N",
-    help="Stop with exit 1 if the statement returns more than N rows.",
-)
+@MAX_ROWS
 @click.option(
     "--reader-role",
     default="podstore_reader",

@@ -210,26 +210,22 @@ def _run_grant(
                 f"role {role} already ships node {other!r}; a role ships one node: name "
                 "another role with --role"
             )
-        existed = conn.execute(
-            text("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = :r)"), {"r": role}
-        ).scalar_one()
+        # None: the role does not exist yet.
+        role_super = conn.execute(
+            text("SELECT rolsuper FROM pg_roles WHERE rolname = :r"), {"r": role}
+        ).scalar()
+        if role_super:
+            raise InvalidInputError(f"role {role} is a superuser: it cannot be restricted")
         superuser = conn.execute(
             text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         ).scalar_one()
-        if (
-            existed
-            and conn.execute(
-                text("SELECT rolsuper FROM pg_roles WHERE rolname = :r"), {"r": role}
-            ).scalar_one()
-        ):
-            raise InvalidInputError(f"role {role} is a superuser: it cannot be restricted")
         for statement in statements:
             skipped = None if superuser else _superuser_only(statement)
             if skipped is not None:
                 warnings.append(skipped)
                 continue
             conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
-    return GrantReport(role, not existed, tuple(warnings))
+    return GrantReport(role, role_super is None, tuple(warnings))
 
 
 def grant_node(

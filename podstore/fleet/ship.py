@@ -175,8 +175,6 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
             with pg.begin():
                 migrate.check_schema(pg, target)  # asks the database once per process
                 held, _head, refused = pg.execute(text(q.SHIP_OPEN), ids).one()
-                gap_found = False
-                batch: _Batch | None = None
                 if refused is not None:
                     # A refused store's seq is not told (f0005): another node's is not ours.
                     t.refused = str(refused)
@@ -228,7 +226,6 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
             t.missing += missing
             # A full batch may have more behind it, and after a snapshot the events written
             # since it are read next; anything else was the end of the log.
-            assert batch is not None
             if not gap_found and len(batch.events) < batch_size:
                 return
 
