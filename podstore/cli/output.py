@@ -90,8 +90,7 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-# Characters that move the cursor, end a line, switch terminal modes or reorder the text around
-# them when printed.
+# Characters that move the cursor, end a line, switch modes or reorder the text around them.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -186,9 +185,8 @@ def _json(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     count = 0
     out.write("[")
     for batch in _batches(rows):
-        # json.dumps of a batch is "[" + its rows at list depth + "\n]": the rows, with a
-        # comma between batches, are exactly what json.dumps(all rows) writes between its
-        # brackets (per row would run the indenting encoder's set-up once a row).
+        # A batch's text between its brackets, comma-joined, is what json.dumps(all rows)
+        # writes between its own (per row would set up the indenting encoder once a row).
         text = _JSON.encode([{c: plain(row.get(c), strict=True) for c in columns} for row in batch])
         out.write(("," if count else "") + text[1:-2])
         count += len(batch)

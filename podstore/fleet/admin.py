@@ -21,8 +21,7 @@ from podstore.pure import validate
 #: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 NODE_ROLE_PREFIX = "podstore_node_"
-#: The shipping functions a node role may call (revision f0002; f0003 gave the snapshot the
-#: node's items).
+#: The shipping functions a node role may call (f0002; f0003 gave the snapshot node items).
 SHIP_FUNCTIONS = (
     "fleet_ship_open(uuid, text)",
     "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",
@@ -30,8 +29,7 @@ SHIP_FUNCTIONS = (
     "json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
-#: The functions with which any role creates or writes large objects: data of its own kept in
-#: the database, outside every fleet table (EXECUTE is PUBLIC's by default).
+#: The functions with which any role keeps data of its own in large objects (PUBLIC's by default).
 LARGE_OBJECT_FUNCTIONS = (
     "pg_catalog.lo_creat(integer)",
     "pg_catalog.lo_create(oid)",
@@ -42,8 +40,7 @@ LARGE_OBJECT_FUNCTIONS = (
     "pg_catalog.lo_put(oid, bigint, bytea)",
 )
 REVOKE_LARGE_OBJECTS = f"REVOKE EXECUTE ON FUNCTION {', '.join(LARGE_OBJECT_FUNCTIONS)} FROM PUBLIC"
-#: Temporary file space one statement of a node or reader role may fill (a sort or a
-#: materialized ``generate_series`` spills there); a superuser-only setting.
+#: Temporary file space one statement of a node or reader role may fill (superuser setting).
 TEMP_FILE_LIMIT = "1GB"
 _TEMP_FILE_LIMIT = re.compile(r"[1-9][0-9]{0,9}(kB|MB|GB|TB)")
 #: Connections a node role may hold at once, and its sessions' limits (role settings).
@@ -126,9 +123,8 @@ def grant_node_sql(
         f"GRANT EXECUTE ON FUNCTION {', '.join(SHIP_FUNCTIONS)} TO {_ident(name)}",
         "INSERT INTO fleet_node_grants (node, role_name) "
         f"VALUES ({_literal(node)}, {_literal(name)}) ON CONFLICT DO NOTHING",
-        # A node role can keep a transaction open for ever (its timeouts are its own to
-        # change): membership lets the granting role end its sessions (pg_terminate_backend)
-        # without a superuser. It gives the granting role nothing else it lacked.
+        # A node role can keep a transaction open for ever (its timeouts are its own): the
+        # membership lets the granting role end its sessions without a superuser, nothing else.
         f"GRANT {_ident(name)} TO CURRENT_USER",
         _temp_limit(name, temp_file_limit),
         REVOKE_LARGE_OBJECTS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +41,14 @@ class ShippingStatus:
     def succeeded(self, last_seq: int, lag_events: int | None, lag_seconds: float | None) -> None:
         with self._lock:
             f = self._figures
-            self._figures = ShippingFigures(
-                last_seq,
-                lag_events,
-                lag_seconds,
-                f.successes + 1,
-                f.failures,
-                f.refusals,
-                time.time(),
-                f.last_failure,
-                None,
+            self._figures = replace(
+                f,
+                last_seq=last_seq,
+                lag_events=lag_events,
+                lag_seconds=lag_seconds,
+                successes=f.successes + 1,
+                last_success=time.time(),
+                last_error=None,
             )
 
     def failed(
@@ -64,14 +62,13 @@ class ShippingStatus:
     ) -> None:
         with self._lock:
             f = self._figures
-            self._figures = ShippingFigures(
-                f.last_seq if last_seq is None else last_seq,
-                lag_events,
-                lag_seconds,
-                f.successes,
-                f.failures + 1,
-                f.refusals + refused,
-                f.last_success,
-                time.time(),
-                error,
+            self._figures = replace(
+                f,
+                last_seq=f.last_seq if last_seq is None else last_seq,
+                lag_events=lag_events,
+                lag_seconds=lag_seconds,
+                failures=f.failures + 1,
+                refusals=f.refusals + refused,
+                last_failure=time.time(),
+                last_error=error,
             )
