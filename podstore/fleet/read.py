@@ -144,10 +144,6 @@ class Rows:
                 yield tuple(row)
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> None:
     from sqlalchemy import text
 
@@ -181,7 +177,7 @@ def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> No
         # a reader without one gets the default of `grant-reader`.
         limit = reader_temp_limit or admin.TEMP_FILE_LIMIT
         conn.execute(text(q.TEMP_FILE_LIMIT), {"limit": limit})
-    conn.exec_driver_sql(q.SET_ROLE.format(role=_quote_ident(reader)))
+    conn.exec_driver_sql(q.SET_ROLE.format(role=conn.dialect.identifier_preparer.quote(reader)))
 
 
 @contextmanager
