@@ -9,11 +9,8 @@ import os
 
 
 def fsync_directory(path: str | os.PathLike[str]) -> None:
-    """fsync a directory so a rename or a new file in it survives power loss.
-
-    File systems that cannot fsync a directory (EINVAL/ENOTSUP) are passed over: there the
-    rename is as durable as it gets.
-    """
+    """fsync a directory so a rename or a new file in it survives power loss (passed over
+    where the file system cannot: there the rename is as durable as it gets)."""
     fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -27,20 +24,15 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
 def replace_file(
     path: str | os.PathLike[str], data: bytes | bytearray | memoryview, mode: int
 ) -> None:
-    """Replace the file at ``path`` with ``data`` atomically and durably, with ``mode``.
-
-    Writes a fresh temporary file whose name starts with ``.`` and ends with ``.tmp`` in the
-    same directory (kubelet's checkpoint listing and node_exporter's ``*.prom`` glob both skip
-    it), fsyncs it, renames it over ``path`` and fsyncs the directory, so a crash leaves either
-    the old or the new file. The temporary file is removed on any error. Raises OSError.
-    """
+    """Replace the file at ``path`` with ``data`` atomically and durably, with ``mode``: a
+    crash leaves the old or the new file, an error no temporary file. Raises OSError."""
     target = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(target)
     # Imported here: tempfile brings random, shutil, … (almost 1 MiB) into every command, and
     # only writers of whole files need it.
     import tempfile
 
-    # Mode 0600 until the fchmod below; the name starts with "." and ends with ".tmp".
+    # ".name.XXX.tmp": kubelet's checkpoint listing and node_exporter's *.prom glob skip it.
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         try:

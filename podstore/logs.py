@@ -1,14 +1,7 @@
-"""How podstore writes to stderr (the global ``--log-format text|json``): the log records of the
-``podstore`` logger (the follower's log, shipping, warnings) and the one-line errors and
-warnings of the command line.
-
-``text`` (the default): log records as ``TIME LEVEL message``, errors as ``podstore: error:
-…``. ``json``: one JSON object a line — ``time`` (UTC, ISO 8601, milliseconds), ``level``,
-``logger``, ``message``, then the record's own fields (what a call passed in ``extra=``:
-``result``, ``seconds``, ``events`` …) and ``exception`` when there is one — so a log
-collector needs no parser. stdout (a command's answer) is never touched.
-
-Standard library only, so that every layer may log through it.
+"""How podstore writes to stderr (``--log-format text|json``): the ``podstore`` logger's records
+and the command line's one-line errors and warnings. ``json``: one object a line, ``time``
+(UTC, ms), ``level``, ``logger``, ``message``, then the record's ``extra=`` fields and
+``exception``. Standard library only, so that every layer may log through it.
 """
 
 from __future__ import annotations
@@ -44,7 +37,6 @@ def iso_time(seconds: float) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A field value JSON can hold as it is; anything else as its text."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
@@ -55,7 +47,6 @@ def _plain(value: Any) -> Any:
 
 
 def json_line(level: str, logger: str, message: str, fields: dict[str, Any], at: float) -> str:
-    """One log object as a line of JSON (the keys the module docstring names, in order)."""
     obj: dict[str, Any] = {
         "time": iso_time(at),
         "level": level.lower(),
@@ -69,8 +60,6 @@ def json_line(level: str, logger: str, message: str, fields: dict[str, Any], at:
 
 
 class JsonFormatter(logging.Formatter):
-    """A record as one JSON object (see the module docstring)."""
-
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
         if record.exc_info:
@@ -86,12 +75,11 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler :func:`configure` installs (told apart from anyone else's)."""
+    """The handler :func:`configure` installs, told apart from anyone else's."""
 
 
 def set_format(fmt: str) -> None:
-    """Choose the format of the command line's error lines and of any handler configured
-    afterwards; an installed handler is switched over at once."""
+    """Choose the format of the error lines and of the handler (switched over at once)."""
     global _format
     if fmt not in FORMATS:
         raise ValueError(f"log format: expected one of {FORMATS}, got {fmt!r}")
@@ -114,9 +102,8 @@ def configure(
     fmt: str | None = None, *, level: int = logging.INFO, stream: TextIO | None = None
 ) -> None:
     """Send the ``podstore`` logger's records at ``level`` and above to ``stream`` (stderr) in
-    ``fmt`` (default: the format chosen). A handler this function installed before is
-    replaced, anyone else's left alone; records stop propagating to the root logger, so an
-    application's logging setup does not print them twice."""
+    ``fmt`` (default: the one chosen), replacing this function's earlier handler; records stop
+    propagating to the root logger, so an application does not print them twice."""
     if fmt is not None:
         set_format(fmt)
     unconfigure()
@@ -129,8 +116,7 @@ def configure(
 
 
 def unconfigure() -> None:
-    """Remove the handler :func:`configure` installed (records then go wherever they went
-    before: an application's handlers, else Python's last resort for warnings)."""
+    """Remove the handler :func:`configure` installed."""
     logger = logging.getLogger(LOGGER)
     for handler in list(logger.handlers):
         if isinstance(handler, _Handler):
@@ -138,8 +124,7 @@ def unconfigure() -> None:
 
 
 def foreign_handlers() -> bool:
-    """Whether an application gave the ``podstore`` logger a handler of its own (then
-    :func:`configure` is not called for it: its records would be written twice)."""
+    """Whether an application gave the ``podstore`` logger a handler of its own."""
     return any(not isinstance(h, _Handler) for h in logging.getLogger(LOGGER).handlers)
 
 

@@ -27,15 +27,10 @@ class Context:
     _stores: dict[bool, PodStore] = field(default_factory=dict)
 
     def store(self, *, readonly: bool = False) -> PodStore:
-        """The store, opened on first use.
-
-        ``readonly=True`` (every command that only reads): opened read-only — never created,
-        never migrated, no write permission needed; a missing store is an error. The
-        open-time integrity check is skipped there: a read cannot damage the file, a damaged
-        page still fails the read that meets it, and ``podstore verify`` is the check.
-        Otherwise opened for writing (created and migrated if needed); under ``--readonly``
-        that is refused with ReadOnlyStoreError before anything is opened.
-        """
+        """The store, opened on first use: read-only (never created or migrated) for commands
+        that only read, without the open-time check (a damaged page still fails the read that
+        meets it; ``podstore verify`` is the check); else for writing, which ``--readonly``
+        refuses (ReadOnlyStoreError) before anything is opened."""
         if not readonly:
             self.require_writable()
         store = self._stores.get(readonly)
@@ -51,7 +46,6 @@ class Context:
         return store
 
     def options(self, *, readonly: bool) -> ConnectOptions:
-        """Connection options for the store (for commands that work below ``PodStore``)."""
         if not readonly:
             self.require_writable()
         from podstore.sqlite.connection import ConnectOptions, database_path

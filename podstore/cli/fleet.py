@@ -1,9 +1,5 @@
-"""``podstore fleet …``: the central PostgreSQL database (docs/fleet.md).
-
-``podstore.fleet`` (and with it the PostgreSQL driver) is imported inside the commands only, so
-the node commands never load it; without the ``fleet`` extra every command that needs the
-driver exits 2 with one line saying what to install.
-"""
+"""``podstore fleet …``: the central PostgreSQL database (docs/fleet.md). ``podstore.fleet``
+is imported inside the commands only, so the node commands never load the driver."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ import click
 from podstore.cli.common import parse_time
 from podstore.cli.extras import require
 from podstore.cli.output import F, emit, output_option
-from podstore.cli.sql import param_option, unique_columns
+from podstore.cli.sql import MAX_ROWS, param_option, unique_columns
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -34,8 +30,7 @@ URL_ENV = "PODSTORE_FLEET_URL"
 
 
 def fleet_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
-    """Option callback: the fleet database URL, else $PODSTORE_FLEET_URL; neither is a usage
-    error (exit 2)."""
+    """Option callback: the URL, else $PODSTORE_FLEET_URL; neither is a usage error."""
     url = value or os.environ.get(URL_ENV)
     if not url:
         raise click.BadParameter(f"give a postgresql:// URL or set ${URL_ENV}")
@@ -45,8 +40,7 @@ def fleet_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 
 
 def warn_argv_password(url: str) -> None:
-    """Warn (stderr) when a URL given on the command line holds a password: every local user
-    reads it in ``ps`` for as long as the command runs."""
+    """Warn when a URL on the command line holds a password (every local user reads ``ps``)."""
     import importlib.util
 
     from podstore.errors import InvalidInputError
@@ -69,7 +63,6 @@ def warn_argv_password(url: str) -> None:
 
 
 def url_option(*names: str) -> Callable[[F], F]:
-    """The fleet database option (``--url``, ``--to`` for ship), checked by :func:`fleet_url`."""
     return click.option(
         *names,
         "url",
@@ -82,7 +75,6 @@ def url_option(*names: str) -> Callable[[F], F]:
 
 
 def _plain(value: Any, fmt: str) -> Any:
-    """A PostgreSQL value as the output formats take it."""
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, datetime.datetime):
@@ -115,7 +107,6 @@ def emit_result(result: QueryResult, fmt: str) -> None:
 
 
 def driver() -> None:
-    """Exit 2 (one line) unless the fleet extra, the PostgreSQL driver, is installed."""
     require("psycopg", "podstore fleet", extra="fleet")
 
 
@@ -194,13 +185,7 @@ def owners(device_id: str, url: str, node: str | None, at: str | None, output: s
     show_default=True,
     help="Seconds each fetch of the statement may run on the server.",
 )
-@click.option(
-    "--max-rows",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="N",
-    help="Stop with exit 1 if the statement returns more than N rows.",
-)
+@MAX_ROWS
 @click.option(
     "--reader-role",
     default="podstore_reader",
@@ -267,7 +252,6 @@ def verify(url: str, node: str | None, output: str) -> None:
 
 
 def _owner_url(url: str | None, print_sql: bool) -> str | None:
-    """--url of the grant commands: needed unless the SQL is only printed."""
     found = url or os.environ.get(URL_ENV)
     if not found and not print_sql:
         raise click.UsageError(f"give --url OWNER_URL or set ${URL_ENV}")

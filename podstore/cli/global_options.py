@@ -1,10 +1,7 @@
-"""The options every command takes — ``--db``, ``--readonly``, ``--busy-timeout``,
-``--log-format`` — accepted before the command (``podstore --db x.db pods``) and after it
-(``podstore pods --db x.db``).
-
-click parses a group's options only before the sub-command's name, so each command gets a copy
-of them as well; its copy writes into the shared :class:`Context` the group created, and a
-value given after the command wins over one given before it.
+"""The options every command takes (``--db``, ``--readonly``, ``--busy-timeout``,
+``--log-format``), before the command or after it. click parses a group's options only before
+the sub-command's name, so each command gets a copy that writes into the shared
+:class:`Context`; a value given after the command wins.
 """
 
 from __future__ import annotations
@@ -61,8 +58,8 @@ def _setter(attribute: str) -> Callable[[click.Context, click.Parameter, Any], N
 
 
 def global_options(group: bool) -> list[click.Option]:
-    """``--db``, ``--readonly``, ``--busy-timeout``, ``--log-format``: the group's fill its
-    parameters; a command's copies write into the shared Context, and only when given."""
+    """The global options: the group's fill its parameters; a command's copies write into the
+    shared Context, and only when given."""
     specs: list[tuple[list[str], str, Any, dict[str, Any]]] = [
         (["--db", "db"], "db", DEFAULT_DB, {"metavar": "PATH", "envvar": "PODSTORE_DB"}),
         (["--readonly"], "readonly", False, {"is_flag": True}),
@@ -101,8 +98,8 @@ def add_global_options(command: click.Command) -> None:
 
 
 def asked_log_format(args: Sequence[str]) -> str:
-    """The ``--log-format`` a command line asks for (its last), else the environment's, else
-    the one in force: a usage error can stop the parse before the option's callback ran."""
+    """The ``--log-format`` the command line asks for, else the environment's, else the one in
+    force (a usage error can stop the parse before the option's callback ran)."""
     found = None
     for i, arg in enumerate(args):
         if arg == "--":
@@ -130,13 +127,9 @@ _ARGS_KEY = "podstore.args"
 
 
 class PodstoreGroup(click.Group):
-    """A group whose commands all accept the global options after their name too, and whose
-    usage errors follow ``--log-format``.
-
-    Commands named in ``lazy`` (name → ``"module:attribute"``) are imported when first asked
-    for, so that a command loads its own module and no other (docs/performance.md,
-    "Start-up"); ``--help`` asks for all of them.
-    """
+    """A group whose commands take the global options after their name too, whose usage
+    errors follow ``--log-format``, and whose ``lazy`` commands (name → ``"module:attribute"``)
+    are imported when first asked for (docs/performance.md, "Start-up")."""
 
     def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

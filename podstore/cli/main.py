@@ -1,9 +1,5 @@
-"""The ``podstore`` command group, its shared options and error handling.
-
-Exit codes, the same for every command (README "Exit codes"): 0 success; 1 a failed check, a
-refusal or an error (a ``PodStoreError``, printed here as one line); 2 bad usage (click's
-own) and a missing optional extra (``cli/extras.py``).
-"""
+"""The ``podstore`` command group and its error handling: a ``PodStoreError`` is one line
+and exit 1 (README "Exit codes")."""
 
 from __future__ import annotations
 

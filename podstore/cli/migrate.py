@@ -1,11 +1,6 @@
-"""``podstore migrate upgrade|downgrade|current|history``: the schema by hand.
-
-Nothing here can surprise: the target revision is checked first (unknown, or on the wrong side
-of the store's revision: a one-line error, exit 1); a downgrade that would drop data is first
-tried in a transaction that is rolled back, and refused with the list of what it would drop
-unless ``--yes``; ``--backup FILE`` copies the store (SQLite online backup) before anything
-changes; the steps run in one transaction, so an interrupted migration changes nothing.
-"""
+"""``podstore migrate upgrade|downgrade|current|history``: the schema by hand, the target
+checked first, in one transaction; a downgrade that would drop data is tried, rolled back
+and refused unless ``--yes``."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """``-o table|json|yaml|csv`` for every command that lists things, and :func:`emit`, which writes
-rows (mappings with the same keys, from any iterable) in that format as they come.
+rows in that format as they come: in batches, a table a window at a time (widths from the first
+window, growing after it), so a listing's memory does not grow with its rows.
 
-Nothing is built whole: JSON, YAML and CSV go out in small batches, a table a window at a time
-(widths from the first window, growing after it), so a listing's memory does not grow with
-its rows. Table cells escape control characters (C0, DEL, C1, line and paragraph separators,
-bidirectional overrides) as ``\\n``, ``\\x1b``, ``\\u202e`` … so that a value cannot break a
-line, fake a row or recolour the terminal; lists are comma-joined, None blank, no rows
-``(none)``. JSON is what ``json.dumps(rows, indent=2)`` prints, but strict: a non-finite float
-(SQL can make one) is the string ``"Infinity"``/``"-Infinity"``/``"NaN"``. YAML:
-``cli/yaml_text.py``.
+Table cells escape control characters (``\\n``, ``\\x1b``, ``\\u202e`` …) so that a value cannot
+break a line, fake a row or recolour the terminal. JSON is ``json.dumps(rows, indent=2)``'s
+text, but strict: a non-finite float (SQL can make one) is ``"NaN"``, ``"Infinity"`` ….
 """
 
 from __future__ import annotations
@@ -60,11 +56,8 @@ def emit(
     rows: Iterable[Row], columns: Sequence[str], fmt: str, *, out: TextIO | None = None
 ) -> int:
     """Write ``rows`` (mappings keyed by ``columns``) to ``out`` (default: stdout) in ``fmt``,
-    as they come; returns the number of rows written.
-
-    An exception raised by ``rows`` while it is iterated propagates after the rows before it
-    were written (a table: after the last full window); the output is then incomplete.
-    """
+    as they come; returns how many. An exception from ``rows`` propagates after the rows
+    before it were written (a table: up to the last full window)."""
     stream = out if out is not None else sys.stdout
     writer = _WRITERS.get(fmt)
     if writer is None:
@@ -75,8 +68,7 @@ def emit(
 
 
 def render(rows: Iterable[Row], columns: Sequence[str], fmt: str) -> str:
-    """Rows in the chosen format as one string, without the final newline (for small outputs
-    and tests; commands use :func:`emit`)."""
+    """Rows in ``fmt`` as one string without the final newline (small outputs, tests)."""
     buf = io.StringIO()
     emit(rows, columns, fmt, out=buf)
     return buf.getvalue().rstrip("\n")
@@ -98,24 +90,7 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-_SCALARS = frozenset({str, int, float, bool})
-
-
-def plain(value: Any) -> Any:
-    """A value as JSON and YAML hold it: sequences as lists, mapping keys as strings."""
-    if value is None or type(value) in _SCALARS or isinstance(value, (str, int, float)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return [plain(v) for v in sorted(value, key=str)]
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    return str(value)
-
-
-# Characters that move the cursor, end a line, switch terminal modes or reorder the text around
-# them when printed.
+# Characters that move the cursor, end a line, switch modes or reorder the text around them.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -210,37 +185,36 @@ def _json(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     count = 0
     out.write("[")
     for batch in _batches(rows):
-        # json.dumps of a batch is "[" + its rows at list depth + "\n]": the rows, with a
-        # comma between batches, are exactly what json.dumps(all rows) writes between its
-        # brackets (per row would run the indenting encoder's set-up once a row).
-        text = _JSON.encode([{c: _strict(row.get(c)) for c in columns} for row in batch])
+        # A batch's text between its brackets, comma-joined, is what json.dumps(all rows)
+        # writes between its own (per row would set up the indenting encoder once a row).
+        text = _JSON.encode([{c: plain(row.get(c), strict=True) for c in columns} for row in batch])
         out.write(("," if count else "") + text[1:-2])
         count += len(batch)
     out.write("\n]\n" if count else "]\n")
     return count
 
 
-def _strict(value: Any) -> Any:
-    """``value`` as strict JSON holds it: a non-finite float (SQL can produce one) as the
-    string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, sets as sorted lists, other objects
-    as their text."""
+def plain(value: Any, *, strict: bool = False) -> Any:
+    """``value`` as JSON and YAML hold it: sequences and sets (sorted) as lists, keys as
+    strings, other objects as their text; ``strict`` (JSON): a non-finite float as ``"NaN"``,
+    ``"Infinity"`` or ``"-Infinity"``."""
     kind = type(value)
     if kind is str or kind is int or value is None or kind is bool:
         return value
     if kind is list and all(type(v) is str for v in value):  # device lists: the common case
         return value
     if isinstance(value, float):
-        if math.isfinite(value):
+        if not strict or math.isfinite(value):
             return value
         return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, (str, int)):
         return value
     if isinstance(value, Mapping):
-        return {str(k): _strict(v) for k, v in value.items()}
+        return {str(k): plain(v, strict=strict) for k, v in value.items()}
     if isinstance(value, (set, frozenset)):
-        return [_strict(v) for v in sorted(value, key=str)]
+        return [plain(v, strict=strict) for v in sorted(value, key=str)]
     if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
+        return [plain(v, strict=strict) for v in value]
     return str(value)
 
 
@@ -278,9 +252,8 @@ _WRITERS: dict[str, Callable[[Iterator[Row], list[str], TextIO], int]] = {
 
 
 def emit_object(info: Mapping[str, Any], fmt: str, *, out: TextIO | None = None) -> None:
-    """Write one record (``podstore status``): as ``key  value`` lines for a table (keys with
-    spaces for underscores, aligned), as one JSON object or YAML mapping, or as a CSV header
-    and row."""
+    """Write one record (``podstore status``): aligned ``key  value`` lines for a table, else
+    one JSON object, YAML mapping, or CSV header and row."""
     stream = out if out is not None else sys.stdout
     if fmt == "table":
         width = max((len(k) for k in info), default=0)
@@ -291,7 +264,7 @@ def emit_object(info: Mapping[str, Any], fmt: str, *, out: TextIO | None = None)
             )
         )
     elif fmt == "json":
-        stream.write(_JSON.encode(_strict(info)) + "\n")
+        stream.write(_JSON.encode(plain(info, strict=True)) + "\n")
     elif fmt == "yaml":
         stream.write(yaml_text.mapping({k: plain(v) for k, v in info.items()}))
     else:

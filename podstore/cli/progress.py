@@ -1,9 +1,5 @@
-"""Progress bars for long commands (import, export, migrate, backup): on a terminal only.
-
-A bar is drawn on stderr, and only when stderr is a terminal and the work is large
-(:data:`MIN_UNITS` or more units: entries, pages, ...), so a pipe, a log file or a script sees
-nothing of it and stdout carries only the command's report.
-"""
+"""Progress bars for long commands (import, export, migrate, backup): on stderr, and only when
+it is a terminal and the work is large, so a pipe or a script sees nothing of them."""
 
 from __future__ import annotations
 
@@ -20,16 +16,11 @@ MIN_UNITS = 1000
 Progress = Callable[[int, int], None]
 
 
-def on_terminal() -> bool:
-    return sys.stderr.isatty()
-
-
 @contextmanager
 def progress(label: str, *, min_units: int | None = MIN_UNITS) -> Iterator[Progress | None]:
-    """A ``progress(done, total)`` callback drawing a bar labelled ``label`` once the total is
-    known to be ``min_units`` or more, or None when stderr is not a terminal or
-    ``min_units`` is None (the caller knows the work is small)."""
-    if min_units is None or not on_terminal():
+    """A ``progress(done, total)`` callback drawing a bar once the total is ``min_units`` or
+    more; None off a terminal or when ``min_units`` is None (the caller knows it is small)."""
+    if min_units is None or not sys.stderr.isatty():
         yield None
         return
     bar: Any = None

@@ -55,6 +55,14 @@ def _value(value: Any) -> Any:
     return value
 
 
+MAX_ROWS = click.option(
+    "--max-rows",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Stop with exit 1 if the statement returns more than N rows.",
+)
+
 #: ``podstore sql --timeout`` default: seconds of SQLite's work a statement may take.
 DEFAULT_TIMEOUT = 5.0
 
@@ -70,13 +78,7 @@ DEFAULT_TIMEOUT = 5.0
     metavar="SECONDS",
     help="Stop the statement after this much work (0: no limit); exit 1.",
 )
-@click.option(
-    "--max-rows",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="N",
-    help="Stop with exit 1 if the statement returns more than N rows.",
-)
+@MAX_ROWS
 @output_option
 @click.pass_obj
 def sql(

@@ -1,14 +1,6 @@
-"""``podstore watch``: follow a live kubelet checkpoint file (docs/watch.md).
-
-Exit status: 0 after SIGTERM/SIGINT (the sync in progress is finished first) or, with
-``--once``, when the file was applied or unchanged (and, when shipping, shipped; with
-``--keep-history``, pruned); 1 when ``--once`` found the file missing or bad (the store
-untouched), on a store error, when ``--once`` could not ship (the sync stays applied), or when
-``--ship-to-file`` names a file open to others; 2 on bad usage, also when an optional part
-(``podstore[watch]``, ``podstore[fleet]`` for shipping) is not installed.
-
-The options become a :class:`~podstore.watch.run.WatchConfig`; podstore/watch/run.py builds
-and runs what it asks for.
+"""``podstore watch``: follow a live kubelet checkpoint file (docs/watch.md, exit statuses
+included). The options become a :class:`~podstore.watch.run.WatchConfig`, which
+podstore/watch/run.py builds and runs.
 """
 
 from __future__ import annotations

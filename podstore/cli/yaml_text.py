@@ -1,17 +1,10 @@
-"""Block-style YAML for the rows the commands print, written directly.
+"""Block-style YAML for the rows the commands print, written directly: PyYAML's representer
+costs about 200 µs a row (seconds for a large store's listing).
 
-PyYAML's representer and resolver run in Python for every value — about 200 µs a row, or
-seconds for a listing of a large store (the emitter itself is C) — while rows here are only
-mappings of scalars, lists and small mappings. This writes the same layout PyYAML's
-``safe_dump(sort_keys=False, allow_unicode=True)`` does (block mappings, indentless sequences
-inside mappings, ``[]``/``{}`` for empty ones) and leaves the one hard question — which
-strings would read back as something else — to PyYAML's own implicit resolvers, so that
-``yaml.safe_load`` of the text gives back exactly the values (tests/test_cli_output.py checks
-this on generated values).
-
-Scalar styles: a string that reads back as itself unquoted and has only plain-safe characters
-is written plain; any other printable string single-quoted; a string with a character YAML may
-not carry raw (a control character, a line break, a BOM …) double-quoted with escapes.
+The layout is ``safe_dump(sort_keys=False, allow_unicode=True)``'s; which strings would read
+back as something else is left to PyYAML's own implicit resolvers, so ``yaml.safe_load`` gives
+back exactly the values. A string is plain when that is safe, else single-quoted, else (a
+character YAML may not carry raw) double-quoted with escapes.
 """
 
 from __future__ import annotations
@@ -42,8 +35,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./(][A-Za-z0-9_./()+=@:~^$-]*\Z")
 
 
 def _resolves_to_other(text: str) -> bool:
-    """True when PyYAML would read ``text``, unquoted, as something other than a string
-    (a number, bool, null, timestamp, ...)."""
+    """True when PyYAML would read ``text`` unquoted as a number, bool, null, timestamp …"""
     resolvers = _resolvers()
     candidates = resolvers.get(text[0] if text else "")
     any_first = resolvers.get(None, [])
@@ -143,7 +135,6 @@ def _is_list(value: Any) -> bool:
 
 
 def _mapping_lines(value: Mapping[Any, Any], indent: str, out: list[str]) -> None:
-    """Lines of a non-empty block mapping at ``indent`` (the first without its indent)."""
     for key, item in value.items():
         head = indent + scalar(key) + ":"
         if type(item) is str:  # the common case, inline

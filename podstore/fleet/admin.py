@@ -1,22 +1,10 @@
-"""Administering the fleet database: per-node and reader roles, renaming a node, retiring
-stores (docs/fleet.md, "Trust model").
+"""Administering the fleet database as its owner: node and reader roles, renaming a node,
+retiring stores (docs/fleet.md, "Trust model").
 
-These run with the URL of the fleet's owner (the role that ran ``fleet init``, or a
-superuser); a node or reader role is refused by the server.
-
-- :func:`grant_node`: a login role that can do one thing, call the three shipping functions
-  for its own node (EXECUTE on them, SELECT on the schema's version table, nothing else);
-- :func:`grant_reader`: a role (NOLOGIN unless asked) with SELECT on the fleet's tables and
-  views and nothing else, which ``fleet sql`` runs statements as;
-- both take from PUBLIC what PostgreSQL gives every role by default and a restricted role
-  must not have: CREATE on the fleet's schema, TEMPORARY on the database, and (as a
-  superuser) EXECUTE on ``set_config``, with which a statement could switch the role back,
-  and on the functions that create or write large objects (data a role would keep in the
-  database); as a superuser both also bound the role's temporary files (``temp_file_limit``,
-  a setting only a superuser may change, so the role cannot lift it).
-
-The SQL is built here, not sent as parameters, because role names are identifiers; every
-name is checked against :data:`ROLE_NAME` and every literal quoted.
+Both grants take from PUBLIC what a restricted role must not have (CREATE on the schema,
+TEMPORARY; as a superuser also ``set_config``, with which a statement could switch the role
+back, and the large-object writers). The SQL is built here because role names are
+identifiers: every name is checked against :data:`ROLE_NAME` and every literal quoted.
 """
 
 from __future__ import annotations
@@ -33,8 +21,7 @@ from podstore.pure import validate
 #: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 NODE_ROLE_PREFIX = "podstore_node_"
-#: The shipping functions a node role may call (revision f0002; f0003 gave the snapshot the
-#: node's items).
+#: The shipping functions a node role may call (f0002; f0003 gave the snapshot node items).
 SHIP_FUNCTIONS = (
     "fleet_ship_open(uuid, text)",
     "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",
@@ -42,8 +29,7 @@ SHIP_FUNCTIONS = (
     "json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
-#: The functions with which any role creates or writes large objects: data of its own kept in
-#: the database, outside every fleet table (EXECUTE is PUBLIC's by default).
+#: The functions with which any role keeps data of its own in large objects (PUBLIC's by default).
 LARGE_OBJECT_FUNCTIONS = (
     "pg_catalog.lo_creat(integer)",
     "pg_catalog.lo_create(oid)",
@@ -54,8 +40,7 @@ LARGE_OBJECT_FUNCTIONS = (
     "pg_catalog.lo_put(oid, bigint, bytea)",
 )
 REVOKE_LARGE_OBJECTS = f"REVOKE EXECUTE ON FUNCTION {', '.join(LARGE_OBJECT_FUNCTIONS)} FROM PUBLIC"
-#: Temporary file space one statement of a node or reader role may fill (a sort or a
-#: materialized ``generate_series`` spills there); a superuser-only setting.
+#: Temporary file space one statement of a node or reader role may fill (superuser setting).
 TEMP_FILE_LIMIT = "1GB"
 _TEMP_FILE_LIMIT = re.compile(r"[1-9][0-9]{0,9}(kB|MB|GB|TB)")
 #: Connections a node role may hold at once, and its sessions' limits (role settings).
@@ -68,9 +53,8 @@ NODE_SETTINGS = {
 
 
 def node_role(node: str) -> str:
-    """The default role of ``node``: ``podstore_node_`` and the node name with every character
-    outside ``[a-z0-9_]`` as ``_``. Raises InvalidInputError when that is longer than
-    PostgreSQL's 63-byte names (name the role yourself, ``--role``)."""
+    """``podstore_node_`` and ``node`` with every character outside ``[a-z0-9_]`` as ``_``.
+    Raises InvalidInputError past PostgreSQL's 63 bytes (name the role with ``--role``)."""
     name = NODE_ROLE_PREFIX + re.sub(r"[^a-z0-9_]", "_", node)
     if len(name) > 63:
         raise InvalidInputError(
@@ -99,8 +83,6 @@ def _literal(value: str) -> str:
 
 
 def _role_block(role: str, login: bool) -> str:
-    """Create the role if missing; take CREATE on the schema and TEMPORARY on the database
-    from PUBLIC; give the role CONNECT and USAGE (names resolved where the SQL runs)."""
     return f"""DO $podstore$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = {_literal(role)}) THEN
@@ -141,9 +123,8 @@ def grant_node_sql(
         f"GRANT EXECUTE ON FUNCTION {', '.join(SHIP_FUNCTIONS)} TO {_ident(name)}",
         "INSERT INTO fleet_node_grants (node, role_name) "
         f"VALUES ({_literal(node)}, {_literal(name)}) ON CONFLICT DO NOTHING",
-        # A node role can keep a transaction open for ever (its timeouts are its own to
-        # change): membership lets the granting role end its sessions (pg_terminate_backend)
-        # without a superuser. It gives the granting role nothing else it lacked.
+        # A node role can keep a transaction open for ever (its timeouts are its own): the
+        # membership lets the granting role end its sessions without a superuser, nothing else.
         f"GRANT {_ident(name)} TO CURRENT_USER",
         _temp_limit(name, temp_file_limit),
         REVOKE_LARGE_OBJECTS,
@@ -175,7 +156,6 @@ def grant_reader_sql(
 
 
 def _superuser_only(statement: str) -> str | None:
-    """Why ``statement`` is skipped when the granting role is no superuser (None: it is not)."""
     if SET_CONFIG in statement:
         return (
             "set_config() is still executable by every role (only a superuser can "
@@ -197,7 +177,7 @@ def _superuser_only(statement: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class GrantReport:
-    """What a grant did: the role, whether it was created, and what could not be done."""
+    """What a grant did: the role, whether it was created, what could not be done."""
 
     role: str
     created: bool
@@ -226,26 +206,22 @@ def _run_grant(
                 f"role {role} already ships node {other!r}; a role ships one node: name "
                 "another role with --role"
             )
-        existed = conn.execute(
-            text("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = :r)"), {"r": role}
-        ).scalar_one()
+        # None: the role does not exist yet.
+        role_super = conn.execute(
+            text("SELECT rolsuper FROM pg_roles WHERE rolname = :r"), {"r": role}
+        ).scalar()
+        if role_super:
+            raise InvalidInputError(f"role {role} is a superuser: it cannot be restricted")
         superuser = conn.execute(
             text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         ).scalar_one()
-        if (
-            existed
-            and conn.execute(
-                text("SELECT rolsuper FROM pg_roles WHERE rolname = :r"), {"r": role}
-            ).scalar_one()
-        ):
-            raise InvalidInputError(f"role {role} is a superuser: it cannot be restricted")
         for statement in statements:
             skipped = None if superuser else _superuser_only(statement)
             if skipped is not None:
                 warnings.append(skipped)
                 continue
             conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
-    return GrantReport(role, not existed, tuple(warnings))
+    return GrantReport(role, role_super is None, tuple(warnings))
 
 
 def grant_node(
@@ -255,13 +231,10 @@ def grant_node(
     role: str | None = None,
     temp_file_limit: str = TEMP_FILE_LIMIT,
 ) -> GrantReport:
-    """Create (if missing) the login role that ships ``node``'s stores — ``role``, else
-    :func:`node_role` — and give it EXECUTE on the shipping functions and nothing else; the
-    server then refuses it any other write, any other node's store, any new object. How it
-    authenticates (a password, a certificate) is the server's configuration. Raises
-    InvalidInputError for a bad name, FleetRefusedError when the URL's role lacks the rights.
-    As a superuser it also bounds the role's temporary files (``temp_file_limit``) and takes
-    large objects from PUBLIC; otherwise the report warns that it could not."""
+    """Create (if missing) the login role ``role`` (else :func:`node_role`) that may only call
+    the shipping functions for ``node``. Steps only a superuser may take (temp_file_limit,
+    large objects) are warnings in the report otherwise. Raises InvalidInputError for a bad
+    name, FleetRefusedError when the URL's role lacks the rights."""
     target = resolve(url)
     statements = grant_node_sql(node, role, temp_file_limit=temp_file_limit)
     name = _role(role) if role is not None else node_role(node)
@@ -275,11 +248,9 @@ def grant_reader(
     login: bool = False,
     temp_file_limit: str = TEMP_FILE_LIMIT,
 ) -> GrantReport:
-    """Create ``role`` if missing (NOLOGIN unless ``login``) and give it SELECT on the fleet's
-    tables and views and nothing else; as a superuser also revoke set_config() and large
-    objects from PUBLIC and bound the role's temporary files (``temp_file_limit``, which
-    ``fleet sql`` with a superuser URL applies too). ``fleet sql`` runs statements as this
-    role (default ``podstore_reader``)."""
+    """Create ``role`` if missing (NOLOGIN unless ``login``) with SELECT on the fleet's tables
+    and views only, the role ``fleet sql`` runs as; the superuser-only steps (set_config,
+    large objects, temp_file_limit) are warnings in the report otherwise."""
     target = resolve(url)
     statements = grant_reader_sql(role, login=login, temp_file_limit=temp_file_limit)
     name = _role(role)
@@ -317,10 +288,9 @@ _NODE_USED = """
 
 
 def rename_node(url: str | FleetURL | None, old: str, new: str) -> int:
-    """Give every store of node ``old`` (retired ones too) the name ``new``, and move the
-    node's grants with it; logged per store in ``fleet_store_log``. Returns the number of
-    stores renamed. Raises InvalidInputError when ``old`` has no store or the names are
-    equal or empty."""
+    """Give every store of node ``old`` (retired too) and its grants the name ``new``, logged
+    per store; returns how many. Raises InvalidInputError when ``old`` has no store, ``new``
+    has stores or grants, or the names are equal or empty."""
     from sqlalchemy import text
 
     target = resolve(url)
@@ -379,12 +349,9 @@ _RETIRE = """
 def retire(
     url: str | FleetURL | None, *, node: str | None = None, store_id: str | None = None
 ) -> list[tuple[str, str]]:
-    """Retire the stores of ``node``, or the store ``store_id`` (exactly one of them): kept as
-    history, left out of the current-state views and of ``fleet owners`` now; owners at an
-    instant before the retirement still see them, and ships of a retired store are refused.
-    Retiring a node also takes its grants: its roles ship no new store until ``grant_node``.
-    Returns the (store_id, node) retired. Raises InvalidInputError when nothing matched a
-    store still in service."""
+    """Retire the stores of ``node`` or the store ``store_id`` (one of them; docs/fleet.md,
+    "One identity per store"); a node's grants go with it. Returns the (store_id, node)
+    retired. Raises InvalidInputError when nothing matched a store in service."""
     from sqlalchemy import text
 
     target = resolve(url)

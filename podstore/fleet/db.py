@@ -1,12 +1,6 @@
-"""Connections to the fleet database: one engine per URL and process, and its errors.
-
-psycopg 3 through SQLAlchemy. The driver is imported when the first engine connects, never
-when ``podstore`` (or this module) is imported. Every driver error leaves here as a podstore
-error whose text holds the URL masked and never its password: unreachable or broken
-connections as FleetUnavailableError, a write in a read-only transaction as
-ReadOnlyStoreError, a right the role lacks as FleetRefusedError, bad SQL as InvalidInputError,
-anything else as FleetError.
-"""
+"""Connections to the fleet database (psycopg 3 through SQLAlchemy, imported on first
+connect): one engine per URL and process, and driver errors turned into podstore errors
+(:func:`translate`) whose text never holds the password."""
 
 from __future__ import annotations
 
@@ -79,9 +73,8 @@ def _configure(dbapi_connection: Any, _record: Any) -> None:
         # whole, with the last_seq that records it, so the next ship sends it again (the node
         # keeps it, or the gap rule heals it). Exactly once does not rest on durability here.
         cur.execute("SET synchronous_commit = off")
-        # Times in UTC, as everywhere in podstore; the driver then builds each timestamptz it
-        # reads with a fixed offset instead of converting it to the server's zone (a third of
-        # the client's time for the 11,000 rows of `fleet nodes`).
+        # UTC: the driver then reads each timestamptz with a fixed offset instead of converting
+        # it to the server's zone (a third of the client's time for `fleet nodes`' 11,000 rows).
         cur.execute("SET TimeZone = 'UTC'")
     dbapi_connection.commit()
 
@@ -142,7 +135,6 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
 
 @contextmanager
 def translated(url: FleetURL) -> Iterator[None]:
-    """Run a block with driver errors turned into podstore errors."""
     from sqlalchemy import exc as sa_exc
 
     try:
@@ -162,10 +154,8 @@ T = TypeVar("T")
 
 
 def retrying(url: FleetURL, fn: Callable[[], T]) -> T:
-    """``fn()``, once more if it failed because a pooled connection had died (the server
-    restarted since it was opened): the pool has dropped them all by then, and every fleet
-    operation is safe to repeat (shipping is exactly once). A server that is down fails
-    both times, with the same FleetUnavailableError."""
+    """``fn()``, once more if a pooled connection had died (a server restart; the pool has
+    dropped them all by then): every fleet operation is safe to repeat."""
     try:
         return fn()
     except FleetUnavailableError as exc:
@@ -176,15 +166,13 @@ def retrying(url: FleetURL, fn: Callable[[], T]) -> T:
 
 @contextmanager
 def transaction(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
-    """One transaction on the fleet database: committed when the block ends, rolled back on
-    any exception. Raises FleetUnavailableError when the server cannot be reached."""
+    """One transaction, committed at the end of the block, rolled back on an exception."""
     with translated(url), engine(url).begin() as conn:
         yield conn
 
 
 @contextmanager
 def connection(url: FleetURL) -> Iterator[sqlalchemy.Connection]:
-    """One pooled connection for several transactions (``with conn.begin():`` each).
-    Raises FleetUnavailableError when the server cannot be reached."""
+    """One pooled connection for several transactions (``with conn.begin():`` each)."""
     with translated(url), engine(url).connect() as conn:
         yield conn

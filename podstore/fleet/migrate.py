@@ -1,12 +1,6 @@
-"""Create and upgrade the central schema: ``podstore fleet init`` and its API.
-
-The Alembic scripts ship as ``podstore.fleet.migrations`` with their own version table
-(``fleet_alembic_version``). Each run holds an EXCLUSIVE lock on that table for its
-transaction, so two ``fleet init`` at once migrate once, and no node or reader role can take
-or hold that lock (before the first run, when the table does not exist yet, an advisory lock
-stands in, waited for a bounded time); PostgreSQL DDL is transactional, so a failed upgrade
-leaves the previous schema. Every other lock the migration needs is waited for at most
-:data:`LOCK_TIMEOUT`, and a refusal names the sessions holding the fleet's tables.
+"""Create and upgrade the central schema (``podstore fleet init``): Alembic scripts in
+``podstore.fleet.migrations``, run in one transaction under a lock no node or reader role can
+hold (docs/fleet.md, "Central schema"); a failed upgrade leaves the previous schema.
 """
 
 from __future__ import annotations
@@ -33,9 +27,8 @@ if TYPE_CHECKING:
 
 # An arbitrary constant: the advisory lock id of podstore's fleet migrations (first run only).
 _LOCK_ID = 0x706F_6473_746F_7265  # "podstore"
-#: How long ``fleet init`` waits for a lock other than the version table's: a session that
-#: keeps a transaction open on the fleet's tables (a node role may lift its own idle timeout)
-#: makes it fail with the session named, instead of waiting for ever.
+#: How long ``fleet init`` waits for a lock other than the version table's: a session holding
+#: the fleet's tables (a node role may lift its idle timeout) fails it, named, not for ever.
 LOCK_TIMEOUT = "1min"
 
 
@@ -56,8 +49,7 @@ def head_revision() -> str:
 
 
 def current_revision(conn: sqlalchemy.Connection) -> str | None:
-    """The central schema's revision; None when it has none (not initialised, or downgraded
-    to base)."""
+    """The central schema's revision; None when not initialised (or downgraded to base)."""
     from sqlalchemy import text
 
     if not conn.execute(text(VERSION_TABLE_EXISTS)).scalar():
@@ -75,10 +67,8 @@ def forget_schema(url: FleetURL) -> None:
 
 
 def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
-    """Raise FleetError unless the central schema is at this podstore's head revision.
-
-    Once a database passed, this process does not ask again (a watcher ships every few
-    seconds; a schema changed under it makes its statements fail instead)."""
+    """Raise FleetError unless the central schema is at this podstore's head revision; asked
+    once per process and database (a schema changed later makes the statements fail)."""
     key = (os.getpid(), url.url)
     if key in _checked:
         return
@@ -118,10 +108,9 @@ class InitReport:
 
 
 def _lock(conn: sqlalchemy.Connection) -> None:
-    """Keep other runs out for this transaction, with a lock no node or reader role can hold:
-    EXCLUSIVE on the version table needs UPDATE, DELETE or TRUNCATE on it, and lets their
-    SELECT (ACCESS SHARE) through. Any role may take an advisory lock, so the one that stands
-    in before the version table exists is waited for at most LOCK_TIMEOUT."""
+    """Keep other runs out of this transaction: EXCLUSIVE on the version table needs rights no
+    node or reader role has, and lets their SELECT through. Any role may take the advisory
+    lock that stands in before that table exists, so it is waited for at most LOCK_TIMEOUT."""
     from sqlalchemy import text
 
     timeout = text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
@@ -200,9 +189,8 @@ def owner_warnings(conn: sqlalchemy.Connection) -> tuple[str, ...]:
 
 
 def init(url: str | FleetURL | None) -> InitReport:
-    """Create the central schema, or upgrade it to the head revision; a database already at
-    head is left as it is. Raises FleetUnavailableError, or FleetError when the database
-    holds a revision this podstore does not know."""
+    """Create the central schema or upgrade it to head (at head: left as it is). Raises
+    FleetUnavailableError, or FleetError for a revision this podstore does not know."""
     return upgrade(url)
 
 

@@ -1,12 +1,5 @@
-"""Reading the fleet database: the stores it holds, who holds a device, read-only SQL, and the
-central re-check of every store's hash chain.
-
-``stream`` (``podstore fleet sql``) runs one statement so that PostgreSQL itself refuses
-anything but reading: in a ``READ ONLY`` transaction with a statement timeout, after ``SET
-LOCAL ROLE`` to a reader role (``podstore fleet grant-reader``: SELECT on the fleet's
-relations and nothing else), as the query of a server-side cursor (so one statement only, and
-only a query), streamed from it page by page.
-"""
+"""Reading the fleet database: the stores it holds, who holds a device, read-only SQL
+(:func:`stream`, which PostgreSQL keeps to reading), and the re-check of every hash chain."""
 
 from __future__ import annotations
 
@@ -35,19 +28,6 @@ DEFAULT_READER = "podstore_reader"
 #: Rows fetched from the server-side cursor at a time.
 FETCH_ROWS = 2000
 
-NODES_COLUMNS = (
-    "node",
-    "store_id",
-    "last_seq",
-    "last_shipped_at",
-    "events",
-    "entries",
-    "device_rows",
-    "snapshots",
-    "refusals",
-    "last_refusal",
-    "retired_at",
-)
 OWNERS_COLUMNS = (
     "node",
     "store_id",
@@ -58,31 +38,20 @@ OWNERS_COLUMNS = (
     "pod_name",
     "claim",
 )
-VERIFY_COLUMNS = (
-    "node",
-    "store_id",
-    "last_seq",
-    "events",
-    "chained",
-    "first_broken_seq",
-    "problem",
-)
 
 
 @functools.lru_cache(maxsize=32)
 def _driver_sql(sql: str, dialect: Dialect) -> str:
-    """podstore's statement with its ``:name`` parameters in the driver's own style."""
     from sqlalchemy import text
 
     return str(text(sql).compile(dialect=dialect))
 
 
 def _read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
-    """A trusted statement (podstore's own) in a READ ONLY transaction, schema checked.
+    """podstore's own statement in a READ ONLY transaction, schema checked.
 
-    Rows are fetched by the driver itself, in PostgreSQL's binary format, as plain tuples:
-    SQLAlchemy's row objects and the text form of every value cost more than the statement
-    (`fleet nodes`: 11,000 rows, 49 ms of which 3 ms on the server; 18 ms this way)."""
+    Fetched by the driver in binary as plain tuples: SQLAlchemy's rows cost more than the
+    statement (`fleet nodes`, 11,000 rows: 49 ms, 3 of them on the server; 18 ms this way)."""
     from sqlalchemy import text
 
     with db.transaction(url) as conn:
@@ -97,9 +66,7 @@ def _read(url: FleetURL, sql: str, params: Mapping[str, Any]) -> QueryResult:
 
 
 def nodes(url: str | FleetURL | None) -> QueryResult:
-    """Every store the fleet database holds (retired ones too, with ``retired_at``): node,
-    store_id, last_seq, last_shipped_at, its event, entry, device-row and snapshot counts, the
-    ships it refused and why the last one was (NODES_COLUMNS), by node name."""
+    """Every store the fleet holds (retired ones too), by node: the columns of ``fleet nodes``."""
     target = resolve(url)
     return db.retrying(target, lambda: _read(target, q.NODES, {}))
 
@@ -111,15 +78,11 @@ def owners(
     node: str | None = None,
     at: TimeArg | None = None,
 ) -> QueryResult:
-    """Who holds ``device_id`` now — or held it at the instant ``at`` — on every node (or on
-    ``node``): OWNERS_COLUMNS rows, sorted. A device ID names one device per store: the same
-    ID on two nodes is two devices, listed apart. A retired store holds nothing now, and
-    answers for instants before its retirement.
-
-    A DRA device is named ``driver/pool/device`` (as the node's ``owners`` takes it): its rows
-    are the pods using it through a claim (container None, resource the driver, ``claim`` the
-    claim's namespace/name). ``namespace`` and ``pod_name`` are the pod's name as its store
-    holds it now (None when it holds none)."""
+    """Who holds ``device_id`` now, or held it at ``at``, on every node (or ``node``):
+    OWNERS_COLUMNS rows, sorted; one ID on two nodes is two devices. A retired store holds
+    nothing now but answers for instants before its retirement. A DRA device
+    (``driver/pool/device``) gives the pods of the claims using it (container None, resource
+    the driver, ``claim`` namespace/name)."""
     target = resolve(url)
     params: dict[str, Any] = {
         "device_id": validate.text(device_id, "device_id"),
@@ -132,17 +95,15 @@ def owners(
 
 
 def verify(url: str | FleetURL | None, *, node: str | None = None) -> QueryResult:
-    """Re-check every store's hash chain (or those of ``node``) from what the fleet holds:
-    VERIFY_COLUMNS rows, one per store; ``problem`` is None for a sound store, else what is
-    wrong at ``first_broken_seq`` (docs/fleet.md, "Trust model")."""
+    """Re-check the hash chain of every store (or ``node``'s) from what the fleet holds: one
+    row per store; ``problem`` is None when sound, else what is wrong at ``first_broken_seq``."""
     target = resolve(url)
     params = {"node": None if node is None else validate.text(node, "node")}
     return db.retrying(target, lambda: _read(target, q.VERIFY, params))
 
 
 class Rows:
-    """The rows of a ``fleet sql`` statement, fetched from its server-side cursor as they are
-    iterated (``columns`` names them). Iterate once, inside the ``stream`` block."""
+    """A ``fleet sql`` statement's rows, fetched as iterated; iterate once, inside ``stream``."""
 
     def __init__(
         self, url: FleetURL, cursor: Any, max_rows: int | None, timeout: float, started: float
@@ -158,8 +119,7 @@ class Rows:
         count = 0
         limit = self._max_rows
         while True:
-            # The timeout counts for the whole statement, every fetch and every pause between
-            # them: each fetch may run only what is left of it (the server stops it there).
+            # The timeout counts over every fetch and pause: each fetch gets what is left.
             left = self._deadline - time.monotonic()
             if left <= 0:
                 raise FleetError(
@@ -184,12 +144,7 @@ class Rows:
                 yield tuple(row)
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> None:
-    """Make the transaction's statements run as ``reader``, or refuse (see :func:`stream`)."""
     from sqlalchemy import text
 
     row = conn.execute(text(q.READER_CHECK), {"role": reader}).one()
@@ -222,7 +177,7 @@ def _enter_reader(conn: sqlalchemy.Connection, url: FleetURL, reader: str) -> No
         # a reader without one gets the default of `grant-reader`.
         limit = reader_temp_limit or admin.TEMP_FILE_LIMIT
         conn.execute(text(q.TEMP_FILE_LIMIT), {"limit": limit})
-    conn.exec_driver_sql(q.SET_ROLE.format(role=_quote_ident(reader)))
+    conn.exec_driver_sql(q.SET_ROLE.format(role=conn.dialect.identifier_preparer.quote(reader)))
 
 
 @contextmanager
@@ -235,22 +190,16 @@ def stream(
     max_rows: int | None = None,
     reader_role: str = DEFAULT_READER,
 ) -> Iterator[Rows]:
-    """Run one SQL query with PostgreSQL refusing anything but reading, and stream its rows:
-    ``with stream(url, "SELECT ...") as rows: for row in rows: ...``.
+    """Stream the rows of one query (``:name`` binds ``params[name]``), PostgreSQL refusing
+    anything but reading: a READ ONLY transaction, ``timeout`` over all fetches, ``SET LOCAL
+    ROLE reader_role``, one query as a server-side cursor; the connection is never pooled.
+    A privileged URL role is refused (FleetError) unless a reader role exists that cannot
+    switch back with set_config(); an ordinary role without one reads with its own rights.
 
-    The statement runs in a READ ONLY transaction, each fetch within ``timeout`` seconds,
-    after ``SET LOCAL ROLE reader_role`` (``podstore fleet grant-reader``), as the query of a
-    server-side cursor: one query only (SELECT, VALUES, TABLE, WITH ...), no COPY, no LOCK,
-    no second statement. Refused (FleetError) when the URL's role is a superuser — or reaches
-    the server's files, programs, sessions or state — and the reader role does not exist or could
-    switch back with set_config(); an ordinary role without a reader role runs the query with
-    its own rights, still read-only. ``:name`` in the text binds ``params[name]``. The
-    connection is closed afterwards, never pooled.
-
-    Raises ReadOnlyStoreError or FleetRefusedError for a statement that would write or use a
-    right the reader lacks, QueryLimitError past ``max_rows`` rows (while iterating),
-    FleetError past the timeout, InvalidInputError for bad SQL or a missing parameter,
-    FleetUnavailableError when the server cannot be reached.
+    Raises ReadOnlyStoreError or FleetRefusedError for a write or a right the reader lacks,
+    QueryLimitError past ``max_rows`` (while iterating), FleetError past the timeout,
+    InvalidInputError for bad SQL or a missing parameter, FleetUnavailableError when the
+    server cannot be reached.
     """
     from sqlalchemy import text
 
@@ -301,7 +250,7 @@ def query(
     max_rows: int | None = None,
     reader_role: str = DEFAULT_READER,
 ) -> QueryResult:
-    """:func:`stream`, its rows collected: the columns and rows of one read-only query."""
+    """:func:`stream`, its rows collected."""
     target = resolve(url)
 
     def run() -> QueryResult:

@@ -1,31 +1,9 @@
-"""The central tables, in SQLAlchemy Core for PostgreSQL: what the fleet migrations follow.
+"""The central tables in SQLAlchemy Core, which the fleet migrations follow (docs/fleet.md,
+"Central schema"): the history, each store's current state (written in the transaction of the
+events that produced it), and ``fleet_stores``, one row per store.
 
-Every table's primary key begins with ``store_id``, the node store's identity, so that Citus
-can distribute each table by it with all of one store's rows on one shard (docs/fleet.md,
-"Citus"); the views join on ``store_id`` only, so their joins stay on one shard too.
-
-Two kinds of tables:
-
-- the **history**: ``fleet_events`` (the node's ``allocation_events``, keyed ``(store_id,
-  seq)``, with the devices each names, as in ``allocation_event_devices``), and the snapshots
-  that healed gaps (``fleet_snapshots``, ``fleet_snapshot_devices``);
-- the **current state** of each store: ``fleet_entries`` (one row per entry, its NUMA map as
-  JSON), ``fleet_allocations`` (one row per listed device), ``fleet_registered`` and
-  ``fleet_double_allocated``, and the node's other items (CPUs, memory, DRA claims, topology,
-  pod names: ``fleet_node_items``, revision f0003), written in the same transaction as the
-  events that produced them.
-
-``fleet_stores`` holds one row per store: its node name (the node that first shipped it owns it),
-``last_seq``, the newest node ``seq`` this database holds (shipping resumes after it), the head
-of its hash chain, the counters ``fleet nodes`` shows, its refusals and its retirement.
-
-The chain (``podstore/pure/chain.py``): ``fleet_events`` keeps what each event's hash covers,
-``fleet_chain_links`` what an event chains from where its predecessor is not held (history
-pruned on the node, or shipped before the chain). ``fleet_store_log`` records what was done to
-a store by hand or on the node's word (renamed, retired, a chain adopted).
-
-One table is not per store: ``fleet_node_grants`` (which role ships for which node, written by
-``podstore fleet grant-node``), a handful of rows that Citus keeps as a reference table.
+Every primary key but ``fleet_node_grants``'s begins with ``store_id`` and the views join on it
+only, so that Citus keeps all of one store's rows, and every join, on one shard.
 """
 
 from __future__ import annotations
@@ -65,7 +43,6 @@ def _store_id() -> Column[str]:
 
 
 def _key() -> tuple[Column[str], Column[str], Column[str]]:
-    """An entry's key: (pod, container, resource)."""
     return (
         Column("pod_uid", Text, nullable=False),
         Column("container", Text, nullable=False),
@@ -78,15 +55,13 @@ fleet_stores = Table(
     metadata,
     _store_id(),
     Column("node", Text, nullable=False),
-    # The newest node seq held here: every event up to it is in fleet_events (or was pruned on
-    # the node before it was shipped, and a snapshot stands in for it).
+    # The newest node seq held: every event up to it is held, or a snapshot stands in for it.
     Column("last_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("last_shipped_at", DateTime(timezone=True), nullable=True),
     Column(
         "first_shipped_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
     ),
-    # The chain value the store's next event must chain from: the hash of event last_seq, or
-    # the anchor a snapshot recorded (NULL: nothing chained shipped yet).
+    # What the next event must chain from: event last_seq's hash or a snapshot's anchor.
     Column("head_hash", LargeBinary, nullable=True),
     # Kept by the shipping functions, so `fleet nodes` never counts the history.
     *(
@@ -153,8 +128,8 @@ fleet_allocations = Table(
     metadata,
     _store_id(),
     *_key(),
-    # The seq of the entry's state (fleet_entries.seq): a batch deletes the old version's rows
-    # and inserts the new version's in one statement, under different keys.
+    # fleet_entries.seq: a batch deletes the old version's rows and inserts the new ones in one
+    # statement, under different keys.
     Column("seq", BigInteger, nullable=False),
     Column("numa_node", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
@@ -162,14 +137,12 @@ fleet_allocations = Table(
     PrimaryKeyConstraint(
         "store_id", "pod_uid", "container", "resource", "seq", "numa_node", "position"
     ),
-    # Who holds a device now, fleet-wide; and per store, the pods holding it (recounting
-    # double allocations probes it by device, store and resource).
+    # Who holds a device now; recounting double allocations probes device, store, resource.
     Index("ix_fleet_allocations_device", "device_id", "store_id", "resource", "pod_uid"),
 )
 
-# The devices held from more than one pod of a store, kept with every batch (the devices the
-# batch names and those already listed are recounted), so v_fleet_double_allocations reads a
-# handful of rows instead of grouping every allocation of the fleet.
+# Devices held from more than one pod of a store, recounted by every batch, so that
+# v_fleet_double_allocations reads a handful of rows instead of grouping every allocation.
 fleet_double_allocated = Table(
     "fleet_double_allocated",
     metadata,
@@ -189,10 +162,8 @@ fleet_registered = Table(
     PrimaryKeyConstraint("store_id", "resource"),
 )
 
-# The node's other items (revision f0003): what its CPU, memory and DRA managers, its NUMA
-# topology and its pod names hold now, one row per item, kept by the shipping functions from
-# the ``cpu-``, ``memory-``, ``dra-`` and ``node-`` events (podstore/storage/node/items.py: the key
-# is the one those events carry). The views of the whole node read them.
+# The node's other items now (revision f0003: CPU, memory, DRA, topology, pod names), kept from
+# the ``cpu-``, ``memory-``, ``dra-`` and ``node-`` events under their key (storage/node/items.py).
 fleet_node_items = Table(
     "fleet_node_items",
     metadata,
@@ -200,12 +171,10 @@ fleet_node_items = Table(
     # The key as one value: the JSON text of [pod_uid, container, resource] (pod_uid and
     # container may be NULL, which a primary key column may not).
     Column("item_key", Text, nullable=False),
-    # The event family: cpu, memory, dra, node (topology and pod names).
     Column("kind", Text, nullable=False),
     Column("pod_uid", Text, nullable=True),
     Column("container", Text, nullable=True),
     Column("resource", Text, nullable=False),
-    # The item's payload as its latest event carries it.
     Column("value", JSONB, nullable=True),
     # The DRA devices a claim names (driver/pool/device), as its events list them.
     Column("devices", ARRAY(Text), nullable=False, server_default=text("'{}'")),
@@ -217,22 +186,19 @@ fleet_node_items = Table(
     Index("ix_fleet_node_items_devices", "devices", postgresql_using="gin"),
 )
 
-# A snapshot stands in for history the node pruned before it was shipped: the store's whole
-# current state at node seq ``at_seq`` replaced the central state, and owners-at-time answers
-# for instants from ``ts`` on start again from it.
+# A snapshot stands in for history pruned before it was shipped: the state at ``at_seq``
+# replaced the central state, and owners-at-time starts again from it for instants from ``ts``.
 fleet_snapshots = Table(
     "fleet_snapshots",
     metadata,
     _store_id(),
     Column("at_seq", BigInteger, nullable=False),
-    # What fleet_stores.last_seq was before: events after it up to at_seq that the node no
-    # longer had are ``missing_events``.
+    # last_seq before: the events after it up to at_seq the node lacked are missing_events.
     Column("after_seq", BigInteger, nullable=False),
     Column("missing_events", BigInteger, nullable=False),
     Column("entries", Integer, nullable=False),
     Column("registered", Integer, nullable=False),
-    # The node time the snapshot was taken at (never before an event or snapshot of the store
-    # the fleet already held).
+    # Node time, never before an event or snapshot the fleet already held.
     Column("ts", DateTime(timezone=True), nullable=False),
     Column("taken_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     # The node's chain value at at_seq, which the store's later events chain from.
@@ -256,9 +222,8 @@ fleet_snapshot_devices = Table(
     Index("ix_fleet_snapshot_devices_device_id", "device_id", "store_id"),
 )
 
-# What event ``seq`` chains from where the event before it is not held: ``adopted`` (events
-# shipped before the chain), ``pruned`` (a kept event after events the node pruned before they
-# were shipped), ``snapshot`` (the first event after a snapshot whose newest event is pruned).
+# What event ``seq`` chains from where the event before it is not held: ``adopted`` (shipped
+# before the chain), ``pruned`` (after pruned events), ``snapshot`` (after a snapshot).
 fleet_chain_links = Table(
     "fleet_chain_links",
     metadata,

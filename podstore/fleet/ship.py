@@ -1,38 +1,17 @@
 """Shipping a node's history to the fleet database, exactly once, on a chain the fleet checks
-(docs/fleet.md).
+(docs/fleet.md, "Shipping, exactly once" and "Gaps").
 
-Each batch is one PostgreSQL transaction of two calls to the shipping functions of revision
-f0002 (the only writes a node role may make; ``fleet/sql.py``):
-
-1. ``fleet_ship_open`` locks the store's ``fleet_stores`` row (creating it for this node on
-   its first ship) and returns ``last_seq``, the newest node seq held, and the chain head —
-   or why this node may not ship the store (another node's, or retired);
-2. the node events after ``last_seq`` are read in one read-only snapshot of the store
-   (``PodStore.reader()``: shipping never opens the store file itself), with the chain value
-   they continue from and the numbering's high-water mark;
-3. ``fleet_ship_batch`` checks that they continue the chain the fleet holds — every hash
-   recomputed by PostgreSQL — inserts them, moves the store's current state past them and
-   sets ``last_seq``; or refuses (a diverged chain), writing nothing but the refusal's count.
-
-So the events and the state they produce commit together or not at all, and shippers of one
-store (a repeated ``ship``, two at once, one resuming after a kill -9) queue on the row lock
-and each starts where the previous one committed: no event is sent twice or skipped (the
-server also refuses any batch that does not start right after ``last_seq``).
-
-**Gaps.** Node seqs are dense (``storage/sql/ship.py``): a number missing after ``last_seq``
-is an event ``prune_history`` removed before it was shipped. The batch then cannot be applied
-(the state after it is unknown); instead the node's whole current state is read in one
-snapshot and replaces the store's central state (``fleet_ship_snapshot``, recorded in
-``fleet_snapshots`` with the time it was taken and the chain value the store continues from);
-the events the node still keeps in the gap are stored as history, their hashes checked run by
-run, and shipping goes on from the newest seq the snapshot covers.
+Each batch is one transaction: ``fleet_ship_open`` locks the store's row (shippers of one
+store queue there) and gives ``last_seq``; the events after it are read in one reader
+snapshot; ``fleet_ship_batch`` checks their chain and inserts them. Node seqs are dense, so a
+missing number is an event pruned before it was shipped: the node's whole current state is
+sent instead (``fleet_ship_snapshot``) and shipping goes on after it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,8 +21,8 @@ from podstore.fleet import db, migrate
 from podstore.fleet import sql as q
 from podstore.fleet.status import ShippingStatus
 from podstore.fleet.urls import FleetURL, resolve
+from podstore.metrics.stats import lag
 from podstore.pure import validate
-from podstore.pure.times import parse_ts
 from podstore.reading import EventRow, StateEntry
 from podstore.store import PodStore
 
@@ -60,13 +39,8 @@ DEFAULT_BATCH = 5000
 
 @dataclass(frozen=True, slots=True)
 class ShipReport:
-    """What one :func:`ship` call did.
-
-    ``shipped``: events this call added to the fleet database (its own, not another
-    shipper's). ``snapshots``: gaps healed with a snapshot of the node's current state, and
-    ``missing``: the events the node had pruned before they were shipped. ``last_seq``: the
-    newest node seq the fleet database holds for the store when the call ended.
-    """
+    """What one :func:`ship` call did: events it added (not another shipper's), gaps healed
+    with a snapshot and the events ``missing`` there, and the newest seq the fleet then held."""
 
     store_id: str
     node: str
@@ -80,9 +54,6 @@ class ShipReport:
 
 @dataclass(slots=True)
 class _Batch:
-    """What one node snapshot gave a batch: the high-water mark, the events after
-    ``last_seq``, and the chain value the first of them continues from."""
-
     high_water: int
     events: list[EventRow]
     prev: bytes
@@ -137,14 +108,12 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows as the JSON array of objects ``json_to_recordset`` unpacks."""
     return _JSON.encode([dict(zip(names, row, strict=True)) for row in rows])
 
 
 def _events_wire(events: Sequence[EventRow]) -> tuple[str, bytes]:
-    """Events as the shipping functions take them (``fleet_events_in``, revision f0002): a
-    JSON array of ``[seq, ts, op, pod_uid, container, resource, device_ids, released]``, and
-    their hashes apart, 32 bytes each in the same order."""
+    """Events as ``fleet_events_in`` takes them: a JSON array of their first eight fields,
+    and their 32-byte hashes apart, in the same order."""
     return _JSON.encode([e[:8] for e in events]), b"".join(e[8] for e in events)
 
 
@@ -199,7 +168,6 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
 
     store_id = store.store_id
     ids = {"store_id": store_id, "node": node}
-    # One pooled connection for the whole call, one transaction per batch.
     with db.connection(target) as pg:
         while True:
             # What this batch did counts once its transaction has committed.
@@ -207,8 +175,6 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
             with pg.begin():
                 migrate.check_schema(pg, target)  # asks the database once per process
                 held, _head, refused = pg.execute(text(q.SHIP_OPEN), ids).one()
-                gap_found = False
-                batch: _Batch | None = None
                 if refused is not None:
                     # A refused store's seq is not told (f0005): another node's is not ours.
                     t.refused = str(refused)
@@ -249,8 +215,7 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                     if refused is None and batch.events:
                         batches = 1
                         last = batch.events[-1][0]
-                # A refusal leaves the block normally: its count commits, nothing else was
-                # written.
+                # A refusal leaves the block normally: its count commits, nothing else.
             t.last = last
             if refused is not None:
                 t.refused = str(refused)
@@ -261,25 +226,17 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
             t.missing += missing
             # A full batch may have more behind it, and after a snapshot the events written
             # since it are read next; anything else was the end of the log.
-            assert batch is not None
             if not gap_found and len(batch.events) < batch_size:
                 return
 
 
 def _lag(store: PodStore, last: int | None) -> tuple[int | None, float | None]:
-    """Node events after ``last`` and the age of the oldest of them, read from the store."""
     if last is None:
         return None, None
     try:
-        with store.reader() as reader:
-            high = reader.high_water()
-            oldest = reader.first_ts_after(last)
+        return lag(store, last)
     except PodStoreError:
         return None, None
-    lag = max(0, high - last)
-    if oldest is None or lag == 0:
-        return lag, 0.0
-    return lag, max(0.0, time.time() - parse_ts(oldest).timestamp())
 
 
 def ship(
@@ -290,22 +247,15 @@ def ship(
     batch_size: int = DEFAULT_BATCH,
     status: ShippingStatus | None = None,
 ) -> ShipReport:
-    """Ship every event of ``store`` that the fleet database at ``url`` lacks, and the state
-    they produce; returns what was done.
+    """Ship every event of ``store`` the fleet at ``url`` (None: ``$PODSTORE_FLEET_URL``)
+    lacks, and the state they produce, as ``node`` (a store belongs to its first shipper);
+    ``status``, when given, is filled at the end whether it succeeded or not.
 
-    ``url`` is a ``postgresql://`` URL (None: ``$PODSTORE_FLEET_URL``); ``node`` the name the
-    fleet shows for this store (``podstore ship`` defaults it to the host name): a store
-    belongs to the node that first shipped it. The store is only read, through its readers
-    (one read-only snapshot per batch). ``status``, when given, is filled at the end of the
-    call, whether it succeeded or not (lag, failures, last seq shipped).
-
-    Raises FleetRefusedError when the fleet refused the store (it belongs to another node,
-    its chain diverged from the fleet's copy — a clone, an edited history, an older copy of
-    the file — or it was retired; nothing was written but the refusal's count),
-    FleetUnavailableError when PostgreSQL cannot be reached or the connection breaks
-    (whatever batch was open there is rolled back; the batches committed before stay),
-    FleetError when its schema is missing or not at this podstore's revision, and
-    InvalidInputError for a bad argument.
+    Raises FleetRefusedError when the fleet refused the store (another node's, a diverged
+    chain, or retired; only the refusal's count is written), FleetUnavailableError when
+    PostgreSQL cannot be reached or the connection breaks (the open batch is rolled back,
+    those committed stay), FleetError for a schema not at this revision, InvalidInputError
+    for a bad argument.
     """
     target = resolve(url)
     node = validate.text(node, "node")

@@ -1,10 +1,7 @@
-"""Every SQL statement over the central tables (the views are in ``views.py``).
-
-Statements take named parameters (``:store_id``, ...) and run through SQLAlchemy's ``text()``
-on psycopg; a batch of node rows travels as one JSON array of objects (``:rows``) unpacked by
-``json_to_recordset``: one statement per table whatever the batch size, and one text value to
-send (psycopg's per-element escaping of text arrays cost more than the inserts). Casts are
-written ``CAST(x AS t)``: ``text()`` would read ``:x::t`` as a parameter named ``x::t``.
+"""Every SQL statement over the central tables (the views are in ``views.py``), with named
+parameters for SQLAlchemy's ``text()``: casts are ``CAST(x AS t)``, since ``text()`` reads
+``:x::t`` as a parameter named ``x::t``. Rows travel as one JSON text (``json_to_recordset``):
+psycopg's per-element escaping of text arrays cost more than the inserts.
 """
 
 from __future__ import annotations
@@ -34,12 +31,9 @@ REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
 # ---- shipping: the functions of revisions f0002 and f0003 ----------------------------------
 #
-# Shipping writes nothing itself: it calls the SECURITY DEFINER functions the migration created
-# (podstore/fleet/migrations/versions/f0002_trust.py), the only writes a node role may make.
-# Each takes the store's row lock for the transaction (shippers of one store queue there),
-# checks that the caller may ship for the node, that the store is that node's and not
-# retired, and that the events continue the chain the fleet holds; a refusal is counted on the
-# store and returned as text (the caller commits the count, and nothing else was written).
+# The SECURITY DEFINER functions of f0002_trust.py, the only writes a node role may make: each
+# locks the store's row, checks the caller, the node, retirement and the chain, and returns a
+# refusal as text (counted on the store; the caller commits the count, nothing else written).
 
 #: The store's newest seq and chain head held here, locked for this transaction, and why this
 #: node may not ship it (NULL: it may).
@@ -121,16 +115,10 @@ OWNERS_NOW = f"""
     ORDER BY s.node, h.store_id, h.pod_uid, h.container, h.resource, h.claim
 """
 
-# Who held a device at an instant, per store, from the shipped history (the node's OWNERS_AT
-# rule): each entry that named the device up to the instant is decided by its latest event
-# up to then. Where a snapshot stood in for pruned history, history starts again from the
-# latest snapshot at or before the instant: its entries are the baseline, and only events
-# after it count. A retired store answers for the instants before its retirement.
-#
-# A DRA device (the node's DRA_CLAIMS_AT rule): each claim whose event named it up to the
-# instant is decided by the claim's latest event up to then, a ``dra-set`` naming the device.
-# Snapshots hold no history of claims, so every held DRA event counts (a claim released in
-# history the node pruned before shipping shows until the claim's next event).
+# Who held a device at an instant (the node's OWNERS_AT and DRA_CLAIMS_AT rules): each entry or
+# claim that named it is decided by its latest event up to then; history starts again from the
+# latest snapshot at or before the instant. Snapshots hold no claims, so every held DRA event
+# counts (a claim released in pruned history shows until its next event).
 OWNERS_AT = f"""
     WITH stores AS (
         SELECT store_id, node FROM fleet_stores
@@ -233,11 +221,9 @@ def _privileged(role: str) -> str:
     )
 
 
-#: Before `fleet sql` drops to the reader role: whether the session's own role is privileged,
-#: whether the reader role exists, is privileged itself, and could call set_config() (with
-#: which a statement run under a privileged session could switch back to that session's role);
-#: the session's role, whether it is a superuser (so may set temp_file_limit), and the
-#: reader's own temp_file_limit (a role setting, which SET ROLE does not bring).
+#: Before `fleet sql` drops to the reader role: whether the session's role is privileged; the
+#: reader's existence, privilege and set_config() right (to switch back with); the session's
+#: role and superuser flag; the reader's temp_file_limit (SET ROLE does not bring it).
 READER_CHECK = f"""
     SELECT {_privileged("(SELECT oid FROM pg_roles WHERE rolname = session_user)")},
            r.oid IS NOT NULL,
@@ -262,13 +248,10 @@ TEMP_FILE_LIMIT = "SELECT set_config('temp_file_limit', :limit, true)"
 
 # ---- fleet verify ----------------------------------------------------------------------------
 #
-# Every store's chain recomputed from what the fleet holds, in one pass over its events in
-# (store_id, seq) order: an event chains from the event before it when that one is held, else
-# from the link recorded for it (history pruned on the node or shipped before the chain), else
-# (seq 1) from the store's genesis. Besides the hashes: the jsonb and device-array columns
-# must say what the text the hash covers says (owners-at-time reads them), no event after the
-# chain began may lack a hash, the head must be the newest event's hash (or the anchor a
-# snapshot recorded), and the event counter must match the events held.
+# Every store's chain recomputed in one pass: an event chains from the held event before it,
+# else its recorded link, else (seq 1) the genesis. Also checked: the jsonb and array columns
+# say what the hashed text says (owners-at-time reads them), no hash missing once the chain
+# began, the head is the newest hash (or a snapshot's anchor), the counter matches.
 VERIFY = """
     WITH s AS (
         SELECT store_id, node, last_seq, head_hash, events AS counted

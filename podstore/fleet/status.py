@@ -1,30 +1,20 @@
-"""How shipping stands, for a process that ships again and again (``podstore watch
---ship-to``): the lag behind the node, failures, the last seq shipped.
-
-One :class:`ShippingStatus` per store and fleet database; ``ship(..., status=...)`` fills it
-at the end of every call, successful or not, and any thread may read :meth:`snapshot` (a
-metrics exporter, a log line) at any time.
-"""
+"""How shipping stands for a process that ships again and again (``watch --ship-to``): one
+:class:`ShippingStatus` per store, filled by every ``ship(..., status=...)`` call and read by
+any thread through :meth:`~ShippingStatus.snapshot`."""
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
 class ShippingFigures:
-    """One consistent reading of a :class:`ShippingStatus`.
-
-    ``last_seq``: the newest node seq the fleet database held after the last call that
-    reached it (None before any did). ``lag_events``: node events it did not hold yet when
-    the last call ended (None: unknown). ``lag_seconds``: how old the oldest of them was (0
-    when none). ``successes``, ``failures``, ``refusals`` (failures the server refused:
-    another node, a diverged chain, a retired store): calls so far. ``last_success``,
-    ``last_failure``: wall-clock times (``time.time()``) of the latest ones. ``last_error``:
-    the latest failure's message (URLs masked), None after a success.
-    """
+    """One consistent reading of a :class:`ShippingStatus`: the newest seq the fleet held
+    after the last call that reached it, the node events it lacked then (None: unknown) and
+    the age of the oldest, call counts (``refusals``: failures the server refused), wall-clock
+    times of the latest success and failure, and the latest error (None after a success)."""
 
     last_seq: int | None
     lag_events: int | None
@@ -38,7 +28,7 @@ class ShippingFigures:
 
 
 class ShippingStatus:
-    """Thread-safe counters and gauges of one store's shipping (see the module docstring)."""
+    """Thread-safe counters and gauges of one store's shipping."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -51,16 +41,14 @@ class ShippingStatus:
     def succeeded(self, last_seq: int, lag_events: int | None, lag_seconds: float | None) -> None:
         with self._lock:
             f = self._figures
-            self._figures = ShippingFigures(
-                last_seq,
-                lag_events,
-                lag_seconds,
-                f.successes + 1,
-                f.failures,
-                f.refusals,
-                time.time(),
-                f.last_failure,
-                None,
+            self._figures = replace(
+                f,
+                last_seq=last_seq,
+                lag_events=lag_events,
+                lag_seconds=lag_seconds,
+                successes=f.successes + 1,
+                last_success=time.time(),
+                last_error=None,
             )
 
     def failed(
@@ -74,14 +62,13 @@ class ShippingStatus:
     ) -> None:
         with self._lock:
             f = self._figures
-            self._figures = ShippingFigures(
-                f.last_seq if last_seq is None else last_seq,
-                lag_events,
-                lag_seconds,
-                f.successes,
-                f.failures + 1,
-                f.refusals + refused,
-                f.last_success,
-                time.time(),
-                error,
+            self._figures = replace(
+                f,
+                last_seq=f.last_seq if last_seq is None else last_seq,
+                lag_events=lag_events,
+                lag_seconds=lag_seconds,
+                failures=f.failures + 1,
+                refusals=f.refusals + refused,
+                last_failure=time.time(),
+                last_error=error,
             )

@@ -1,11 +1,5 @@
-"""Fleet database URLs: which ones are accepted, the driver they use, and how they are shown.
-
-Accepted: ``postgresql://user@host:port/db``, ``postgresql+psycopg://…``, and the unix-socket
-forms (``postgresql://user@/db?host=/run/postgresql``); none given means
-``$PODSTORE_FLEET_URL``. Every URL is driven by psycopg 3 (``postgresql+psycopg``).
-
-A URL is never printed as given: :func:`mask` and :func:`scrub` apply ``pure/secrets.py``.
-"""
+"""Fleet database URLs: ``postgresql://`` (or ``postgres://``, ``postgresql+psycopg://``,
+unix-socket forms), all driven by psycopg 3, and never shown with their password."""
 
 from __future__ import annotations
 
@@ -37,17 +31,9 @@ class FleetURL:
         return f"FleetURL({self.shown!r})"
 
 
-def mask(text: str) -> str:
-    """``text`` (a URL, or a message holding one) with every URL password replaced by ***."""
-    return secrets.mask_url(text)
-
-
 def resolve(url: str | FleetURL | None) -> FleetURL:
-    """The fleet database to use: ``url``, else ``$PODSTORE_FLEET_URL``.
-
-    Raises InvalidInputError (with the URL masked) when neither is given, when the URL does not
-    parse, or when it names another database than PostgreSQL.
-    """
+    """The fleet database: ``url``, else ``$PODSTORE_FLEET_URL``. Raises InvalidInputError
+    (the URL masked) when neither is given, or the URL does not parse or is not PostgreSQL."""
     if isinstance(url, FleetURL):
         return url
     if url is None or url == "":
@@ -63,15 +49,15 @@ def resolve(url: str | FleetURL | None) -> FleetURL:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
         raise InvalidInputError(
-            f"fleet URL {mask(url)!r} does not parse: {mask(str(exc))}"
+            f"fleet URL {secrets.mask_url(url)!r} does not parse: {secrets.mask_url(str(exc))}"
         ) from None
     if parsed.drivername not in _DRIVERS:
         raise InvalidInputError(
-            f"fleet URL {mask(url)!r}: the fleet database is PostgreSQL "
+            f"fleet URL {secrets.mask_url(url)!r}: the fleet database is PostgreSQL "
             f"(postgresql:// or postgresql+psycopg://), not {parsed.drivername!r}"
         )
     if not parsed.database:
-        raise InvalidInputError(f"fleet URL {mask(url)!r} names no database")
+        raise InvalidInputError(f"fleet URL {secrets.mask_url(url)!r} names no database")
     password = parsed.password
     query_password = parsed.query.get("password")
     if password is None and isinstance(query_password, str):
@@ -101,15 +87,10 @@ MAX_URL_FILE = 64 << 10
 
 
 def read_url_file(path: str | os.PathLike[str]) -> str:
-    """The fleet URL kept in the file at ``path`` (``watch --ship-to-file``), so that no
-    password ever stands in a command line (``/proc/PID/cmdline``).
-
-    The file holds one URL (surrounding blank space and ``#`` comment lines are ignored). It
-    must be a regular file (symbolic links, as in a Kubernetes secret volume, are followed),
-    owned by this process's user or root, writable by its owner only, and — when the URL
-    holds a password — readable by its owner only (mode 0600 or 0400). Raises
-    InvalidInputError naming the file and what is wrong with it (never its content).
-    """
+    """The one URL in the file at ``path`` (``#`` lines ignored; ``--ship-to-file``: no
+    password in argv). It must be a regular file (symlinks followed, as in a secret volume) of
+    this user or root, writable by its owner only, and readable by its owner only when the URL
+    holds a password. Raises InvalidInputError naming the file, never its content."""
     import stat
 
     where = f"fleet URL file {os.fspath(path)!r}"

@@ -1,13 +1,9 @@
-"""The central views: the fleet's stable SQL contract (docs/fleet.md).
+"""The central views, the fleet's stable SQL contract (docs/fleet.md): each a node view
+(docs/sql.md) with ``node`` and ``store_id`` in front, its rule applied store by store, joined
+on ``store_id`` only, retired stores left out.
 
-Each mirrors a node view (docs/sql.md) with ``node`` and ``store_id`` in front, and applies
-its rule within one store: ``v_fleet_double_allocations`` is ``v_double_allocations`` store
-by store (the same device ID on two nodes is two devices). The joins are on ``store_id``, so
-they stay on one shard when the tables are distributed by it. They show the current state, so
-a retired store (``podstore fleet retire``) is left out; its history stays in the tables.
-
-Revisions f0002, f0003 and f0004 keep frozen copies of this text; a change here needs a new
-revision, and a test checks that a database at head holds exactly these definitions.
+Revisions f0002 to f0004 keep frozen copies of this text: a change here needs a new revision
+(a test checks that a database at head holds exactly these definitions).
 """
 
 from __future__ import annotations
@@ -36,10 +32,8 @@ LEFT JOIN fleet_node_items n
 WHERE s.retired_at IS NULL
 """
 
-# As on the node: containers of one pod may share a device, so only a device held from more
-# than one pod of the same store is a double allocation. Which devices those are is kept by
-# shipping in fleet_double_allocated (a handful of rows), so this view never groups the
-# fleet's allocations.
+# As on the node, only a device held from more than one pod of a store is double allocated;
+# shipping keeps which in fleet_double_allocated, so this view never groups all allocations.
 V_FLEET_DOUBLE_ALLOCATIONS = """
 CREATE VIEW v_fleet_double_allocations AS
 SELECT DISTINCT s.node AS node, a.store_id AS store_id, a.resource AS resource,
@@ -85,13 +79,10 @@ LEFT JOIN LATERAL jsonb_array_elements_text(
 WHERE i.kind = 'dra' AND s.retired_at IS NULL
 """
 
-# The node's v_container_numa rule, store by store: per container the NUMA nodes of its
-# devices (-1, no information, left out), of its exclusive CPUs (through the store's topology
-# items ``numa:N``) and of its memory blocks, as ascending jsonb arrays, so that two sets are
-# equal exactly when the arrays are; aligned NULL when fewer than two are known. Computed in a
-# LATERAL subquery per store (revision f0004): a query for one node reads that node's rows
-# through the store_id indexes (tens of ms on a 10,000-store fleet), where grouping the whole
-# fleet's tables first took seconds whatever the filter.
+# The node's v_container_numa rule, store by store (NUMA sets as ascending jsonb arrays, so
+# equal sets are equal arrays). A LATERAL subquery per store (f0004): a query for one node reads
+# its rows through the store_id indexes (tens of ms on a 10,000-store fleet), where grouping
+# the whole fleet first took seconds whatever the filter.
 V_FLEET_CONTAINER_NUMA = """
 CREATE VIEW v_fleet_container_numa AS
 SELECT s.node AS node, s.store_id AS store_id, x.pod_uid AS pod_uid,

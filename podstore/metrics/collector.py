@@ -1,9 +1,6 @@
-"""The collector: every metric of the contract (docs/watch.md), read when scraped.
-
-Store gauges come from read-only statements (``storage/sql/metrics.GAUGES``, and
-``node_read.NODE_GAUGES`` for the CPU, memory and DRA managers) on the guarded connection, so a
-scrape never holds a lock a writer needs.
-The follower's counters (``podstore watch`` only) come from its :class:`SyncStats`.
+"""The collector: every metric of the contract (docs/watch.md), read when scraped: the store's
+gauges from read-only statements (so a scrape never holds a lock a writer needs), the
+follower's counters from its :class:`SyncStats`.
 """
 
 from __future__ import annotations
@@ -44,8 +41,8 @@ def _le(bound: float) -> str:
 
 
 class StoreCollector(Collector):
-    """Reads ``store`` (and ``stats``, when following: per checkpoint kind, or one follower's
-    counters, which are the device manager file's) at every collect."""
+    """Reads ``store`` and ``stats`` (per checkpoint kind; a single one is the device
+    manager's) at every collect."""
 
     def __init__(
         self, store: PodStore, stats: SyncStats | Mapping[str, SyncStats] | None = None
@@ -93,7 +90,6 @@ class StoreCollector(Collector):
             yield from self._follower()
 
     def _node(self) -> Iterator[Metric]:
-        """The CPU, memory and DRA managers' gauges (one more statement, same snapshot rule)."""
         per_numa = {
             "exclusive_cpus": GaugeMetricFamily(
                 "podstore_exclusive_cpus",

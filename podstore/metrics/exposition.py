@@ -1,6 +1,5 @@
-"""Getting the metrics out: the text exposition, an atomic textfile for node_exporter's
-textfile collector, and the HTTP endpoint of ``podstore watch --metrics-addr`` (``/metrics``,
-and the health answers ``/healthz`` and ``/readyz`` beside it)."""
+"""Getting the metrics out: the text exposition, an atomic textfile for node_exporter, and the
+HTTP endpoint of ``podstore watch --metrics-addr`` (``/metrics``, ``/healthz``, ``/readyz``)."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ def render(registry: CollectorRegistry) -> bytes:
 
 
 def write_textfile(path: str | os.PathLike[str], registry: CollectorRegistry) -> None:
-    """Replace ``path`` with the exposition atomically: a temp file in the same directory
-    (named so that node_exporter's ``*.prom`` glob skips it), fsync, rename, fsync of the
-    directory. Raises PodStoreError when the file cannot be written."""
+    """Replace ``path`` with the exposition atomically and durably (``fsutil.replace_file``).
+    Raises PodStoreError when the file cannot be written."""
     data = render(registry)
     try:
         replace_file(path, data, 0o644)
@@ -85,9 +83,8 @@ class _Quiet(WSGIRequestHandler):
 
 
 def _app(registry: CollectorRegistry, routes: Mapping[str, Route]) -> Any:
-    """The WSGI application: the metrics on ``/metrics`` (as prometheus_client serves them:
-    GET, gzip when asked, OpenMetrics when asked), ``routes`` by path, 404 for any other
-    path (a mistyped scrape path must fail, not look like the metrics)."""
+    """The metrics on ``/metrics`` (prometheus_client's app), ``routes`` by path, and 404 for
+    any other path (a mistyped scrape path must fail, not look like the metrics)."""
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -115,9 +112,8 @@ def serve(
     registry: CollectorRegistry,
     routes: Mapping[str, Route] | None = None,
 ) -> tuple[str, int]:
-    """Serve ``GET /metrics`` (and each of ``routes``) from a daemon thread; returns the
-    bound (host, port) (port 0 picks a free one). Raises PodStoreError when the address
-    cannot be bound."""
+    """Serve ``GET /metrics`` and ``routes`` from a daemon thread; returns the bound (host,
+    port). Raises PodStoreError when the address cannot be bound."""
 
     class Server(_Server):
         pass

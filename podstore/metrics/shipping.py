@@ -1,17 +1,11 @@
-"""The shipping metrics of ``podstore watch --ship-to…`` (a collector of its own, registered
-only when shipping is configured): calls by outcome from the shipper's status, and the lag
-behind the node read from the store at scrape time.
-
-The status is the fleet's ``ShippingStatus`` (``ship(..., status=)`` fills it); this module
-only needs its ``snapshot()`` (:class:`ShippingSource`), so the metrics never import the fleet
-package. The lag is computed at every scrape from the last seq the fleet confirmed and the
-store's newest seq (two indexed reads): it rises while the fleet database is down even
-between the shipper's retries, and is 0 right after a ship that sent everything.
+"""The shipping metrics of ``podstore watch --ship-to…``: calls by outcome from the fleet's
+``ShippingStatus`` (only its ``snapshot()``, so the metrics never import the fleet package),
+and the lag behind the node, read at every scrape (two indexed reads) so that it rises while
+the fleet is down, even between the shipper's retries.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -19,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from podstore.errors import PodStoreError
-from podstore.pure.times import parse_ts
+from podstore.metrics.stats import lag
 from podstore.store import PodStore
 
 
@@ -27,19 +21,6 @@ class ShippingSource(Protocol):
     """What the collector reads: ``podstore.fleet.status.ShippingStatus``."""
 
     def snapshot(self) -> Any: ...
-
-
-def lag(store: PodStore, last_seq: int) -> tuple[int, float]:
-    """Node events after ``last_seq`` (the fleet's newest) and the age in seconds of the
-    oldest of them (0 when none), read now. Raises PodStoreError when the store cannot be
-    read."""
-    with store.reader() as reader:
-        high = reader.high_water()
-        oldest = reader.first_ts_after(last_seq)
-    events = max(0, high - last_seq)
-    if events == 0 or oldest is None:
-        return events, 0.0
-    return events, max(0.0, time.time() - parse_ts(oldest).timestamp())
 
 
 class ShippingCollector(Collector):

@@ -1,10 +1,7 @@
-"""What the follower counts: syncs by result, the last good and the last failed sync, sync
-durations.
-
-Plain counters behind a lock (the metrics endpoint reads them from its own thread); the
-metrics collector turns them into Prometheus families at scrape time, so this module needs
-no prometheus_client (the follower imports it without the ``watch`` extra's libraries).
-"""
+"""What the follower counts (syncs by result, the last good and failed sync, durations) and
+the shipping lag: plain figures, turned into Prometheus families at scrape time, so that this
+module needs no prometheus_client (the follower and ``ship`` import it without the ``watch``
+extra)."""
 
 from __future__ import annotations
 
@@ -12,6 +9,12 @@ import bisect
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from podstore.pure.times import parse_ts
+
+if TYPE_CHECKING:
+    from podstore.store import PodStore
 
 #: Every value of the ``result`` label of ``podstore_checkpoint_syncs_total``.
 RESULTS = ("applied", "unchanged", "invalid", "missing", "error")
@@ -67,3 +70,15 @@ class SyncStats:
                 sum(self._buckets),
                 self._last_failed,
             )
+
+
+def lag(store: PodStore, last_seq: int) -> tuple[int, float]:
+    """Node events after ``last_seq`` (the fleet's newest) and the age in seconds of the
+    oldest of them (0 when none). Raises PodStoreError when the store cannot be read."""
+    with store.reader() as reader:
+        high = reader.high_water()
+        oldest = reader.first_ts_after(last_seq)
+    events = max(0, high - last_seq)
+    if events == 0 or oldest is None:
+        return events, 0.0
+    return events, max(0.0, time.time() - parse_ts(oldest).timestamp())

@@ -1,6 +1,5 @@
-"""What the long-running parts of ``podstore watch`` do with a failure that may persist — the
-follower's syncs, the shipper's calls, the textfile's writes: wait longer between retries
-(:class:`Backoff`) and say it once (:class:`ProblemLog`), not once a retry."""
+"""What the long-running parts of ``podstore watch`` do with a failure that may persist: wait
+longer between retries (:class:`Backoff`) and say it once (:class:`ProblemLog`)."""
 
 from __future__ import annotations
 
@@ -9,9 +8,8 @@ from typing import Any
 
 
 class Backoff:
-    """Delays between the retries of a failing call: ``first`` seconds, doubling up to ``cap``;
-    :meth:`reset` after a success. ``cap`` may change between calls (the follower's is its
-    polling interval)."""
+    """Delays between retries: ``first`` seconds, doubling up to ``cap``; :meth:`reset` after a
+    success."""
 
     def __init__(self, first: float, cap: float) -> None:
         if not 0 < first <= cap:
@@ -21,7 +19,6 @@ class Backoff:
         self._next = first
 
     def next(self) -> float:
-        """The delay before this retry; the one after it doubles (up to ``cap``)."""
         delay = min(self._next, self.cap)
         self._next = min(delay * 2, self.cap)
         return delay

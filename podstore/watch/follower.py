@@ -1,10 +1,8 @@
 """The follower: sync at start, then on every change of the checkpoint file, until stopped.
 
-A sync is ``PodStore.sync_checkpoint``'s, run through storage/ directly. Wake-ups during a sync
-collapse into one more sync of whatever the file is then: a burst of rewrites costs a few syncs and
-the last good file wins. Between events only a stat runs every ``interval`` (the polling fallback,
-which also catches a lost event). A problem is logged when it first appears or changes, and when it
-clears; every sync is counted by result.
+Wake-ups during a sync collapse into one more sync (a burst of rewrites costs a few syncs, the
+last good file wins); between events a stat every ``interval`` catches a lost one. A problem
+is logged when it appears, changes and clears.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ RETRY_FIRST = 0.5
 @dataclass(frozen=True, slots=True)
 class SyncOutcome:
     """One sync: its result (``applied``, ``unchanged``, ``invalid``, ``missing``, ``error``),
-    the report when it succeeded, the problem otherwise, and how long it took."""
+    how long it took, and the report or the problem."""
 
     result: str
     seconds: float
@@ -49,7 +47,6 @@ class SyncOutcome:
 
 
 def classify(exc: BaseException) -> str:
-    """The sync result an exception stands for."""
     if isinstance(exc, CheckpointNotFoundError):
         return "missing"
     if isinstance(exc, CheckpointError):
@@ -58,12 +55,8 @@ def classify(exc: BaseException) -> str:
 
 
 class Follower:
-    """Keeps ``store`` equal to the checkpoint at ``path``.
-
-    ``on_sync`` hooks run in the follower's thread after every sync with its outcome, and
-    ``on_tick`` hooks at every polling tick; both must return quickly (the shipper only rings
-    its own thread). ``pulse`` records the loop's progress for ``/healthz`` and ``/readyz``.
-    """
+    """Keeps ``store`` equal to the checkpoint at ``path``. ``on_sync`` hooks (after every
+    sync) and ``on_tick`` hooks (every poll) run in its thread and must return quickly."""
 
     def __init__(
         self,
@@ -117,7 +110,6 @@ class Follower:
         return outcome
 
     def _apply(self) -> SyncReport | NodeSyncReport:
-        """One sync of the file (``watch/node.py`` follows the other managers' files)."""
         return sync.sync_file(self._sessions, self.path)
 
     def _log(self, outcome: SyncOutcome) -> None:

@@ -1,14 +1,7 @@
 """``/healthz`` and ``/readyz`` of ``podstore watch --metrics-addr``, answered from what each
-follower's loop records (a :class:`Pulse`), never from the store (docs/watch.md).
-
-Unhealthy when a follower's loop has ended, one sync has run past ``stuck_after`` (a lock
-held, a hung file system), the loop has not come round for ``interval + stuck_after`` outside
-a sync (a hung after-sync step), or its syncs have failed with store errors for longer than
-``stuck_after`` (counted from the first failure of the current run). A missing or bad
-checkpoint file, or a fleet that is down, is no liveness problem: a restart would not mend
-it. Ready once every follower's first sync ended with anything but a store error (a
-``--kubelet-dir`` file absent from the start counts as done: a node without DRA never writes
-its file), until the watch stops.
+follower's loop records (a :class:`Pulse`), never from the store (the rules: docs/watch.md,
+"Health checks"). A bad checkpoint or a fleet that is down is no liveness problem: a restart
+would not mend it.
 """
 
 from __future__ import annotations
@@ -24,9 +17,8 @@ STUCK_AFTER = 300.0
 
 
 class Pulse:
-    """What a follower's loop tells the health endpoints: it went round, a sync started or
-    ended, the loop ended. Written by the follower's thread, read by the HTTP server's (each
-    field is one assignment, so a reader sees every field whole)."""
+    """What a follower's loop tells the health endpoints. Written by the follower's thread,
+    read by the HTTP server's (each field is one assignment, so it is read whole)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -35,20 +27,17 @@ class Pulse:
         self.sync_since: float | None = None
         self.last_result: str | None = None
         self.last_good_at: float | None = None
-        # When the current run of store errors began (the start of its first failed sync):
-        # an idle node's last good sync may be hours old, and one busy error must not count
-        # as hours of errors.
+        # When the current run of store errors began: an idle node's last good sync may be
+        # hours old, and one busy error must not count as hours of errors.
         self.errors_since: float | None = None
         self.first_ok = False
         self.ended = False
 
     def running(self) -> None:
-        """The loop starts."""
         self.ended = False
         self.loop_at = self.clock()
 
     def beat(self) -> None:
-        """The loop went round."""
         self.loop_at = self.clock()
 
     def sync_started(self) -> None:
@@ -73,15 +62,12 @@ class Pulse:
         self.loop_at = self.clock()
 
     def stopped(self) -> None:
-        """The loop ended (the follower calls this in a ``finally``: an exception that ends
-        its thread ends the loop too)."""
+        """The loop ended (called in a ``finally``: an exception ends it too)."""
         self.ended = True
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One answer of an endpoint: HTTP status and JSON body."""
-
     status: int
     body: dict[str, Any]
 
@@ -91,8 +77,6 @@ class Answer:
 
 @dataclass
 class Watched:
-    """A follower as the endpoints see it."""
-
     name: str
     pulse: Pulse
     interval: float
@@ -109,7 +93,6 @@ class Health:
         self.stopping = False
 
     def watch(self, name: str, pulse: Pulse, interval: float) -> None:
-        """Answer for the follower of ``name`` too."""
         self.followers.append(Watched(name, pulse, interval))
 
     def _problems(self, w: Watched, now: float) -> list[str]:

@@ -1,12 +1,7 @@
-"""``podstore watch --kubelet-dir``: every checkpoint of the node followed, each by its own rename,
-with the NUMA topology and pod names.
-
-One :class:`NodeFollower` per kind, each a ``follower.py`` follower with its own trigger, wake-up
-and counters. A file absent since the start is no problem (a node without the memory manager never
-writes its file): logged once at INFO, not counted, and followed until it appears; one that was
-there and went is ``missing``. :class:`TopologyAndNames` re-reads both after every sync and tick and
-writes what differs. :class:`FollowerGroup` runs the first follower in the caller's thread, the
-others in threads of their own.
+"""``podstore watch --kubelet-dir``: every checkpoint of the node followed, each by its own
+:class:`NodeFollower`, with the NUMA topology and pod names (docs/watch.md, "The whole node").
+A file absent since the start is no problem (a node without the memory manager never writes
+its file); one that was there and went is ``missing``.
 """
 
 from __future__ import annotations
@@ -32,8 +27,6 @@ log = logging.getLogger("podstore")
 
 @dataclass(frozen=True, slots=True)
 class NodeDirs:
-    """Where the node keeps what ``--kubelet-dir`` follows."""
-
     kubelet_dir: str
     sysfs: str
     pod_logs: str
@@ -97,9 +90,8 @@ class NodeFollower(Follower):
 
 
 class TopologyAndNames:
-    """The topology and pod names, read again when asked and written when they differ; a
-    source that is not there (no sysfs, no pod log directory: a mistyped path) leaves what
-    the store holds as it was, and says so once."""
+    """The topology and pod names, written when they differ; a source that is not there (a
+    mistyped path) leaves the store's as they were, and says so once."""
 
     def __init__(self, store: PodStore, dirs: NodeDirs) -> None:
         self.store = store
@@ -167,8 +159,8 @@ class FollowerGroup:
             f.stop()
 
     def run(self, *, on_start: Callable[[], None] | None = None) -> None:
-        """Run every follower; returns when the first one (run in this thread) stops, after
-        the others have stopped too."""
+        """Run the first follower in this thread and the others in their own; returns when all
+        have stopped."""
         first, *others = self.followers
         threads = [
             threading.Thread(target=f.run, name=f"podstore-follow-{i}", daemon=True)

@@ -1,10 +1,6 @@
-"""``watch --keep-history DURATION``: prune the node's history now and then, never past what the
-fleet has not received.
-
-:meth:`Pruner.maybe` runs after every sync and polling tick (an idle node prunes too), at most once
-every ``every`` seconds, in the follower's thread, so a prune never races this watch's syncs. With
-shipping, the cut stays at or before the oldest kept event after the newest seq the fleet confirmed;
-until the fleet has confirmed anything to this process, nothing is pruned.
+"""``watch --keep-history DURATION``: prune the node's history now and then, in the follower's
+thread (so never racing its syncs), never past an event the fleet has not confirmed; until it
+has confirmed anything to this process, nothing is pruned.
 """
 
 from __future__ import annotations
@@ -26,11 +22,8 @@ PRUNE_EVERY = 600.0
 
 
 class Pruner:
-    """Prunes ``store``'s history older than ``keep`` seconds (see the module docstring).
-
-    ``shipped``: None when the watch does not ship; else a function returning the newest seq
-    the fleet holds, or None while that is not known.
-    """
+    """Prunes ``store``'s history older than ``keep`` seconds. ``shipped``: None when the
+    watch does not ship, else the newest seq the fleet holds (None while not known)."""
 
     def __init__(
         self,
@@ -56,9 +49,8 @@ class Pruner:
         return self.last_run is None or time.monotonic() - self.last_run >= self.every
 
     def cut(self) -> str | None:
-        """The time (stored form) before which events may go now, or None when none may
-        (the fleet confirmed nothing yet). Raises PodStoreError when the store cannot be
-        read."""
+        """The stored time before which events may go now; None while the fleet has confirmed
+        nothing. Raises PodStoreError."""
         cut = format_ts(datetime.datetime.fromtimestamp(self.clock() - self.keep, datetime.UTC))
         if self.shipped is None:
             return cut
@@ -74,8 +66,7 @@ class Pruner:
         return cut
 
     def prune(self) -> int | None:
-        """Prune now; how many events went (None: nothing may go yet). Raises
-        PodStoreError."""
+        """Prune now; how many events went (None: none may yet). Raises PodStoreError."""
         before = self.cut()
         if before is None:
             return None
@@ -91,8 +82,7 @@ class Pruner:
         return removed
 
     def maybe(self) -> None:
-        """Prune when due; a failure is logged (once while it lasts), never raised: the
-        follower goes on, and the next due time tries again."""
+        """Prune when due; a failure is logged (once while it lasts), never raised."""
         if not self.due():
             return
         try:

@@ -1,9 +1,6 @@
-"""``podstore watch`` put together: from a :class:`WatchConfig` to a running follower with the
-parts the options ask for — the metrics endpoint with its health answers, the textfile, the
-shipper after syncs, the pruner, the signal handling — and the exit status.
-
-The command line only parses its options into a WatchConfig (cli/watch.py); everything it
-starts is built here, each part in one function, so a new option is a field and a part.
+"""``podstore watch`` put together: a :class:`WatchConfig` (parsed by cli/watch.py) to a
+running follower with the parts the options ask for (metrics and health, textfile, shipper,
+pruner, signals) and the exit status; a new option is a field and a part.
 """
 
 from __future__ import annotations
@@ -44,54 +41,31 @@ class WatchConfig:
     """What ``podstore watch`` was asked to do (docs/watch.md)."""
 
     checkpoint: str = DEFAULT_CHECKPOINT
-    #: One sync (and one ship with ``ship_to``), then exit.
     once: bool = False
     #: Seconds between polls of the file when no file event came.
     interval: float = 10.0
     #: (host, port) to serve ``GET /metrics``, ``/healthz`` and ``/readyz`` on.
     metrics_addr: tuple[str, int] | None = None
-    #: node_exporter textfile to rewrite after every sync.
     textfile: str | None = None
-    #: Fleet database URL to ship the history to after applied syncs.
     ship_to: str | None = None
-    #: The node name the fleet database records.
     node: str = ""
-    #: A file holding the fleet database URL (``--ship-to-file``), read at start and before
-    #: every ship; missing or empty: not shipping (until a URL is there).
+    #: Read at start and before every ship; missing or empty: not shipping (until a URL is).
     ship_to_file: str | None = None
-    #: Keep this many seconds of history (``--keep-history``); None: keep all.
+    #: Seconds of history to keep; None: all.
     keep_history: float | None = None
-    #: Prune at most once per this many seconds.
     prune_every: float = PRUNE_EVERY
-    #: /healthz turns 503 when a follower is stuck this long (``--stuck-after``).
     stuck_after: float = STUCK_AFTER
     #: ``--kubelet-dir``: follow every checkpoint kubelet keeps there (``checkpoint`` is then
-    #: its device manager file), with the topology under ``sysfs`` and names under
-    #: ``pod_logs`` (watch/node.py).
+    #: its device manager's), with the topology under ``sysfs`` and names under ``pod_logs``.
     kubelet_dir: str | None = None
     sysfs: str = "/sys"
     pod_logs: str = "/var/log/pods"
 
 
-def setup_logging() -> None:
-    """The follower's log on stderr at INFO, one line (or one JSON object) per record, in the
-    format ``--log-format`` chose; left alone when an application has its own handler."""
-    if not logs.foreign_handlers():
-        logs.configure(level=logging.INFO)
-
-
-def one_line(text: str) -> str:
-    """``text`` on one log line (drivers' messages span several)."""
-    return " ".join(text.split())
-
-
 class Watch:
-    """The parts of one ``podstore watch`` run over ``store``, built from ``config``.
-
-    Raises InvalidInputError (nothing started) when ``--ship-to-file`` names a file that holds
-    no acceptable URL or is open to others (``fleet.urls.read_url_file``), PodStoreError when
-    the metrics address cannot be bound.
-    """
+    """The parts of one ``podstore watch`` run over ``store``, built from ``config``. Raises
+    InvalidInputError (nothing started) for a ``--ship-to-file`` that is not acceptable,
+    PodStoreError when the metrics address cannot be bound."""
 
     def __init__(self, store: PodStore, config: WatchConfig) -> None:
         self.store = store
@@ -121,21 +95,18 @@ class Watch:
             self._serve_metrics(registry, *config.metrics_addr)
         if registry is not None and config.textfile is not None:
             textfile = TextfileWriter(config.textfile, registry, store.path)
-            self.follower.on_sync.append(lambda _outcome: textfile.after_sync())
-            self.follower.on_tick.append(textfile.at_tick)
+            self.follower.on_sync.append(lambda _outcome: textfile.write(always=True))
+            self.follower.on_tick.append(lambda: textfile.write(always=False))
 
     @property
     def ships(self) -> bool:
-        """Shipping is configured (``--ship-to``, ``--ship-to-env`` or ``--ship-to-file``)."""
         return self.config.ship_to is not None or self.config.ship_to_file is not None
 
     # ---- the parts ---------------------------------------------------------------------
 
     def _follow_node(self, kubelet_dir: str) -> None:
         """A follower per checkpoint of the kubelet directory (the device manager's is
-        ``self.follower``); the others share its sync hooks, so every part that hooks it
-        hears of theirs too. The topology and names are read again after each sync and at
-        the device follower's ticks."""
+        ``self.follower``, whose sync hooks the others share, so every part hears of theirs)."""
         dirs = NodeDirs(kubelet_dir, self.config.sysfs, self.config.pod_logs)
         followers = node_followers(self.store, dirs, self.config.interval, self.stats_by_kind)
         self.follower, *self.node_followers = followers
@@ -147,7 +118,6 @@ class Watch:
         self.follower.on_tick.append(node_info.refresh)
 
     def _registry(self) -> Any:
-        """The metrics registry (read at scrape time), when anything exposes it."""
         if self.config.metrics_addr is None and self.config.textfile is None:
             return None
         from podstore.metrics.collector import registry_for
@@ -175,9 +145,9 @@ class Watch:
         )
 
     def fleet_url(self) -> str | None:
-        """The fleet URL to ship to now: ``--ship-to``'s, or the one in ``--ship-to-file``
-        read again (a rotated Secret is picked up), or None when that file is missing or
-        empty (not shipping). Raises InvalidInputError for a file that is not acceptable."""
+        """The fleet URL to ship to now: ``--ship-to``'s, or ``--ship-to-file``'s read again (a
+        rotated Secret is picked up), None when that file is missing or empty. Raises
+        InvalidInputError for a file that is not acceptable."""
         if self.config.ship_to is not None:
             return self.config.ship_to
         path = self.config.ship_to_file
@@ -190,13 +160,12 @@ class Watch:
         return self._url
 
     def _describe(self, exc: BaseException) -> str:
-        """A ship failure on one line, without the password of the URL last read."""
+        """A ship failure on one line (drivers' span several), without the URL's password."""
         url = self._url or self.config.ship_to or ""
-        return one_line(scrub(str(exc) or type(exc).__name__, url_password(url)))
+        return " ".join(scrub(str(exc) or type(exc).__name__, url_password(url)).split())
 
     def _shipper(self) -> RetryingHook:
-        """The runner of the hook that ships the history (its ``call`` ships once, in the
-        caller's thread); errors are described on one line, the URL's password masked."""
+        """The hook that ships the history (its ``call`` ships once, in the caller's thread)."""
         from podstore.fleet.ship import ship
         from podstore.fleet.status import ShippingStatus
 
@@ -227,8 +196,8 @@ class Watch:
         return RetryingHook(call, name=name, describe=self._describe)
 
     def fleet_holds(self) -> int | None:
-        """The newest seq the fleet database confirmed holding (None: not known yet); when
-        no fleet URL is configured now, every seq (nothing is owed to a fleet)."""
+        """The newest seq the fleet confirmed holding (None: not known yet); every seq when no
+        fleet URL is configured now."""
         if self.shipping is None:
             return _EVERY_SEQ
         if self.config.ship_to is None and not url_file_holds_url(self.config.ship_to_file):
@@ -249,17 +218,14 @@ class Watch:
     # ---- running -----------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run as configured; returns the exit status."""
         try:
             return self.once() if self.config.once else self.follow()
         finally:
             self.health.stopping = True
 
     def once(self) -> int:
-        """One sync, then (when shipping) one ship in this thread, then (with
-        ``keep_history``) one prune. 0 only when the sync was applied or unchanged and the
-        ship and the prune, if asked for, succeeded; a failed ship leaves the sync applied
-        and is logged on one line (the prune then keeps what the fleet lacks)."""
+        """One sync, then one ship and one prune if asked for; 0 only when all succeeded (a
+        failed ship leaves the sync applied, and the prune keeps what the fleet lacks)."""
         outcome = self.follower.sync()
         failed = not outcome.ok and not _absent(self.follower)
         for f in self.node_followers:
@@ -298,8 +264,8 @@ class Watch:
         return code
 
     def follow(self) -> int:
-        """Sync now and on every change until SIGTERM or SIGINT; the sync in progress is
-        finished first. Returns 0."""
+        """Sync now and on every change until SIGTERM or SIGINT (the sync in progress is
+        finished first). Returns 0."""
         shipper = self.shipper
         if shipper is not None:
             shipper.start()
@@ -310,7 +276,12 @@ class Watch:
             self.follower.on_sync.append(lambda _outcome: pruner.maybe())
             self.follower.on_tick.append(pruner.maybe)
         group = FollowerGroup([self.follower, *self.node_followers])
-        _stop_on_signals(group)
+
+        def stop(_signum: int, _frame: FrameType | None) -> None:
+            group.stop()  # only rings the group's signal-safe wake-up
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         shipping = f"; {shipper.name}" if shipper is not None else ""
         log.info(
             "following %s into %s (node %s%s)",
@@ -330,8 +301,7 @@ class Watch:
         return EXIT_OK
 
 
-#: "Every seq": what the fleet holds when no fleet is configured (the pruner's cut is then
-#: time alone).
+#: What the fleet holds when none is configured: the pruner's cut is then time alone.
 _EVERY_SEQ = 2**62
 
 
@@ -345,23 +315,11 @@ def _ship_after(shipper: RetryingHook, outcome: SyncOutcome) -> None:
 
 
 def _absent(follower: Follower) -> bool:
-    """A ``--kubelet-dir`` follower whose file has not been there since the start."""
     return isinstance(follower, NodeFollower) and follower.absent
 
 
-def _stop_on_signals(follower: Follower | FollowerGroup) -> None:
-    """SIGTERM and SIGINT end the loop after the sync in progress (the handler only rings the
-    follower's signal-safe wake-up)."""
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        follower.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-
-
 def run(store: PodStore, config: WatchConfig) -> int:
-    """``podstore watch`` over ``store``: logging set up, the parts built, run; the exit
-    status."""
-    setup_logging()
+    """``podstore watch`` over ``store``; returns the exit status."""
+    if not logs.foreign_handlers():  # an application's own handler is left alone
+        logs.configure(level=logging.INFO)
     return Watch(store, config).run()

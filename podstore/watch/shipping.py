@@ -1,10 +1,6 @@
-"""Running an after-sync hook (``watch --ship-to``: ship the history to the fleet database) in a
-thread of its own, so that a slow or unreachable server never blocks or skips a local sync.
-
-Every notification asks for one more call; notifications that arrive while a call runs or
-waits collapse into one (shipping sends everything the server lacks, so one call catches up).
-A failing call is retried with capped exponential backoff; its error is logged once per
-distinct problem, through ``describe`` (the shipper masks URLs there with ``pure/secrets``).
+"""Running an after-sync hook (``watch --ship-to``) in a thread of its own, so that a slow or
+unreachable server never blocks or skips a local sync. Notifications during a call collapse
+into one (shipping sends everything the server lacks, so one call catches up).
 """
 
 from __future__ import annotations
@@ -23,12 +19,9 @@ MAX_PEEK = 64 << 10
 
 
 class RetryingHook:
-    """Calls ``hook()`` in a daemon thread each time it is notified, retrying failures.
-
-    ``describe`` turns an exception into the line to log (the shipper scrubs URLs there).
-    Delays: ``first_delay`` after the first failure, doubling up to ``max_delay``; a success
-    resets them. ``calls``, ``failures`` and ``successes`` count what happened.
-    """
+    """Calls ``hook()`` in a daemon thread each time it is notified, retrying a failure after
+    ``first_delay`` doubling up to ``max_delay``; ``describe`` makes the line logged once per
+    distinct problem (the shipper scrubs URLs there)."""
 
     def __init__(
         self,
@@ -63,7 +56,6 @@ class RetryingHook:
         return self._hook()
 
     def notify(self) -> None:
-        """Ask for a call (returns at once)."""
         self._pending.set()
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -106,11 +98,9 @@ class RetryingHook:
 
 
 def url_file_holds_url(path: str | os.PathLike[str] | None) -> bool:
-    """Whether the ``--ship-to-file`` file is there and holds something besides blank lines
-    and ``#`` comments. A missing or empty file (a Kubernetes Secret that is optional or
-    empty, an empty credential) means no fleet is configured: the watch does not ship and
-    the pruner owes no fleet anything. Whether what it holds is an acceptable URL, and the
-    file safe to take one from, is ``fleet.urls.read_url_file``'s to say."""
+    """Whether the ``--ship-to-file`` file is there with more than blank and ``#`` lines. A
+    missing or empty one (an optional Secret) means no fleet: nothing shipped, nothing owed.
+    Whether its URL is acceptable is ``fleet.urls.read_url_file``'s to say."""
     if path is None:
         return False
     try:

@@ -1,6 +1,6 @@
-"""Keeping node_exporter's textfile (``watch --textfile``) current without reading the store for
-nothing: rewritten after every sync, and at a polling tick only when another writer changed the
-store (its files' inode, size or modification time moved), so an idle node reads nothing."""
+"""Keeping node_exporter's textfile (``watch --textfile``) current: rewritten after every sync
+(its counters changed), and at a polling tick only when another writer changed the store's
+files, so an idle node reads nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ FilesSignature = tuple[tuple[int, int, int] | None, ...]
 
 
 def store_files(db: str) -> FilesSignature:
-    """What tells the store's files apart from their last state without opening them."""
     out: list[tuple[int, int, int] | None] = []
     for name in (db, db + "-wal"):
         try:
@@ -32,11 +31,8 @@ def store_files(db: str) -> FilesSignature:
 
 
 class TextfileWriter:
-    """Writes ``registry``'s exposition to ``path`` for the store at ``db``.
-
-    A failure (directory gone, disk full) is logged once per distinct problem and never
-    raised: the follower goes on, and the next write tries again.
-    """
+    """Writes ``registry``'s exposition to ``path`` for the store at ``db``; a failure is
+    logged once per distinct problem, never raised (the next write tries again)."""
 
     def __init__(self, path: str | os.PathLike[str], registry: Any, db: str) -> None:
         self.path = path
@@ -47,14 +43,6 @@ class TextfileWriter:
         # ``watch --kubelet-dir`` syncs from a thread per file: one write at a time, so the
         # file last written holds the counters last read.
         self._lock = threading.Lock()
-
-    def after_sync(self) -> None:
-        """A sync ran: its counters changed even when the store did not."""
-        self.write(always=True)
-
-    def at_tick(self) -> None:
-        """A polling tick: write only when another writer changed the store."""
-        self.write(always=False)
 
     def write(self, *, always: bool) -> None:
         from podstore.metrics.exposition import write_textfile

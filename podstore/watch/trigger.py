@@ -1,18 +1,12 @@
 """Noticing that the checkpoint file changed: inotify events through watchdog, and a stat
 signature the follower polls as a fallback.
 
-kubelet replaces the file by rename (a ``.``-prefixed temp file in the same directory, then
-``rename(2)``), so the directory is watched, not the file: a watch on the file would die with
-the old inode. When the directory does not exist yet (a node before its first device plugin),
-the deepest existing ancestor is watched instead and the watch moves down as the path appears;
-when the watched directory is removed, it moves back up. The watchdog thread only rings the
-follower's wake-up; (re)arming happens in the follower's thread (:meth:`FileTrigger.refresh`),
-never inside watchdog's dispatch.
-
-Arming races the file system: a directory created after the trigger looked at the path but
-before its watch was armed sends its event to nobody, and a directory removed and made again
-under the same name leaves a watch on the dead one. So after every arming the trigger looks
-at the path again, and tells directories apart by (device, inode), not by name.
+kubelet replaces the file by rename, so the directory is watched (a watch on the file would
+die with the old inode); while it does not exist, its deepest existing ancestor is. Watchdog's
+thread only rings the wake-up; (re)arming runs in the follower's thread. Arming races the file
+system (a directory made just before its watch sends its event to nobody; one made again
+under the same name leaves a dead watch), so after every arming the path is looked at again,
+and directories are told apart by (device, inode).
 """
 
 from __future__ import annotations
@@ -45,7 +39,6 @@ def signature(path: str) -> Signature:
 
 
 def _identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of ``path``, or None when it is gone."""
     try:
         st = os.stat(path)
     except OSError:
@@ -63,12 +56,8 @@ def _deepest_existing(directory: str) -> str:
 
 
 class FileTrigger:
-    """Rings ``wake`` when the file at ``path`` may have changed.
-
-    ``start`` raises nothing: when file events cannot be had (watchdog missing, inotify
-    limits, a file system without events) it logs once and the follower's polling carries
-    on alone.
-    """
+    """Rings ``wake`` when the file at ``path`` may have changed. ``start`` raises nothing:
+    without file events (no watchdog, inotify limits) it logs once and polling carries on."""
 
     def __init__(self, path: str, wake: Callable[[], None]) -> None:
         self.path = os.path.abspath(path)
@@ -78,8 +67,7 @@ class FileTrigger:
         self._watch: Any = None
         self._handler: _Handler | None = None
         self._armed: str | None = None
-        # The armed directory's (device, inode): a directory removed and made again under the
-        # same name is another directory, and the watch on the old one is dead.
+        # A directory removed and made again under its name is another one: the watch is dead.
         self._armed_id: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._rearm = False
@@ -130,8 +118,7 @@ class FileTrigger:
             if failed is not None:
                 if failed.errno in (errno.ENOENT, errno.ENOTDIR):
                     continue  # it went while being armed: look again
-                # inotify out of watches, say: stay unarmed; the next refresh (poll tick)
-                # tries again.
+                # inotify out of watches, say: stay unarmed until the next poll tick.
                 return True
             # Look again now that the watch is armed: a directory created between the look
             # and the arming sent its event to nobody, and nothing else would tell us.
@@ -147,8 +134,7 @@ class FileTrigger:
         return moved
 
     def _arm(self, target: str, identity: tuple[int, int] | None) -> OSError | None:
-        """Watch ``target`` (found with ``identity``) instead of the armed directory; the error
-        when it cannot be watched."""
+        """Watch ``target`` instead of the armed directory; the error when it cannot be."""
         self._unschedule()
         handler = _Handler(self, target)
         try:
@@ -163,8 +149,7 @@ class FileTrigger:
 
     @property
     def armed(self) -> str | None:
-        """The directory watched now (None before ``start``, without file events, or when no
-        directory on the path could be watched)."""
+        """The directory watched now (None: none, or no file events)."""
         return self._armed
 
     @property
@@ -201,12 +186,8 @@ class FileTrigger:
 
 
 class _Handler:
-    """watchdog's handler protocol for the watch on ``target``, forwarding to the trigger.
-
-    ``gone`` is set when ``target`` itself was removed: that watch is dead even if a directory
-    of the same name (inode numbers are reused at once) is there by the time the trigger
-    looks.
-    """
+    """watchdog's handler for the watch on ``target``. ``gone`` is set when ``target`` was
+    removed: that watch is dead even if a directory of its name and inode is back by then."""
 
     def __init__(self, trigger: FileTrigger, target: str) -> None:
         self._trigger = trigger

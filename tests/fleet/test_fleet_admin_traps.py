@@ -202,3 +202,16 @@ def test_fleet_verify_is_linear_in_the_devices_an_event_lists(
 
     small, big = took("small"), took("big")
     assert big < 40 * small, (big, small)
+
+
+def test_a_grant_says_whether_it_created_the_role_and_refuses_a_superuser(fleet_url: str) -> None:
+    reader = "reader_" + uuid.uuid4().hex[:8]
+    assert admin.grant_reader(fleet_url, reader).created
+    assert not admin.grant_reader(fleet_url, reader).created
+    boss = "boss_" + uuid.uuid4().hex[:8]
+    with connect(fleet_url) as conn:
+        conn.execute(f"CREATE ROLE {boss} SUPERUSER")
+        conn.commit()
+    with pytest.raises(InvalidInputError, match="is a superuser: it cannot be restricted"):
+        admin.grant_node(fleet_url, "node-s", role=boss)
+    assert _grants(fleet_url) == []  # nothing was granted

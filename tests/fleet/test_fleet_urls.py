@@ -9,7 +9,8 @@ import pytest
 
 from podstore import InvalidInputError
 from podstore.fleet.db import translate
-from podstore.fleet.urls import mask, read_url_file, resolve
+from podstore.fleet.urls import read_url_file, resolve
+from podstore.pure.secrets import mask_url as mask
 
 
 @pytest.mark.parametrize(
