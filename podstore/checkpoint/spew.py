@@ -1,11 +1,8 @@
-"""Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering.
+"""Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering (rules:
+kubelet-semantics §6, docs/node-files.md "The whole-struct checksum").
 
-The device manager's file hashes ``Data.Data``; the CPU and memory managers' files, and the
-DRA manager's first format, hash the whole checkpoint struct through a pointer
-(:func:`render_value`). The rendering rules: kubelet-semantics §6 and docs/node-files.md ("The
-whole-struct checksum"). The v1 rule (§6.3) renames the first ``checkpointDataV1`` and every
-``PodDevicesEntryV1`` in the text, even inside user data, as kubelet did. Input is trusted
-(:mod:`podstore.checkpoint.values` checks it).
+The device manager's file hashes ``Data.Data``; the other managers' files hash the whole struct
+through a pointer (:func:`render_value`). Input is trusted (:mod:`.values` checks it).
 """
 
 from __future__ import annotations
@@ -110,17 +107,16 @@ def render(
         write(_NIL)
     else:
         write(b"[")
-        sep = False
-        for e in entries:
-            if sep:
+        for i, e in enumerate(entries):
+            if i:
                 write(b" ")
             write(entry_text(e, version))
-            sep = True
         write(b"]")
     write(registered_text(registered_devices))
     text = out.getvalue()
     del out
     if v1:
+        # The v1 rule (§6.3): even inside user data, as kubelet did.
         text = text.replace(b"checkpointDataV1", b"checkpointData", 1)
         text = text.replace(b"PodDevicesEntryV1", b"PodDevicesEntry")
     return text
@@ -139,13 +135,9 @@ def checksum_of(
 
 
 def render_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ()) -> str:
-    """go-spew's ``%#v`` of a pointer to ``value`` (a struct of type ``t``), as kubelet's
-    whole-struct checksum renders it: ``(*state.Name){Field:(type)value …}``.
-
-    ``renames`` are applied in order to the first occurrence of each old text, as kubelet's
-    ``strings.Replace(…, 1)`` does to name its versioned types after their first version
-    (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``).
-    """
+    """go-spew's ``%#v`` of a pointer to ``value`` of struct type ``t``, then each rename of
+    the first occurrence only, as kubelet's ``strings.Replace(…, 1)`` names its versioned types
+    (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``)."""
     out: list[str] = ["(*", t.name, ")"]
     _renderer(t)(value, out)
     text = "".join(out)
@@ -182,16 +174,13 @@ def _renderer(t: GoType) -> Render:
 
 
 def _build(t: GoType) -> Render:
-    kind = type(t)
-    if kind is String:
+    if isinstance(t, String):
         return lambda v, out: out.append(v)
-    if kind is Int or kind is Uint:
+    if isinstance(t, Int | Uint):
         return lambda v, out: out.append(str(v))
-    if kind is Struct:
-        assert isinstance(t, Struct)
+    if isinstance(t, Struct):
         return _struct(t)
-    if kind is Ptr:
-        assert isinstance(t, Ptr)
+    if isinstance(t, Ptr):
         elem = _renderer(t.elem)
 
         def ptr(v: Any, out: list[str]) -> None:
@@ -202,11 +191,9 @@ def _build(t: GoType) -> Render:
                 elem(v, out)
 
         return ptr
-    if kind is Map:
-        assert isinstance(t, Map)
+    if isinstance(t, Map):
         return _map(t)
-    if kind is SliceType:
-        assert isinstance(t, SliceType)
+    if isinstance(t, SliceType):
         return _slice(t)
     raise TypeError(f"no rendering for {t!r}")  # pragma: no cover - the schemas are fixed
 
@@ -216,8 +203,7 @@ def _struct(t: Struct) -> Render:
     fields = []
     for i, f in enumerate(t.fields):
         head = ("" if i == 0 else " ") + f"{f.name}:({f.type.name})"
-        if type(f.type) is Ptr:
-            assert isinstance(f.type, Ptr)
+        if isinstance(f.type, Ptr):
             fields.append((head, _renderer(f.type.elem), True))
         else:
             fields.append((head, _renderer(f.type), False))
@@ -270,12 +256,10 @@ def _slice(t: SliceType) -> Render:
             out.append("[" + " ".join(map(str, v)) + "]")
         else:
             out.append("[")
-            sep = False
-            for x in v:
-                if sep:
+            for i, x in enumerate(v):
+                if i:
                     out.append(" ")
                 elem(x, out)
-                sep = True
             out.append("]")
 
     return render
