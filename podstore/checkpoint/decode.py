@@ -14,15 +14,8 @@ from typing import Any
 
 from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.bulk import collector_paused
-from podstore.checkpoint.godecode import (
-    DecodeError as DecodeError,
-)
-from podstore.checkpoint.godecode import (
-    GoSlice,
-    elements,
-    into_slice,
-    mismatch,
-)
+from podstore.checkpoint.godecode import DecodeError as DecodeError
+from podstore.checkpoint.godecode import GoSlice, elements, into_slice, mismatch
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError
 from podstore.types import PodDevicesEntry
 

@@ -258,10 +258,7 @@ def delete_all(conn: sqlite3.Connection, keep: Iterable[Key] = ()) -> None:
 
 
 def replace_registered(
-    conn: sqlite3.Connection,
-    registered: Mapping[str, list[str] | None] | None,
-    *,
-    whole: bool,
+    conn: sqlite3.Connection, registered: Mapping[str, list[str] | None] | None, *, whole: bool
 ) -> None:
     """Write RegisteredDevices: the whole mapping (``whole``) or resource by resource, with a
     history event per resource whose list changes."""

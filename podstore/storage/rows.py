@@ -50,8 +50,7 @@ def file_path(path: str | os.PathLike[str], argument: str) -> str:
 
 
 def read_verified(
-    path: str | os.PathLike[str],
-    max_bytes: int | None = None,
+    path: str | os.PathLike[str], max_bytes: int | None = None
 ) -> tuple[str, Checkpoint]:
     """The path as a string and the file read and verified as import reads it (v2, then v1;
     checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file.

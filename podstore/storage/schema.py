@@ -188,12 +188,7 @@ allocation_events = Table(
 event_device_rows = Table(
     "event_device_rows",
     metadata,
-    Column(
-        "seq",
-        Integer,
-        ForeignKey("allocation_events.seq", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    Column("seq", Integer, ForeignKey("allocation_events.seq", ondelete="CASCADE"), nullable=False),
     Column("device_id", Text, nullable=False),
     Column("released", Boolean, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("seq", "device_id"),

@@ -385,12 +385,7 @@ def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
 
 def _foreign_keys(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     """SQLite's own foreign key check, for tables the explicit orphan checks do not cover."""
-    covered = {
-        "containers",
-        "allocations",
-        "empty_numa_lists",
-        "registered_devices",
-    }
+    covered = {"containers", "allocations", "empty_numa_lists", "registered_devices"}
     rows = [r for r in conn.execute("PRAGMA foreign_key_check") if r[0] not in covered]
     if not rows:
         return []

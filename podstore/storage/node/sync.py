@@ -22,12 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from podstore.checkpoint import (
-    CPUManagerState,
-    DRAState,
-    MemoryManagerState,
-    read_node_checkpoint,
-)
+from podstore.checkpoint import CPUManagerState, DRAState, MemoryManagerState, read_node_checkpoint
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.kinds import FROM_TREE

@@ -21,8 +21,7 @@ def _who(pod: str | None, namespace: str | None, name: str | None, container: st
 def _order(rows: Iterable[NumaUsage]) -> list[NumaUsage]:
     kinds = {"cpu": 0, "memory": 1, "device": 2, "dra": 3}
     return sorted(
-        rows,
-        key=lambda r: (r.numa_node is None, r.numa_node or 0, kinds[r.kind], r.name),
+        rows, key=lambda r: (r.numa_node is None, r.numa_node or 0, kinds[r.kind], r.name)
     )
 
 
