@@ -50,7 +50,7 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
         listed_before = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
         released = events.released_devices((d for (d,) in listed_before), row.devices)
         if listed_before:
-            spans.close(conn, seq, released, allocation_id)
+            conn.execute(sql.CLOSE_SPANS, spans.ending(seq, released, allocation_id))
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         replacing = True
     if row.devices:
