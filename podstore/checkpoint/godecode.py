@@ -9,6 +9,7 @@ int fails; invalid UTF-8 becomes U+FFFD.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -98,7 +99,6 @@ def key_text(key: str) -> str:
 
 
 Decoder = Callable[[Any, Any], Any]
-_DECODERS: dict[int, Decoder] = {}
 # Counts the slices shortened by a later, shorter array (only duplicate keys do that), so that
 # decode_value knows whether the cut-to-length pass is needed at all.
 _shortened = threading.local()
@@ -122,21 +122,9 @@ def decode_value(t: GoType, cur: Any, v: Any) -> Any:
     return value
 
 
+@functools.cache  # one decoder per type (types hash by identity)
 def decoder(t: GoType) -> Decoder:
-    """The decoding function of ``t`` (built once per type)."""
-    dec = _DECODERS.get(id(t))
-    if dec is None:
-        dec = _build(t)
-        _DECODERS[id(t)] = dec
-        # The type is kept alive with its decoder, so that its id is never reused.
-        _KEEP.append(t)
-    return dec
-
-
-_KEEP: list[GoType] = []
-
-
-def _build(t: GoType) -> Decoder:
+    """The decoding function of ``t``."""
     if isinstance(t, String):
         return _string_decoder(t.name)
     if isinstance(t, Int | Uint):

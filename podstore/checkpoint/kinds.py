@@ -1,16 +1,5 @@
-"""The four checkpoint files of a node, told apart by their content.
-
-==========  =================================================  ===============================
-kind        file (under kubelet's root, ``/var/lib/kubelet``)  reader
-==========  =================================================  ===============================
-devices     ``device-plugins/kubelet_internal_checkpoint``     :func:`.read_checkpoint`
-cpu         ``cpu_manager_state``                              :func:`.read_cpu_state`
-memory      ``memory_manager_state``                           :func:`.read_memory_state`
-dra         ``dra_manager_state``                              :func:`.read_dra_state`
-==========  =================================================  ===============================
-
-:func:`detect_kind` looks at the top-level keys the way Go matches them (case-insensitively)
-and at the type of their values; :func:`read_node_checkpoint` reads a file of any kind.
+"""The four checkpoint files of a node, told apart by their content: the top-level keys as Go
+matches them, and the types of their values (docs/node-files.md, "Telling the kinds apart").
 """
 
 from __future__ import annotations
@@ -131,10 +120,10 @@ def candidates(tree: Any) -> list[str]:
 def detect_kind(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> str:
-    """The kind of checkpoint a file (path or bytes) holds, judged by its content only.
+    """The kind of checkpoint a file (path or bytes) holds, by its content only.
 
-    Raises :class:`CheckpointFormatError` when the content fits no kind (or is not JSON), and
-    the reading errors of :func:`podstore.checkpoint.read_checkpoint`.
+    Raises :class:`CheckpointFormatError` when it fits no kind, and the reading errors of
+    :func:`podstore.checkpoint.read_checkpoint`.
     """
     text, origin = read_source(source, max_bytes)
     if _DEVICES_PREFIX.match(text):
@@ -167,10 +156,8 @@ def read_node_checkpoint(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> NodeCheckpoint:
-    """Read and verify a checkpoint of ``kind`` (``auto``: by its content).
-
-    With ``auto``, a document that fits several kinds (a CPU or memory file with nothing but a
-    policy name) is read as the first that verifies.
+    """Read and verify a checkpoint of ``kind`` (``auto``: by its content, the first kind
+    that verifies).
 
     Raises :class:`InvalidInputError` for an unknown ``kind``, :class:`CheckpointFormatError`
     when ``auto`` finds no kind, and the errors of the kind's reader.

@@ -7,6 +7,7 @@ through a pointer (:func:`render_value`). Input is trusted (:mod:`.values` check
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -158,22 +159,12 @@ def checksum_string(text: str) -> int:
 
 
 Render = Callable[[Any, list[str]], None]
-_RENDERERS: dict[int, Render] = {}
-_KEEP: list[GoType] = []
 
 
+@functools.cache  # one renderer per type (types hash by identity)
 def _renderer(t: GoType) -> Render:
     """How a value of ``t`` renders where go-spew prints no type: a map key or value, a slice
     element, the value behind a pointer, or a field's value after its type (built once)."""
-    r = _RENDERERS.get(id(t))
-    if r is None:
-        r = _build(t)
-        _RENDERERS[id(t)] = r
-        _KEEP.append(t)  # keeps the id from being reused
-    return r
-
-
-def _build(t: GoType) -> Render:
     if isinstance(t, String):
         return lambda v, out: out.append(v)
     if isinstance(t, Int | Uint):
