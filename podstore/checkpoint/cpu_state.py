@@ -135,7 +135,6 @@ _LAYOUTS = (
 # -- reading ------------------------------------------------------------------------------------
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_cpu_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES

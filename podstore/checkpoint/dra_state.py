@@ -80,7 +80,6 @@ _READ_DATA = Struct(
 # -- reading ------------------------------------------------------------------------------------
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_dra_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES

@@ -148,7 +148,6 @@ FROM_TREE: dict[str, Callable[[Any, str], NodeState]] = {
 }
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_node_checkpoint(
     source: str | os.PathLike[str] | bytes,
