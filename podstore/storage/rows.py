@@ -1,7 +1,5 @@
 """From a checkpoint file to the rows the store writes: the one layer under import, sync and
-``from_checkpoint_data`` (a file read and verified as import reads it; an entry as its :class:`Row`
-or why kubelet skips it; a NUMA map as device rows and empty-list markers, for every table that
-holds them)."""
+``from_checkpoint_data``."""
 
 from __future__ import annotations
 
