@@ -15,14 +15,8 @@ if TYPE_CHECKING:
     from podstore.checkpoint.cpu_state import CPUManagerState, dumps_cpu_state, read_cpu_state
     from podstore.checkpoint.cpuset import CPUSetError, format_cpuset, parse_cpuset
     from podstore.checkpoint.decode import Checkpoint
-    from podstore.checkpoint.dra_state import (
-        DRAClaim,
-        DRADevice,
-        DRAResourceHandle,
-        DRAState,
-        dumps_dra_state,
-        read_dra_state,
-    )
+    from podstore.checkpoint.dra_state import dumps_dra_state, read_dra_state
+    from podstore.checkpoint.dra_types import DRAClaim, DRADevice, DRAResourceHandle, DRAState
     from podstore.checkpoint.encode import dumps_checkpoint
     from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_checkpoint, write_checkpoint_file
     from podstore.checkpoint.kinds import (
@@ -51,14 +45,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "podstore.checkpoint.cpu_state": ("CPUManagerState", "dumps_cpu_state", "read_cpu_state"),
     "podstore.checkpoint.cpuset": ("CPUSetError", "format_cpuset", "parse_cpuset"),
     "podstore.checkpoint.decode": ("Checkpoint",),
-    "podstore.checkpoint.dra_state": (
-        "DRAClaim",
-        "DRADevice",
-        "DRAResourceHandle",
-        "DRAState",
-        "dumps_dra_state",
-        "read_dra_state",
-    ),
+    "podstore.checkpoint.dra_state": ("dumps_dra_state", "read_dra_state"),
+    "podstore.checkpoint.dra_types": ("DRAClaim", "DRADevice", "DRAResourceHandle", "DRAState"),
     "podstore.checkpoint.encode": ("dumps_checkpoint",),
     "podstore.checkpoint.files": ("DEFAULT_MAX_BYTES", "read_checkpoint", "write_checkpoint_file"),
     "podstore.checkpoint.kinds": (

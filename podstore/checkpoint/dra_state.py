@@ -14,11 +14,8 @@ from typing import Any
 from podstore.checkpoint import gojson
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.dra_types import (
-    API_VERSION,
-    KIND,
     DRAClaim,
     DRADevice,
-    DRAResourceHandle,
     DRAState,
     claim,
     claim_list,
@@ -37,17 +34,6 @@ from podstore.errors import CheckpointCorruptError, CheckpointFormatError, Inval
 
 #: The file's name in kubelet's root directory.
 FILE_NAME = "dra_manager_state"
-__all__ = [
-    "API_VERSION",
-    "FILE_NAME",
-    "KIND",
-    "DRAClaim",
-    "DRADevice",
-    "DRAResourceHandle",
-    "DRAState",
-    "dumps_dra_state",
-    "read_dra_state",
-]
 
 
 # -- Go types -----------------------------------------------------------------------------------
