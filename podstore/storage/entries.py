@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.storage import events, responses, spans
-from podstore.storage.rows import BULK_ROWS, Row
+from podstore.storage.rows import BULK_ROWS, DeviceRow, EmptyRow, Row, device_rows
 from podstore.storage.sql import entries as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, ResourceDeviceInstances
 
@@ -54,7 +54,7 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         replacing = True
     if row.devices:
-        spans.write(conn, *spans.opened(allocation_id, seq, row.devices))
+        spans.write(conn, *device_rows(row.devices, allocation_id, seq))
     events.append_entry(
         conn, stamp, op or ("replace" if replacing else "insert"), key, row.devices, released
     )
@@ -125,8 +125,8 @@ def _write_chunk(
     new_allocations: list[tuple[Any, ...]] = []
     updates: list[tuple[Any, ...]] = []
     replaced: dict[int, int] = {}  # allocation id → the seq of the event that rewrites it
-    opened: list[spans.SpanRow] = []
-    empty_rows: list[spans.EmptyRow] = []
+    opened: list[DeviceRow] = []
+    empty_rows: list[EmptyRow] = []
     # (key, devices, the allocation it replaces or None): the events, queued once the
     # replaced entries' old devices are known.
     written: list[tuple[Key, DevicesPerNUMA | None, int | None]] = []
@@ -155,7 +155,7 @@ def _write_chunk(
             replaced[allocation_id] = seq
             written.append(((uid, name, resource), row.devices, allocation_id))
         if row.devices:
-            more, empty = spans.opened(allocation_id, seq, row.devices)
+            more, empty = device_rows(row.devices, allocation_id, seq)
             opened += more
             empty_rows += empty
         seq += 1

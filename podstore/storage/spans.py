@@ -10,29 +10,8 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
+from podstore.storage.rows import DeviceRow, EmptyRow
 from podstore.storage.sql import entries as sql
-from podstore.types import DevicesPerNUMA
-
-#: An ``allocation_device_spans`` row as INSERT_SPAN takes it.
-SpanRow = tuple[int, int, int, int, str]
-#: An ``empty_numa_lists`` row: allocation id, NUMA node, is null.
-EmptyRow = tuple[int, int, bool]
-
-
-def opened(
-    allocation_id: int, seq: int, devices: DevicesPerNUMA | None
-) -> tuple[list[SpanRow], list[EmptyRow]]:
-    """The spans event ``seq`` opens for an entry's NUMA map, and the markers of its NUMA nodes
-    whose list is ``[]`` or ``null`` (which would otherwise leave no trace)."""
-    spans: list[SpanRow] = []
-    empty: list[EmptyRow] = []
-    if devices:
-        for node, ids in devices.items():
-            if ids:
-                spans += [(allocation_id, seq, node, pos, dev) for pos, dev in enumerate(ids)]
-            else:
-                empty.append((allocation_id, node, ids is None))
-    return spans, empty
 
 
 def ending(
@@ -45,7 +24,7 @@ def ending(
     return (seq, json.dumps([d.encode("utf-8").hex().upper() for d in released]), allocation_id)
 
 
-def write(conn: sqlite3.Connection, spans: list[SpanRow], empty: list[EmptyRow]) -> None:
+def write(conn: sqlite3.Connection, spans: list[DeviceRow], empty: list[EmptyRow]) -> None:
     if spans:
         conn.executemany(sql.INSERT_SPAN, spans)
     if empty:

@@ -135,10 +135,10 @@ def _clear(conn: sqlite3.Connection) -> None:
 def _load_entries(conn: sqlite3.Connection, file: _File) -> None:
     """Fill the file tables with the file's entries (``ord``: their place in ``file.kept``)."""
     entry_rows: list[tuple[Any, ...]] = []
-    device_rows: list[tuple[int, int, int, str]] = []
-    empty_rows: list[tuple[int, int, bool]] = []
+    device_rows: list[rows.DeviceRow] = []
+    empty_rows: list[rows.EmptyRow] = []
     for ord_, (index, e, row) in enumerate(file.kept):
-        devices, empty = rows.device_rows(ord_, e.device_ids)
+        devices, empty = rows.device_rows(e.device_ids, ord_)
         key = (e.pod_uid, e.container_name, e.resource_name)
         raw = b"" if e.alloc_resp is None else e.alloc_resp
         entry_rows.append(
