@@ -205,11 +205,7 @@ def _entries(
     for pod, containers in entries.items():
         inner = out[pod] = {}
         for name, text in (containers or {}).items():
-            try:
-                inner[name] = parse_cpuset(text)
-            except CPUSetError as e:
-                where = f"{prefix}entries{key_text(pod)}{key_text(name)}"
-                raise CheckpointFormatError(f"{origin}{where}: {e}") from None
+            inner[name] = _cpus(text, f"{prefix}entries{key_text(pod)}{key_text(name)}", origin)
     return out
 
 

@@ -478,7 +478,7 @@ def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return out
 
 
-_INVARIANTS.append(
+_INVARIANTS += [
     _rows_check(
         "spans",
         "error",
@@ -486,12 +486,9 @@ _INVARIANTS.append(
         sql.SPANS,
         "device spans no podstore write leaves",
         lambda r: f"allocation {r[0]}: {r[1]}",
-    )
-)
-
-# The node's other managers (revision 0007): states kubelet never writes, kept as the files
-# said (the store mirrors them), and rows no podstore write leaves.
-_INVARIANTS += [
+    ),
+    # The node's other managers (revision 0007): states kubelet never writes, kept as the
+    # files said (the store mirrors them), and rows no podstore write leaves.
     _rows_check(
         "cpu-two-pods",
         "error",
