@@ -262,8 +262,15 @@ def replace_registered(
 ) -> None:
     """Write RegisteredDevices: the whole mapping (``whole``) or resource by resource, with a
     history event per resource whose list changes."""
+    old = current_registered(conn)
+    new: dict[str, list[str] | None] = {} if whole else dict(old)
+    new.update(registered or {})
     pending = events.Pending()
-    events.registered_changes(current_registered(conn), registered, whole=whole, pending=pending)
+    for resource in sorted(old.keys() - new.keys()):
+        pending.registered("unregistered", resource, old[resource])
+    for resource, ids in new.items():
+        if resource not in old or old[resource] != ids:
+            pending.registered("registered", resource, ids)
     pending.write(conn)
     if whole:
         conn.execute(sql.CLEAR_REGISTERED)

@@ -231,30 +231,6 @@ def numa_json(devices: Mapping[int, Sequence[str] | None] | None) -> str | None:
     )
 
 
-def _numa_from_json(text: str | None) -> DevicesPerNUMA | None:
-    if text is None:
-        return None
-    raw = json.loads(text)
-    return {int(k): v for k, v in raw.items()}
-
-
-def registered_changes(
-    old: Mapping[str, list[str] | None],
-    registered: Mapping[str, list[str] | None] | None,
-    *,
-    whole: bool,
-    pending: Pending,
-) -> None:
-    """Queue the events that turn ``old`` into ``registered`` (whole, or per resource)."""
-    new: dict[str, list[str] | None] = {} if whole else dict(old)
-    new.update(registered or {})
-    for resource in sorted(old.keys() - new.keys()):
-        pending.registered("unregistered", resource, old[resource])
-    for resource, ids in new.items():
-        if resource not in old or old[resource] != ids:
-            pending.registered("registered", resource, ids)
-
-
 # ---- reading events --------------------------------------------------------------------------
 
 
@@ -264,10 +240,12 @@ def to_event(row: Sequence[Any]) -> AllocationEvent:
         return node_codec.to_event(row)
     seq, ts, op, pod, container, resource, text, released = row
     ids: DevicesPerNUMA | list[str] | None
-    if pod is None:
-        ids = None if text is None else list(json.loads(text))
+    if text is None:
+        ids = None
+    elif pod is None:
+        ids = list(json.loads(text))
     else:
-        ids = _numa_from_json(text)
+        ids = {int(k): v for k, v in json.loads(text).items()}
     gone: list[str] = [] if released is None else list(json.loads(released))
     return AllocationEvent(int(seq), parse_ts(ts), op, pod, container, resource, ids, gone)
 
