@@ -266,11 +266,10 @@ def dumps_cpu_state(state: CPUManagerState) -> bytes:
         return gojson.encode(doc)
     if version == 3:
         go_pods = {pod: [_cpuset_value(cpus)] for pod, cpus in pods.items()}
-        value = [policy, default, entries, go_pods, 0]
-        doc["checksum"] = spew.checksum_value(V3, value, _renames(V3, state.type_name))
+        t, value = V3, [policy, default, entries, go_pods, 0]
     else:
-        value = [policy, default, entries, 0]
-        doc["checksum"] = spew.checksum_value(V2, value, _renames(V2, state.type_name))
+        t, value = V2, [policy, default, entries, 0]
+    doc["checksum"] = spew.checksum_value(t, value, _renames(t, state.type_name))
     return gojson.encode(doc)
 
 

@@ -154,10 +154,6 @@ V3 = Struct(
 )
 
 
-def _v1_checksum(value: list[Any]) -> int:
-    return spew.checksum_value(V1, value, [("MemoryManagerCheckpointV1", _TYPE_NAME)])
-
-
 # Kubelet pre-initialises the maps before decoding (a missing key hashes as map[]).
 _LAYOUTS = (
     Layout(
@@ -289,7 +285,7 @@ def dumps_memory_state(state: MemoryManagerState) -> bytes:
         value[-1] = spew.checksum_value(V2, value, [("MemoryManagerCheckpointV2", _TYPE_NAME)])
         return gojson.encode(to_json(V2, value))
     v1 = [policy, machine, entries, 0]
-    v1[-1] = _v1_checksum(v1)
+    v1[-1] = spew.checksum_value(V1, v1, [("MemoryManagerCheckpointV1", _TYPE_NAME)])
     if version == 1:
         return gojson.encode(to_json(V1, v1))
     data = gojson.encode(to_json(DATA, [policy, machine, entries, pods])).decode("utf-8")

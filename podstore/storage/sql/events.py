@@ -39,7 +39,7 @@ INSERT_EVENT_DEVICE = """
     INSERT OR IGNORE INTO event_device_rows (seq, device_id, released) VALUES (?, ?, ?)
 """
 
-# ---- the hash chain (storage/events.py, "The hash chain") --------------------------------------
+# ---- the hash chain (docs/sql.md, "The hash chain") --------------------------------------------
 
 STORE_ID = "SELECT value FROM store_meta WHERE key = 'store_id'"
 EVENT_HASH = "SELECT hash FROM allocation_events WHERE seq = ?"
