@@ -236,13 +236,7 @@ def parse_int(text: str, bits: int = 64) -> int | None:
 
 def parse_uint(text: str, bits: int = 64) -> int | None:
     """``strconv.ParseUint(text, 10, bits)``; ``None`` if invalid (a sign, even ``-0``, too)."""
-    if not _DIGITS.fullmatch(text):
-        return None
-    body = text.lstrip("0") or "0"
-    if len(body) > 20:
-        return None
-    value = int(body)
-    return value if value < (1 << bits) else None
+    return None if text[:1] in ("+", "-") else parse_int(text, bits + 1)
 
 
 def decode_base64(s: str) -> bytes | None:
