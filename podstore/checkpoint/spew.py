@@ -57,15 +57,6 @@ def _flat_ids(devs: Mapping[int, Sequence[str] | None] | None) -> str:
     return _ids(devs[0])
 
 
-def header(version: int = 2) -> bytes:
-    """The text before the entries' ``[``."""
-    suffix = "V1" if version == 1 else ""
-    return (
-        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
-        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
-    )
-
-
 def entry_text(e: PodDevicesEntry, version: int = 2) -> bytes:
     """One element of the entries slice (v2 rules unless ``version`` is 1, before renaming)."""
     if version == 1:
@@ -83,15 +74,6 @@ def entry_text(e: PodDevicesEntry, version: int = 2) -> bytes:
     return head + b"[" + bytes(_decimal(resp)) + b"]}"
 
 
-def registered_text(registered_devices: Mapping[str, Sequence[str] | None] | None) -> bytes:
-    """The text from `` RegisteredDevices:`` to the end."""
-    out = b" RegisteredDevices:(map[string][]string)"
-    if registered_devices is None:
-        return out + _NIL + b"}"
-    pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
-    return out + f"map[{' '.join(pairs)}]".encode() + b"}"
-
-
 def render(
     entries: Sequence[PodDevicesEntry] | None,
     registered_devices: Mapping[str, Sequence[str] | None] | None,
@@ -103,7 +85,11 @@ def render(
     # (about four times the size of all AllocResp bytes) exists once, not as parts plus a join.
     out = io.BytesIO()
     write = out.write
-    write(header(version))
+    suffix = "V1" if v1 else ""
+    write(
+        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
+        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
+    )
     if entries is None:
         write(_NIL)
     else:
@@ -113,7 +99,12 @@ def render(
                 write(b" ")
             write(entry_text(e, version))
         write(b"]")
-    write(registered_text(registered_devices))
+    write(b" RegisteredDevices:(map[string][]string)")
+    if registered_devices is None:
+        write(_NIL + b"}")
+    else:
+        pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
+        write(f"map[{' '.join(pairs)}]}}".encode())
     text = out.getvalue()
     del out
     if v1:
