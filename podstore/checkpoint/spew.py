@@ -50,17 +50,12 @@ def _numa_map(devs: Mapping[int, Sequence[str] | None] | None) -> str:
     return "map[" + " ".join([f"{numa}:{_ids(devs[numa])}" for numa in sorted(devs)]) + "]"
 
 
-def _flat_ids(devs: Mapping[int, Sequence[str] | None] | None) -> str:
-    # v1 entries reach here as read back by read_checkpoint: all IDs under NUMA 0.
-    if devs is None:
-        return "<nil>"
-    return _ids(devs[0])
-
-
 def entry_text(e: PodDevicesEntry, version: int = 2) -> bytes:
     """One element of the entries slice (v2 rules unless ``version`` is 1, before renaming)."""
     if version == 1:
-        devs = f"([]string){_flat_ids(e.device_ids)}"
+        # v1 entries come as read_checkpoint gives them: all IDs under NUMA 0.
+        ids = e.device_ids
+        devs = "([]string)" + ("<nil>" if ids is None else _ids(ids[0]))
     else:
         devs = f"(checkpoint.DevicesPerNUMA){_numa_map(e.device_ids)}"
     head = (
