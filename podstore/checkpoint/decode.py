@@ -355,7 +355,7 @@ def load(text: str, origin: str = "") -> Checkpoint:
     """
     # Kept in one function so that dropping `text` and `tree` really frees them.
     with collector_paused():
-        tree: object = _parse(text, origin)
+        tree: object = parse(text, origin)
         del text
         try:
             doc = decode_document(tree, 2)
@@ -383,7 +383,8 @@ def load(text: str, origin: str = "") -> Checkpoint:
                 raise v2_corrupt from None
 
 
-def _parse(text: str, origin: str) -> object:
+def parse(text: str, origin: str) -> Any:
+    """The parsed document (:func:`.gojson.parse`), or the format error."""
     try:
         return gojson.parse(text)
     except gojson.JSONSyntaxError as e:

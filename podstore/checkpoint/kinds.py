@@ -13,12 +13,11 @@ from typing import Any
 from podstore.checkpoint import decode, gojson
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.cpu_state import CPUManagerState, cpu_state_from_tree
-from podstore.checkpoint.decode import Checkpoint
+from podstore.checkpoint.decode import Checkpoint, parse
 from podstore.checkpoint.dra_state import dra_state_from_tree
 from podstore.checkpoint.dra_types import DRAState
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.memory_state import MemoryManagerState, memory_state_from_tree
-from podstore.checkpoint.versions import parse
 from podstore.errors import CheckpointError, CheckpointFormatError, InvalidInputError
 
 #: The kinds, in the order ``auto`` considers them.

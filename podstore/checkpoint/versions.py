@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.decode import parse
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.godecode import DecodeError, decode_value
 from podstore.checkpoint.gotypes import CHECKSUM, STRING, Field, Struct
@@ -69,14 +70,6 @@ def read_tree(
     """A checkpoint (path or bytes) parsed, and the prefix of its error messages."""
     text, origin = read_source(source, max_bytes)
     return parse(text, origin), origin
-
-
-def parse(text: str, origin: str) -> Any:
-    """The parsed document (:func:`podstore.checkpoint.gojson.parse`), or the format error."""
-    try:
-        return gojson.parse(text)
-    except gojson.JSONSyntaxError as e:
-        raise CheckpointFormatError(f"{origin}{e}") from None
 
 
 def decode_layout(layout: Layout, tree: Any) -> list[Any]:

@@ -19,9 +19,9 @@ from typing import Any
 
 from podstore.checkpoint import CPUManagerState, DRAState, MemoryManagerState, read_node_checkpoint
 from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.decode import parse
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.kinds import FROM_TREE
-from podstore.checkpoint.versions import parse
 from podstore.errors import InvalidInputError
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import events
