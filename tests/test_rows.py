@@ -14,10 +14,13 @@ from podstore.storage.rows import BULK_ROWS, device_rows
 
 
 def test_device_rows_lists_devices_and_marks_empty_and_null_lists() -> None:
-    rows, empty = device_rows(7, {0: ["a", "b"], 1: [], 2: None, -1: ["x"]})
+    rows, empty = device_rows({0: ["a", "b"], 1: [], 2: None, -1: ["x"]}, 7)
     assert rows == [(7, 0, 0, "a"), (7, 0, 1, "b"), (7, -1, 0, "x")]
     assert empty == [(7, 1, False), (7, 2, True)]
-    assert device_rows("ord", None) == ([], []) == device_rows("ord", {})
+    assert device_rows(None, 7) == ([], []) == device_rows({}, 7)
+    # Span rows carry the whole owner (allocation and event); markers only its first part.
+    rows, empty = device_rows({0: ["a"], 1: []}, 7, 42)
+    assert rows == [(7, 42, 0, 0, "a")] and empty == [(7, 1, False)]
 
 
 #: The tables of an entry's state (the history and store metadata differ in time and op).
