@@ -24,7 +24,7 @@ from podstore.errors import (
 from podstore.sqlite import forking, posixlocks
 from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from podstore.sqlite.busy import MAX_BUSY_TIMEOUT as MAX_BUSY_TIMEOUT
-from podstore.sqlite.files import check_readable_store_file, prepare_file
+from podstore.sqlite.files import check_readable_store_file, prepare_file, wal_size
 from podstore.sqlite.forking import STATE
 from podstore.sqlite.translate import translate, translated_errors
 
@@ -214,11 +214,7 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
         name = str(getattr(exc, "sqlite_errorname", ""))
         if not (name.startswith("SQLITE_READONLY") or name.startswith("SQLITE_CANTOPEN")):
             raise
-        try:
-            wal_size = os.path.getsize(path + "-wal")
-        except FileNotFoundError:
-            wal_size = 0
-        if wal_size > 0:
+        if wal_size(path) > 0:
             raise ReadOnlyStoreError(
                 f"{options.path} has a write-ahead log (-wal) with changes not yet in the main "
                 "file, and its -shm file can neither be found nor created, so it cannot be "
