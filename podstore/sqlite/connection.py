@@ -64,11 +64,7 @@ _PRAGMAS: dict[str, int] = {
 # synchronous: FULL fsyncs the WAL at every commit, so a returned call survives power loss;
 # NORMAL may lose the last commits (never corrupts) and is opt-in.
 _SYNCHRONOUS = {"full": 2, "normal": 1}
-_READ_BACK = (
-    "SELECT (SELECT * FROM pragma_journal_mode), (SELECT * FROM pragma_synchronous), "
-    "(SELECT * FROM pragma_foreign_keys), (SELECT * FROM pragma_temp_store), "
-    "(SELECT * FROM pragma_journal_size_limit), (SELECT * FROM pragma_busy_timeout)"
-)
+# Read back in one statement through the table-valued pragma functions.
 _READ_BACK_NAMES = (
     "journal_mode",
     "synchronous",
@@ -77,6 +73,7 @@ _READ_BACK_NAMES = (
     "journal_size_limit",
     "busy_timeout",
 )
+_READ_BACK = "SELECT " + ", ".join(f"(SELECT * FROM pragma_{n})" for n in _READ_BACK_NAMES)
 
 
 @dataclass(frozen=True, slots=True)

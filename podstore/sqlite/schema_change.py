@@ -142,15 +142,11 @@ class Loss:
         if self.kind == "table":
             return f"table {self.name} ({_rows(self.count)})"
         if self.kind == "rows":
-            named = f": {self.keys_text}" if self.keys else ""
+            named = f": {', '.join(self.keys)}" if self.keys else ""
             return f"{_rows(self.count)} of table {self.name}{named}"
         if self.kind == "column":
             return f"column {self.name} ({self.count} non-null values)"
         return f"view {self.name}"
-
-    @property
-    def keys_text(self) -> str:
-        return ", ".join(self.keys)
 
 
 def _rows(n: int) -> str:
