@@ -29,6 +29,7 @@ from typing import Any
 
 from podstore.checkpoint import FILE_NAMES
 from podstore.errors import PodStoreError
+from podstore.sqlite import forking
 from podstore.sqlite.connection import Durability
 from podstore.store import PodStore
 
@@ -86,14 +87,6 @@ def spec_of(store: PodStore) -> StoreSpec:
         options.busy_timeout,
         (st.st_dev, st.st_ino),
     )
-
-
-def _same_file(spec: StoreSpec) -> bool:
-    try:
-        st = os.stat(spec.path)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == spec.file_id
 
 
 def _size(path: object) -> int:
@@ -295,7 +288,7 @@ def serve(fd: int) -> None:
     conn = Connection(fd)
     spec: StoreSpec = conn.recv()
     # A path moved or replaced since would open (or create) another store.
-    if not _same_file(spec):
+    if forking.file_key(spec.path) != spec.file_id:
         _reply(
             conn,
             False,
