@@ -328,3 +328,33 @@ def test_podstores_own_thread_blocks_signals(db_path: Path) -> None:
     blocked = seen[1]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGHUP):
         assert blocked & (1 << (sig - 1)), (sig, hex(blocked))
+
+
+def test_a_turn_to_write_left_behind_by_an_interrupt_does_not_wedge_the_thread(
+    db_path: Path,
+) -> None:
+    """An interrupt that another thread received (so the main thread's signal block could not
+    keep it out) can land between taking the turn to write and recording it, or in the turn's
+    release: the thread then still holds the turn. Its next write takes the turn again at once
+    instead of waiting for itself until busy_timeout, and passes it on when it ends."""
+    with PodStore.open(db_path, busy_timeout=2.0) as store:
+        store.insert("before", "c", RES, None, b"")
+        queue, slot = store._sessions._queue, store._sessions._local.slot
+        assert queue.acquire(0, slot)  # the state a lost release leaves: this slot holds it
+        store.insert("after", "c", RES, None, b"")  # StoreBusyError if it waited for itself
+        assert not queue._held, "the turn to write was not passed on"
+        other: list[BaseException | None] = []
+
+        def write_from_another_thread() -> None:
+            try:
+                store.insert("other", "c", RES, None, b"")
+                other.append(None)
+            except BaseException as e:
+                other.append(e)
+
+        t = threading.Thread(target=write_from_another_thread)
+        t.start()
+        t.join(30)
+        assert other == [None]
+    with PodStore.open(db_path) as store:
+        assert store.pods() == {"before", "after", "other"}

@@ -1,19 +1,5 @@
 """Kubelet's checkpoint files, read and written exactly as kubelet does, independent of any
-store; and the node facts beside them.
-
-- The device manager's ``kubelet_internal_checkpoint``: :func:`read_checkpoint` decodes with
-  Go ``encoding/json`` rules, verifies the checksum and falls back to the legacy v1 format
-  like kubelet 1.23–1.29; :func:`dumps_checkpoint` produces the bytes kubelet's encoder
-  writes; :func:`checksum` and :func:`render_spew` expose kubelet's checksum and the text it
-  hashes.
-- The CPU, memory and DRA managers' files (``cpu_manager_state``, ``memory_manager_state``,
-  ``dra_manager_state``): :func:`read_cpu_state`, :func:`read_memory_state`,
-  :func:`read_dra_state` read and verify every version kubelet wrote;
-  :func:`dumps_cpu_state`, :func:`dumps_memory_state`, :func:`dumps_dra_state` write kubelet's
-  bytes. :func:`read_node_checkpoint` reads any kind, :func:`detect_kind` tells it by content.
-- :func:`write_checkpoint_file` puts any of them on disk atomically.
-- :func:`read_numa_topology` (sysfs) and :func:`read_pod_names` (``/var/log/pods``) read the
-  node's CPU → NUMA node map and its pods' names.
+store, and the node facts beside them (NUMA topology, pod names): docs/node-files.md.
 """
 
 from __future__ import annotations
@@ -26,35 +12,13 @@ from podstore.errors import CheckpointNotFoundError, InvalidInputError
 
 if TYPE_CHECKING:
     from podstore.checkpoint import values
-    from podstore.checkpoint.cpu_state import (
-        CPUManagerState,
-        dumps_cpu_state,
-        read_cpu_state,
-    )
-    from podstore.checkpoint.cpuset import (
-        CPUSetError,
-        format_cpuset,
-        parse_cpuset,
-    )
-    from podstore.checkpoint.decode import (
-        Checkpoint,
-    )
-    from podstore.checkpoint.dra_state import (
-        DRAClaim,
-        DRADevice,
-        DRAResourceHandle,
-        DRAState,
-        dumps_dra_state,
-        read_dra_state,
-    )
-    from podstore.checkpoint.encode import (
-        dumps_checkpoint,
-    )
-    from podstore.checkpoint.files import (
-        DEFAULT_MAX_BYTES,
-        read_checkpoint,
-        write_checkpoint_file,
-    )
+    from podstore.checkpoint.cpu_state import CPUManagerState, dumps_cpu_state, read_cpu_state
+    from podstore.checkpoint.cpuset import CPUSetError, format_cpuset, parse_cpuset
+    from podstore.checkpoint.decode import Checkpoint
+    from podstore.checkpoint.dra_state import dumps_dra_state, read_dra_state
+    from podstore.checkpoint.dra_types import DRAClaim, DRADevice, DRAResourceHandle, DRAState
+    from podstore.checkpoint.encode import dumps_checkpoint
+    from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_checkpoint, write_checkpoint_file
     from podstore.checkpoint.kinds import (
         FILE_NAMES,
         KINDS,
@@ -70,15 +34,8 @@ if TYPE_CHECKING:
         dumps_memory_state,
         read_memory_state,
     )
-    from podstore.checkpoint.podnames import (
-        PodName,
-        PodNames,
-        read_pod_names,
-    )
-    from podstore.checkpoint.topology import (
-        NumaTopology,
-        read_numa_topology,
-    )
+    from podstore.checkpoint.podnames import PodName, PodNames, read_pod_names
+    from podstore.checkpoint.topology import NumaTopology, read_numa_topology
     from podstore.types import PodDevicesEntry
 
 #: Where each re-exported name lives. They are imported on first access (PEP 562), as in
@@ -88,14 +45,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "podstore.checkpoint.cpu_state": ("CPUManagerState", "dumps_cpu_state", "read_cpu_state"),
     "podstore.checkpoint.cpuset": ("CPUSetError", "format_cpuset", "parse_cpuset"),
     "podstore.checkpoint.decode": ("Checkpoint",),
-    "podstore.checkpoint.dra_state": (
-        "DRAClaim",
-        "DRADevice",
-        "DRAResourceHandle",
-        "DRAState",
-        "dumps_dra_state",
-        "read_dra_state",
-    ),
+    "podstore.checkpoint.dra_state": ("dumps_dra_state", "read_dra_state"),
+    "podstore.checkpoint.dra_types": ("DRAClaim", "DRADevice", "DRAResourceHandle", "DRAState"),
     "podstore.checkpoint.encode": ("dumps_checkpoint",),
     "podstore.checkpoint.files": ("DEFAULT_MAX_BYTES", "read_checkpoint", "write_checkpoint_file"),
     "podstore.checkpoint.kinds": (
@@ -198,13 +149,9 @@ def checksum(
     *,
     version: int = 2,
 ) -> int:
-    """Kubelet's checksum of these values (the ``Checksum`` a file holding them must carry).
-
-    ``None`` stands for JSON ``null`` (Go nil), which hashes differently from ``[]`` / ``{}``;
-    list order matters. With ``version=1`` the legacy rule is used and each entry's
-    ``device_ids`` must be ``{0: ids}`` or ``None`` (the form :func:`read_checkpoint` gives v1
-    entries); ``ids`` is hashed as v1's flat list. Lone surrogates count as U+FFFD, as kubelet
-    would decode them.
+    """Kubelet's checksum of these values (``None`` is JSON ``null``; order matters; lone
+    surrogates count as U+FFFD). ``version=1``: the legacy rule, each ``device_ids`` ``{0:
+    ids}`` or ``None`` as :func:`read_checkpoint` gives v1 entries.
 
     Raises :class:`InvalidInputError` for values of the wrong type or shape.
     """
@@ -219,10 +166,8 @@ def render_spew(
     *,
     version: int = 2,
 ) -> str:
-    """The exact text kubelet hashes for these values (go-spew ``%#v`` of ``Data.Data``).
-
-    Same arguments and errors as :func:`checksum`; useful to diff against a known rendering.
-    """
+    """The exact text kubelet hashes for these values (go-spew ``%#v`` of ``Data.Data``);
+    arguments and errors as :func:`checksum`."""
     from podstore.checkpoint import spew
 
     return spew.render(*_prepared(entries, registered_devices, version), version).decode("utf-8")

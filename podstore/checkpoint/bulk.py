@@ -9,13 +9,11 @@ from contextlib import contextmanager
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Disable the cyclic collector for the duration of the block, then restore its state.
+    """The cyclic collector disabled for the block, then restored.
 
-    Parsing or building a large checkpoint allocates millions of containers that never form
-    cycles; with the collector on, each generation-2 pass re-scans all of them (about 40% of
-    the time of reading 100,000 entries). The switch is process-wide, so the block should
-    cover one checkpoint's worth of work and nothing more. Memory is still freed by reference
-    counting meanwhile.
+    A large checkpoint allocates millions of containers that never form cycles, which each
+    generation-2 pass re-scans (about 40% of reading 100,000 entries). The switch is
+    process-wide: keep the block to one checkpoint's work.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -1,11 +1,9 @@
 """Kubelet's CPU manager checkpoint (``cpu_manager_state``), read and written as kubelet does.
 
-Versions v1–v4, told apart by shape and checksum, never by a version field (docs/node-files.md
-gives each and its checksum). The type name in the checksummed text is
-``CPUManagerCheckpoint`` (kubernetes#86689) or, for files some kubelets wrote, the versioned
-name itself. A file with ``data`` is read as v4 only: kubelet does not fall back when it
-fails. Otherwise reading follows the newest kubelet's order (v3, v2) and then v1, as
-1.18–1.35 kubelets did. Cpusets come back parsed, so writing gives kubelet's canonical strings.
+Versions v1–v4 are told apart by shape and checksum, never a version field (docs/node-files.md).
+The hashed type name is ``CPUManagerCheckpoint`` (kubernetes#86689) or, in some kubelets' files,
+the versioned name. A file with ``data`` is v4 only (kubelet does not fall back); else v3, v2,
+v1 in turn, as 1.18–1.35 kubelets did.
 """
 
 from __future__ import annotations
@@ -19,15 +17,7 @@ from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.godecode import DecodeError, decode, key_text
-from podstore.checkpoint.gotypes import (
-    CHECKSUM,
-    EMPTY,
-    INT,
-    STRING,
-    Field,
-    Struct,
-    map_of,
-)
+from podstore.checkpoint.gotypes import CHECKSUM, EMPTY, INT, STRING, Field, Struct, map_of
 from podstore.checkpoint.values import utf8_text as _text
 from podstore.checkpoint.versions import (
     DATA_FIELDS,
@@ -52,14 +42,10 @@ LEGACY_TYPE_NAME = "CPUManagerCheckpoint"
 
 @dataclass
 class CPUManagerState:
-    """A verified ``cpu_manager_state``, as kubelet restores it.
-
-    ``entries``: pod UID → container name → exclusive CPUs. ``pod_entries`` (v3, v4): pod UID
-    → the pod's CPUs. ``legacy_entries`` (v1 only): container id → CPUs; kubelet maps them to
-    pods through its running containers, which a file alone cannot. ``version`` (1–4) and
-    ``type_name`` (the Go type name in the hashed text of v1–v3) say how the file was written;
-    :func:`dumps_cpu_state` writes the same. ``checksum`` is the stored checksum that verified
-    (``dataChecksum`` for v4); ``verified`` is false for a stored 0 accepted unverified.
+    """A verified ``cpu_manager_state``: ``entries`` pod → container → exclusive CPUs,
+    ``pod_entries`` (v3, v4) pod → CPUs, ``legacy_entries`` (v1) container id → CPUs (kubelet
+    maps those through its running containers, which a file alone cannot). ``version`` and
+    ``type_name`` say how it was written; ``checksum``/``verified`` as in MemoryManagerState.
     """
 
     policy_name: str
@@ -80,7 +66,6 @@ _POD_ENTRY_JSON = Struct("state.podEntryJSON", (Field("CPUSet", STRING, "cpuSet"
 
 
 def _cpuset_value(cpus: frozenset[int]) -> list[Any]:
-    """A ``cpuset.CPUSet`` as held here (its one field, the ``elems`` map)."""
     return [dict.fromkeys(sorted(cpus), ())]
 
 
@@ -119,14 +104,7 @@ DATA = Struct(
 )
 V4 = Struct(
     "state.CPUManagerCheckpoint",
-    (
-        _POLICY,
-        _DEFAULT,
-        _ENTRIES_FIELD,
-        _POD_ENTRIES_FIELD,
-        _CHECKSUM,
-        *DATA_FIELDS,
-    ),
+    (_POLICY, _DEFAULT, _ENTRIES_FIELD, _POD_ENTRIES_FIELD, _CHECKSUM, *DATA_FIELDS),
 )
 
 
@@ -136,30 +114,20 @@ _LAYOUTS = (
         "v3",
         V3,
         lambda: ["", "", {}, {}, 0],
-        (
-            spew_rule(V3, LEGACY_TYPE_NAME),
-            spew_rule(V3, "CPUManagerCheckpointV3"),
-        ),
+        (spew_rule(V3, LEGACY_TYPE_NAME), spew_rule(V3, "CPUManagerCheckpointV3")),
         fits=lambda tree: has_key(tree, "PODENTRIES"),
     ),
     Layout(
         "v2",
         V2,
         lambda: ["", "", {}, 0],
-        (
-            spew_rule(V2, LEGACY_TYPE_NAME),
-            spew_rule(V2, "CPUManagerCheckpointV2"),
-        ),
+        (spew_rule(V2, LEGACY_TYPE_NAME), spew_rule(V2, "CPUManagerCheckpointV2")),
         accepts_zero=True,
         # v2 is v3 without podEntries, which it ignores.
         from_newer=lambda v3: [v3[0], v3[1], v3[2], v3[4]],
     ),
     Layout(
-        "v1",
-        V1,
-        lambda: ["", "", {}, 0],
-        (spew_rule(V1, LEGACY_TYPE_NAME),),
-        accepts_zero=True,
+        "v1", V1, lambda: ["", "", {}, 0], (spew_rule(V1, LEGACY_TYPE_NAME),), accepts_zero=True
     ),
 )
 
@@ -167,21 +135,15 @@ _LAYOUTS = (
 # -- reading ------------------------------------------------------------------------------------
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_cpu_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> CPUManagerState:
     """Read and verify a ``cpu_manager_state`` from a path or from the file's bytes.
 
-    Raises:
-        CheckpointCorruptError: no checksum rule of any version matches (``.expected`` is the
-            stored value, ``.actual`` the computed one).
-        CheckpointFormatError: not a CPU manager checkpoint of any version (the message names
-            the byte offset or the field at fault), an invalid cpuset, or more than
-            ``max_bytes``.
-        CheckpointNotFoundError, CheckpointError, InvalidInputError: as
-            :func:`podstore.checkpoint.read_checkpoint`.
+    Raises CheckpointCorruptError when no checksum rule matches, CheckpointFormatError for a
+    file of no version (naming the offset or field), an invalid cpuset or more than
+    ``max_bytes``, and the reading errors of :func:`podstore.checkpoint.read_checkpoint`.
     """
     return cpu_state_from_tree(*read_tree(source, max_bytes))
 
@@ -243,11 +205,7 @@ def _entries(
     for pod, containers in entries.items():
         inner = out[pod] = {}
         for name, text in (containers or {}).items():
-            try:
-                inner[name] = parse_cpuset(text)
-            except CPUSetError as e:
-                where = f"{prefix}entries{key_text(pod)}{key_text(name)}"
-                raise CheckpointFormatError(f"{origin}{where}: {e}") from None
+            inner[name] = _cpus(text, f"{prefix}entries{key_text(pod)}{key_text(name)}", origin)
     return out
 
 
@@ -260,12 +218,9 @@ def _pod_entries(pod_entries: dict[str, list[Any]]) -> dict[str, frozenset[int]]
 
 @collector_paused()
 def dumps_cpu_state(state: CPUManagerState) -> bytes:
-    """The bytes kubelet writes for ``state`` in ``state.version`` (2, 3 or 4), checksum
-    included: ``json.Marshal`` of its checkpoint struct, map keys sorted, cpusets canonical.
-
-    v2 and v3 hash ``state.type_name`` (``CPUManagerCheckpoint`` unless the file read used its
-    versioned name); v4 writes the state as ``data`` with its ``dataChecksum`` and a v3 copy
-    with checksum 0, as kubelet does.
+    """The bytes kubelet writes for ``state`` in ``state.version`` (2–4), checksum included
+    (v2, v3 hash ``state.type_name``; v4: ``data`` and ``dataChecksum`` beside a v3 copy with
+    checksum 0, as kubelet writes it).
 
     Raises :class:`InvalidInputError` for a version that cannot hold the state (v1 entries
     keyed by container id; pod entries in v2) or values of the wrong type.
@@ -311,11 +266,10 @@ def dumps_cpu_state(state: CPUManagerState) -> bytes:
         return gojson.encode(doc)
     if version == 3:
         go_pods = {pod: [_cpuset_value(cpus)] for pod, cpus in pods.items()}
-        value = [policy, default, entries, go_pods, 0]
-        doc["checksum"] = spew.checksum_value(V3, value, _renames(V3, state.type_name))
+        t, value = V3, [policy, default, entries, go_pods, 0]
     else:
-        value = [policy, default, entries, 0]
-        doc["checksum"] = spew.checksum_value(V2, value, _renames(V2, state.type_name))
+        t, value = V2, [policy, default, entries, 0]
+    doc["checksum"] = spew.checksum_value(t, value, _renames(t, state.type_name))
     return gojson.encode(doc)
 
 

@@ -1,13 +1,6 @@
 """Linux CPU list strings (``"0,2-12,14-23"``), as kubelet's ``cpuset.Parse`` and
-``CPUSet.String`` read and write them.
-
-Parsing accepts exactly what ``k8s.io/utils/cpuset.Parse`` accepts — comma-separated items,
-each a CPU id or an inclusive range ``a-b`` with ``a <= b``, ids in ``strconv.Atoi`` syntax
-(``"+3"`` and ``"007"`` included), duplicates and any order; ``""`` is the empty set — with
-limits of its own: an id above :data:`MAX_CPU_ID` is refused, so that a hostile
-``"0-999999999"`` cannot make a billion-element set, and so is a string listing more than
-four times that many CPUs in all (overlaps counted). Writing gives the canonical form: ids
-ascending, runs of two or more as ``a-b``.
+``CPUSet.String`` read and write them (docs/node-files.md), with limits against hostile files:
+an id above :data:`MAX_CPU_ID` is refused, so ``"0-999999999"`` cannot make a billion-element set.
 """
 
 from __future__ import annotations

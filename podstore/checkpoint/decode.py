@@ -1,13 +1,8 @@
-"""The device manager's checkpoint decoded the way kubelet's ``json.Unmarshal`` fills its
-pre-initialised structs (an empty ``PodDeviceEntries`` slice, an empty ``RegisteredDevices``
-map).
-
-So a missing key leaves ``[]``/``map[]``; ``null`` nils a slice or map and changes nothing
-else; a repeated key decodes again into the same place (scalars: the last wins; maps keep
-earlier keys; slices decode over earlier elements, Go issue 21092); keys match fields
-case-insensitively and unknown ones are ignored; the first wrongly typed value fails the whole
-document. :func:`load` follows kubelet 1.23–1.29 (v2, then the v1 fallback of
-kubernetes#102882) and verifies the checksum.
+"""The device manager's checkpoint decoded as kubelet's ``json.Unmarshal`` fills its
+pre-initialised structs (empty ``PodDeviceEntries`` and ``RegisteredDevices``), with Go's rules
+of :mod:`.godecode`: a missing key leaves ``[]``/``map[]``, a repeated key decodes again into
+the same place. :func:`load` follows kubelet 1.23–1.29 (v2, then the v1 fallback of
+kubernetes#102882).
 """
 
 from __future__ import annotations
@@ -19,30 +14,20 @@ from typing import Any
 
 from podstore.checkpoint import gojson, spew
 from podstore.checkpoint.bulk import collector_paused
-from podstore.checkpoint.godecode import (
-    DecodeError as DecodeError,
-)
-from podstore.checkpoint.godecode import (
-    GoSlice,
-    Slice,
-    elements,
-    into_slice,
-    mismatch,
-)
+from podstore.checkpoint.godecode import DecodeError as DecodeError
+from podstore.checkpoint.godecode import GoSlice, elements, into_slice, mismatch
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError
 from podstore.types import PodDevicesEntry
 
 
 @dataclass
 class Checkpoint:
-    """A verified kubelet checkpoint, as kubelet decoded it.
+    """A verified kubelet checkpoint, as kubelet decoded it; ``entries`` in file order.
 
-    ``entries`` are in file order. A v1 file's device IDs are all placed under NUMA 0, as
-    kubelet converts them; a v1 ``DeviceIDs: null`` becomes ``{0: None}``, again as kubelet
-    does. ``entries_null`` is true when ``PodDeviceEntries`` was JSON ``null`` (``entries`` is
-    then ``[]``); a missing key reads as ``[]``. ``registered_devices`` is ``None`` for JSON
-    ``null``; a missing key reads as ``{}``. ``checksum`` is the stored value (it verified).
-    ``boot_id`` is ``None`` when the key is absent (always for v1) and ``""`` for ``null``.
+    A v1 file's device IDs go under NUMA 0 (``DeviceIDs: null``: ``{0: None}``), as kubelet
+    converts them. ``entries_null``: ``PodDeviceEntries`` was ``null`` (``entries`` is ``[]``).
+    ``registered_devices`` is ``None`` for ``null``. ``boot_id``: ``None`` when absent (always
+    for v1), ``""`` for ``null``.
     """
 
     version: int
@@ -53,20 +38,12 @@ class Checkpoint:
     boot_id: str | None
 
 
-# Go's slice and error machinery is shared with the node files' decoder (godecode); the short
-# private names are what this module has always used.
-_mismatch = mismatch
-_Slice = Slice
-_elements = elements
-_into_slice = into_slice
-
-
 def _string_into(cur: str, v: object) -> str:
     if type(v) is str:
         return gojson.fix_string(v)
     if v is None:
         return cur
-    raise _mismatch(v, "string")
+    raise mismatch(v, "string")
 
 
 def _uint8_into(cur: int, v: object) -> int:
@@ -76,7 +53,7 @@ def _uint8_into(cur: int, v: object) -> int:
             return n
     elif v is None:
         return cur
-    raise _mismatch(v, "uint8")
+    raise mismatch(v, "uint8")
 
 
 def _fresh_strings(v: object) -> list[str] | None:
@@ -84,21 +61,21 @@ def _fresh_strings(v: object) -> list[str] | None:
     if type(v) is list:
         for s in v:
             if type(s) is not str or not s.isascii():
-                fresh = _into_slice(None, v, _string_into, str)
+                fresh = into_slice(None, v, _string_into, str)
                 assert isinstance(fresh, list)  # nothing to keep past the end of a new slice
                 return fresh
         return v
     if v is None:
         return None
-    raise _mismatch(v, "[]string")
+    raise mismatch(v, "[]string")
 
 
 def _strings_into(cur: GoSlice, v: object) -> GoSlice:
     if type(v) is list:
-        return _into_slice(cur, v, _string_into, str)
+        return into_slice(cur, v, _string_into, str)
     if v is None:
         return None
-    raise _mismatch(v, "[]string")
+    raise mismatch(v, "[]string")
 
 
 # -- struct fields ------------------------------------------------------------------------------
@@ -161,7 +138,7 @@ def _numa_into(cur: NumaMap | None, v: object) -> NumaMap | None:
         return out
     if v is None:
         return None
-    raise _mismatch(v, "checkpoint.DevicesPerNUMA")
+    raise mismatch(v, "checkpoint.DevicesPerNUMA")
 
 
 def _alloc_into(cur: bytes | GoSlice, v: object) -> bytes | GoSlice:
@@ -175,8 +152,8 @@ def _alloc_into(cur: bytes | GoSlice, v: object) -> bytes | GoSlice:
     if type(v) is list:
         # Go also accepts an array of byte values here.
         base: GoSlice = list(cur) if isinstance(cur, bytes) else cur
-        return _into_slice(base, v, _uint8_into, int)
-    raise _mismatch(v, "[]uint8")
+        return into_slice(base, v, _uint8_into, int)
+    raise mismatch(v, "[]uint8")
 
 
 def _entry_into(e: _Entry, pairs: tuple[tuple[str, Any], ...], v1: bool) -> None:
@@ -197,7 +174,7 @@ def _entry_into(e: _Entry, pairs: tuple[tuple[str, Any], ...], v1: bool) -> None
                 else:
                     e.resource_name = v
             elif v is not None:
-                raise _mismatch(v, "string").under(_ENTRY_NAMES[idx])
+                raise mismatch(v, "string").under(_ENTRY_NAMES[idx])
         elif idx == 3:
             try:
                 e.device_ids = _strings_into(e.device_ids, v) if v1 else _numa_into(e.device_ids, v)
@@ -221,7 +198,7 @@ def _fresh_entries(arr: list[Any], v1: bool) -> list[_Entry]:
                 raise err.under(f"[{i}]") from None
         elif item is not None:
             entry_type = "checkpoint.PodDevicesEntryV1" if v1 else "checkpoint.PodDevicesEntry"
-            raise _mismatch(item, entry_type).under(f"[{i}]")
+            raise mismatch(item, entry_type).under(f"[{i}]")
         out.append(e)
     return out
 
@@ -248,14 +225,14 @@ def _entries_field(doc: _Document, v: object, v1: bool) -> None:
                 if type(item) is tuple:
                     _entry_into(e, item, v1)
                 elif item is not None:
-                    raise _mismatch(item, entry_type)
+                    raise mismatch(item, entry_type)
                 return e
 
-            doc.entries = _into_slice(cur, v, into, _Entry)
+            doc.entries = into_slice(cur, v, into, _Entry)
     elif v is None:
         doc.entries = None
     else:
-        raise _mismatch(v, "[]checkpoint.PodDevicesEntry" + ("V1" if v1 else ""))
+        raise mismatch(v, "[]checkpoint.PodDevicesEntry" + ("V1" if v1 else ""))
 
 
 def _registered_field(doc: _Document, v: object) -> None:
@@ -272,7 +249,7 @@ def _registered_field(doc: _Document, v: object) -> None:
     elif v is None:
         doc.registered = None
     else:
-        raise _mismatch(v, "map[string][]string")
+        raise mismatch(v, "map[string][]string")
 
 
 def _under(field: str, decode_field: Callable[..., None], *args: object) -> None:
@@ -292,14 +269,11 @@ def _data_field(doc: _Document, v: object, v1: bool) -> None:
             elif idx == 1:
                 _under("RegisteredDevices", _registered_field, doc, item)
     elif v is not None:
-        raise _mismatch(v, "checkpoint.checkpointData" + ("V1" if v1 else ""))
+        raise mismatch(v, "checkpoint.checkpointData" + ("V1" if v1 else ""))
 
 
 def decode_document(tree: object, version: int) -> _Document:
-    """Decode a parsed document into kubelet's v2 (or v1) ``Data`` struct.
-
-    Raises :class:`DecodeError` at the first value Go would refuse.
-    """
+    """A parsed document decoded into kubelet's v2 (or v1) ``Data``; raises :class:`DecodeError`."""
     v1 = version == 1
     doc = _Document()
     if type(tree) is tuple:
@@ -312,50 +286,39 @@ def decode_document(tree: object, version: int) -> _Document:
                 if type(v) is gojson.Int:
                     n = gojson.parse_uint(v, 64)
                     if n is None:
-                        raise _mismatch(v, "checksum.Checksum").under("Checksum")
+                        raise mismatch(v, "checksum.Checksum").under("Checksum")
                     doc.checksum = n
                 elif v is not None:
-                    raise _mismatch(v, "checksum.Checksum").under("Checksum")
+                    raise mismatch(v, "checksum.Checksum").under("Checksum")
             elif idx == 2:
                 if type(v) is str:
                     doc.boot_id = gojson.fix_string(v)
                 elif v is None:
                     doc.boot_id = doc.boot_id or ""
                 else:
-                    raise _mismatch(v, "string").under("BootID")
+                    raise mismatch(v, "string").under("BootID")
     elif tree is not None:
-        raise _mismatch(tree, "checkpoint.Data" + ("V1" if v1 else ""))
+        raise mismatch(tree, "checkpoint.Data" + ("V1" if v1 else ""))
     return doc
 
 
 def _alloc_bytes(value: bytes | GoSlice) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
-    elements = _elements(value)
-    return None if elements is None else bytes(elements)
+    items = elements(value)
+    return None if items is None else bytes(items)
 
 
 def _entries_of(doc: _Document, v1: bool) -> list[PodDevicesEntry] | None:
-    raw: list[_Entry] | None = _elements(doc.entries)
+    raw: list[_Entry] | None = elements(doc.entries)
     if raw is None:
         return None
-    if v1:
-        return [
-            PodDevicesEntry(
-                e.pod_uid,
-                e.container_name,
-                e.resource_name,
-                {0: _elements(e.device_ids)},
-                _alloc_bytes(e.alloc_resp),
-            )
-            for e in raw
-        ]
     return [
         PodDevicesEntry(
             e.pod_uid,
             e.container_name,
             e.resource_name,
-            e.device_ids,
+            {0: elements(e.device_ids)} if v1 else e.device_ids,
             e.alloc_resp if type(e.alloc_resp) is bytes else _alloc_bytes(e.alloc_resp),
         )
         for e in raw
@@ -383,19 +346,16 @@ def _verified(doc: _Document, version: int, origin: str) -> Checkpoint:
 
 
 def load(text: str, origin: str = "") -> Checkpoint:
-    """Decode and verify checkpoint text as kubelet 1.23–1.29 does.
+    """Decode and verify checkpoint text (decoded with ``surrogateescape``) as kubelet
+    1.23–1.29 does: v2, and on a decode error or checksum mismatch v1; ``origin`` prefixes
+    error messages (``"path: "``).
 
-    ``text`` is the file decoded with ``errors="surrogateescape"``; ``origin`` prefixes error
-    messages (e.g. ``"path: "``).
-
-    Tries v2; on a decode error or a checksum mismatch tries v1; if v1 fails too, raises the v2
-    error. Raises :class:`CheckpointFormatError` for text that is not a checkpoint (naming the
-    byte offset or the field at fault) and :class:`CheckpointCorruptError` for a checksum
-    mismatch, also when only v1 decoding succeeds and the v1 checksum does not match.
+    Raises :class:`CheckpointFormatError` (the v2 error when v1 fails too) naming the byte
+    offset or field at fault, :class:`CheckpointCorruptError` for a checksum mismatch.
     """
     # Kept in one function so that dropping `text` and `tree` really frees them.
     with collector_paused():
-        tree: object = _parse(text, origin)
+        tree: object = parse(text, origin)
         del text
         try:
             doc = decode_document(tree, 2)
@@ -406,10 +366,9 @@ def load(text: str, origin: str = "") -> Checkpoint:
                 raise CheckpointFormatError(f"{origin}{v2_error}") from None
             tree = None
             return _verified(doc, 1, origin)
-        # A v2 document whose entries hold a DeviceIDs object can never decode as v1, so the
-        # parsed tree (the largest thing held here) is released before hashing unless a v1
-        # retry is still possible.
-        visible: list[_Entry] = _elements(doc.entries) or []
+        # Release the parsed tree (the largest thing held) before hashing unless a v1 retry is
+        # still possible (a DeviceIDs object never decodes as v1).
+        visible: list[_Entry] = elements(doc.entries) or []
         v1_possible = all(e.device_ids is None for e in visible)
         if not v1_possible:
             tree = None
@@ -424,7 +383,8 @@ def load(text: str, origin: str = "") -> Checkpoint:
                 raise v2_corrupt from None
 
 
-def _parse(text: str, origin: str) -> object:
+def parse(text: str, origin: str) -> Any:
+    """The parsed document (:func:`.gojson.parse`), or the format error."""
     try:
         return gojson.parse(text)
     except gojson.JSONSyntaxError as e:

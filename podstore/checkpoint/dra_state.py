@@ -1,18 +1,8 @@
 """Kubelet's DRA manager checkpoint (``dra_manager_state``), read and written as kubelet does.
 
-Two formats:
-
-- **data** (the current one): ``{"Data":"<JSON text>","Checksum":<uint32>}`` where the
-  checksum is CRC-32 (IEEE) of the ``Data`` string's bytes and ``Data`` holds
-  ``{"kind":"DRACheckpoint","apiVersion":"checkpoint.dra.kubelet.k8s.io/v1","Entries":[…]}``:
-  one entry per claim (UID, name, namespace, the pods using it, and per driver the devices
-  prepared: pool, device, request names, CDI device ids, and in newer kubelets a share id).
-  The first kubelets of this format named the list ``ClaimInfoStateList``.
-- **v1** (DRA alpha, ``{"version":"v1",…}``, whole-struct go-spew checksum): read only, by
-  :mod:`.dra_v1`.
-
-What comes back keeps nil apart from empty (``None`` stands for JSON ``null``) so that writing
-a file kubelet wrote gives its bytes; only the data format is written.
+The current **data** format (``Data`` JSON text with its CRC-32) is read and written; v1 (DRA
+alpha) is read only, by :mod:`.dra_v1` (both: docs/node-files.md). Nil stays apart from empty
+(``None``), so a file kubelet wrote is written back byte for byte.
 """
 
 from __future__ import annotations
@@ -24,11 +14,8 @@ from typing import Any
 from podstore.checkpoint import gojson
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.dra_types import (
-    API_VERSION,
-    KIND,
     DRAClaim,
     DRADevice,
-    DRAResourceHandle,
     DRAState,
     claim,
     claim_list,
@@ -40,29 +27,13 @@ from podstore.checkpoint.dra_v1 import is_v1, read_v1
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.godecode import DecodeError, decode, decode_value
 from podstore.checkpoint.goencode import to_json
-from podstore.checkpoint.gotypes import (
-    STRING,
-    UINT32,
-    Field,
-    Struct,
-)
+from podstore.checkpoint.gotypes import STRING, UINT32, Field, Struct
 from podstore.checkpoint.values import utf8_text as _text
 from podstore.checkpoint.versions import has_key, read_tree
 from podstore.errors import CheckpointCorruptError, CheckpointFormatError, InvalidInputError
 
 #: The file's name in kubelet's root directory.
 FILE_NAME = "dra_manager_state"
-__all__ = [
-    "API_VERSION",
-    "FILE_NAME",
-    "KIND",
-    "DRAClaim",
-    "DRADevice",
-    "DRAResourceHandle",
-    "DRAState",
-    "dumps_dra_state",
-    "read_dra_state",
-]
 
 
 # -- Go types -----------------------------------------------------------------------------------
@@ -95,7 +66,6 @@ _READ_DATA = Struct(
 # -- reading ------------------------------------------------------------------------------------
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_dra_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
@@ -173,9 +143,8 @@ def _devices_have_share_id(tree: Any) -> bool:
 
 @collector_paused()
 def dumps_dra_state(state: DRAState) -> bytes:
-    """The bytes kubelet writes for ``state`` in the data format: ``Data`` is ``json.Marshal``
-    of the claims (under ``state.entries_key``, devices with a ``ShareID`` field when
-    ``state.share_ids``), ``Checksum`` its CRC-32.
+    """The bytes kubelet writes for ``state`` in the data format (claims under
+    ``state.entries_key``, devices with ``ShareID`` when ``state.share_ids``).
 
     Raises :class:`InvalidInputError` for a v1 state (kubelet no longer writes v1), a claim in
     the classic v1 layout, a share id without ``share_ids``, or values of the wrong type.

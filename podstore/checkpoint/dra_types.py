@@ -36,12 +36,8 @@ class DRAResourceHandle:
 
 @dataclass
 class DRAClaim:
-    """One resource claim: who uses it and, per driver, the devices prepared for it.
-
-    ``driver_state`` maps driver name → devices. The other fields below it hold the classic
-    DRA v1 layout (driver, class, resource handles, CDI devices per driver) and are empty in
-    every other file.
-    """
+    """One resource claim: who uses it and ``driver_state``, driver → devices prepared. The
+    fields below it hold the classic DRA v1 layout, empty in every other file."""
 
     claim_uid: str
     claim_name: str

@@ -1,12 +1,8 @@
-"""The DRA manager checkpoint's first format (DRA alpha, read only).
+"""The DRA manager checkpoint's first format (DRA alpha, read only; docs/node-files.md).
 
-``{"version":"v1","entries":[…],"checksum":…}``: the whole struct through go-spew and FNV-1a
-32, so the checksum changed whenever a field was added (kubernetes#123552, #127653). Read in
-the two layouts test vectors confirm: the classic one (1.28–1.30: driver, class, resource
-handles of ``resource.k8s.io/v1alpha2`` with their ``StructuredData`` field, CDI devices per
-driver — or the same without resource handles, which kubelet 1.30 still accepted) and the
-structured one (1.31: devices per driver). A handle with ``structuredData`` set is refused: no
-vector shows how kubelet hashed it.
+The whole struct is hashed, so the checksum changed whenever a field was added
+(kubernetes#123552, #127653): only the layouts test vectors confirm are read, and a handle with
+``structuredData`` set is refused (no vector shows how kubelet hashed it).
 """
 
 from __future__ import annotations

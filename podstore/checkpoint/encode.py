@@ -16,20 +16,13 @@ def dumps_checkpoint(
     registered_devices: Mapping[str, Sequence[str] | None] | None,
     boot_id: str | None = None,
 ) -> bytes:
-    """The exact bytes kubelet writes for these values, with their checksum.
+    """The exact bytes kubelet's ``json.Marshal`` writes for these values, with their checksum
+    (``BootID`` only when ``boot_id`` is non-empty: outside ``Data``, not hashed; kubernetes PR
+    #137919). ``None`` is ``null``; map keys sorted as Go sorts them (``"-1","0","1","10","2"``).
 
-    The layout is Go's: ``{"Data":{"PodDeviceEntries":…,"RegisteredDevices":…},"Checksum":…}``
-    then ``"BootID"`` only when ``boot_id`` is non-empty (it sits outside ``Data`` and is not
-    hashed; kubernetes PR #137919's format). ``None`` is written as ``null`` and an empty list
-    or mapping as ``[]`` / ``{}``; entries and device IDs keep their order; NUMA ids and
-    resource names are sorted as Go sorts map keys (as strings, so ``"-1","0","1","10","2"``).
-    Strings are escaped as Go 1.22+ does: ``<``, ``>``, ``&``, U+2028 and U+2029 as ``\\uXXXX``,
-    ``\\b \\f \\n \\r \\t``, other control characters as ``\\u00XX``, and each lone surrogate
-    (standing for an invalid byte) as ``\\ufffd``. ``AllocResp`` is standard base64 with padding.
-
-    The checksum covers the values exactly as kubelet will decode them from these bytes, so the
-    result always verifies (for a lone surrogate that means U+FFFD; Go itself would hash the
-    invalid byte and write a file that fails verification).
+    The checksum covers the values as kubelet will decode these bytes, so the result always
+    verifies (a lone surrogate as U+FFFD; Go itself would hash the invalid byte and write a
+    file that fails verification).
 
     Raises :class:`InvalidInputError` for values of the wrong type, a NUMA id outside int64,
     or two resource names that differ only in lone surrogates.

@@ -22,20 +22,13 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 def read_checkpoint(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> Checkpoint:
-    """Read and verify a kubelet checkpoint from a path or from the file's bytes.
+    """Read and verify a kubelet checkpoint from a path or from the file's bytes, accepting
+    and rejecting exactly as kubelet 1.23–1.29 does (v2, then the legacy v1 format).
 
-    Accepts and rejects exactly as kubelet 1.23–1.29 does (v2, then the legacy v1 format),
-    with Go ``encoding/json`` decoding rules; see :class:`Checkpoint` for what comes back.
-
-    Raises:
-        CheckpointCorruptError: the checksum does not match (``.expected`` is the stored
-            value, ``.actual`` the computed one).
-        CheckpointFormatError: not a v1 or v2 checkpoint (the message names the byte offset or
-            the field at fault), or larger than ``max_bytes``.
-        CheckpointNotFoundError: the path does not exist (also a ``FileNotFoundError``).
-        CheckpointError: the file could not be read for another reason (permissions, a
-            directory, ...).
-        InvalidInputError: ``source`` is neither a path nor bytes.
+    Raises CheckpointCorruptError (checksum mismatch; ``.expected`` stored, ``.actual``
+    computed), CheckpointFormatError (no v1 or v2 checkpoint, naming the offset or field; more
+    than ``max_bytes``), CheckpointNotFoundError (also a ``FileNotFoundError``),
+    CheckpointError (unreadable otherwise), InvalidInputError (neither a path nor bytes).
     """
     if isinstance(source, bytes | bytearray | memoryview):
         _check_size(source, max_bytes)
@@ -49,12 +42,8 @@ def read_checkpoint(
 def read_source(
     source: str | os.PathLike[str] | bytes, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> tuple[str, str]:
-    """The text of a checkpoint given as a path or as its bytes, and the prefix its error
-    messages take (``"PATH: "``, or ``""`` for bytes).
-
-    Invalid UTF-8 is kept as lone surrogates (``errors="surrogateescape"``) for Go's rules to
-    replace inside strings. Raises the errors :func:`read_checkpoint` documents for reading.
-    """
+    """The text of a checkpoint (path or bytes; invalid UTF-8 as lone surrogates) and its
+    error prefix (``"PATH: "`` or ``""``); raises as :func:`read_checkpoint` for reading."""
     if isinstance(source, bytes | bytearray | memoryview):
         _check_size(source, max_bytes)
         return bytes(source).decode("utf-8", "surrogateescape"), ""
@@ -103,23 +92,19 @@ def _read_text(path: str, max_bytes: int) -> str:
         raise CheckpointError(f"{path}: cannot read checkpoint: {e.strerror or e}") from e
     if len(raw) > max_bytes:
         raise CheckpointFormatError(f"{path}: checkpoint file is more than max_bytes={max_bytes}")
-    # Invalid UTF-8 must survive until Go's rules replace it inside strings, hence
-    # surrogateescape; the bytes are dropped as soon as the text exists.
+    # Invalid UTF-8 must survive until Go's rules replace it inside strings.
     return raw.decode("utf-8", "surrogateescape")
 
 
 def write_checkpoint_file(
     path: str | os.PathLike[str], data: bytes | bytearray | memoryview
 ) -> None:
-    """Replace the file at ``path`` with ``data`` atomically and durably, with mode 0600.
+    """Replace the file at ``path`` (its directory must exist) with ``data`` atomically and
+    durably, mode 0600: a crash leaves the old or the new file. The temporary file's name
+    starts with ``.``, which kubelet's checkpoint listing ignores.
 
-    Writes a temporary file whose name starts with ``.`` in the same directory (kubelet's
-    checkpoint listing ignores such names), fsyncs it, renames it over ``path`` and fsyncs
-    the directory, so a crash leaves either the old or the new file. The temporary file is
-    removed on any error. The directory must exist.
-
-    Raises :class:`CheckpointError` when the file cannot be written (the ``OSError`` is
-    chained) and :class:`InvalidInputError` when ``data`` is not bytes.
+    Raises :class:`CheckpointError` (the ``OSError`` chained), :class:`InvalidInputError` when
+    ``data`` is not bytes.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidInputError(f"data must be bytes, not {type(data).__name__}")

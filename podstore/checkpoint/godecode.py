@@ -1,16 +1,15 @@
 """``json.Unmarshal`` into a Go value, for the types of :mod:`podstore.checkpoint.gotypes`.
 
 Go decodes *into* a value that may hold data: ``null`` nils a map, slice or pointer and leaves
-anything else; a struct keeps the fields an object does not mention (keys match exactly, then
-case-insensitively; unknown ones are ignored); a map keeps earlier keys and decodes each value
-into a fresh zero; a slice decodes over its earlier elements, which keep fields a later array
-does not mention (Go issue 21092; :class:`Slice` keeps what a shorter array cut off, which it
-may grow back over); ``1.0`` into an int fails; invalid UTF-8 becomes U+FFFD. The first value
-Go would refuse raises :class:`DecodeError` naming its path.
+anything else; a struct keeps unmentioned fields (keys match exactly, then case-insensitively);
+a map keeps earlier keys, each value decoded into a fresh zero; a slice decodes over its earlier
+elements (Go issue 21092; :class:`Slice` keeps what a shorter array cut off); ``1.0`` into an
+int fails; invalid UTF-8 becomes U+FFFD.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -100,18 +99,16 @@ def key_text(key: str) -> str:
 
 
 Decoder = Callable[[Any, Any], Any]
-_DECODERS: dict[int, Decoder] = {}
 # Counts the slices shortened by a later, shorter array (only duplicate keys do that), so that
 # decode_value knows whether the cut-to-length pass is needed at all.
 _shortened = threading.local()
 
 
 def decode(t: GoType, cur: Any, v: Any) -> Any:
-    """The value of type ``t`` after Go decodes the parsed JSON value ``v`` into ``cur``.
+    """``cur`` of type ``t`` after Go decodes the parsed JSON ``v`` into it (use the result in
+    its place; slices may come back as :class:`Slice`: see :func:`decode_value`).
 
-    ``v`` comes from :func:`podstore.checkpoint.gojson.parse`. Struct values (lists) are
-    updated in place; the result must be used in place of ``cur``. Slices come back as lists or
-    :class:`Slice` (see :func:`finished`, or use :func:`decode_value`).
+    Raises :class:`DecodeError` naming the path of the first value Go would refuse.
     """
     return decoder(t)(cur, v)
 
@@ -125,38 +122,20 @@ def decode_value(t: GoType, cur: Any, v: Any) -> Any:
     return value
 
 
+@functools.cache  # one decoder per type (types hash by identity)
 def decoder(t: GoType) -> Decoder:
-    """The decoding function of ``t`` (built once per type)."""
-    dec = _DECODERS.get(id(t))
-    if dec is None:
-        dec = _build(t)
-        _DECODERS[id(t)] = dec
-        # The type is kept alive with its decoder, so that its id is never reused.
-        _KEEP.append(t)
-    return dec
-
-
-_KEEP: list[GoType] = []
-
-
-def _build(t: GoType) -> Decoder:
-    kind = type(t)
-    if kind is String:
+    """The decoding function of ``t``."""
+    if isinstance(t, String):
         return _string_decoder(t.name)
-    if kind is Int or kind is Uint:
-        assert isinstance(t, Int | Uint)
-        return _int_decoder(t.name, t.bits, kind is Int)
-    if kind is Struct:
-        assert isinstance(t, Struct)
+    if isinstance(t, Int | Uint):
+        return _int_decoder(t.name, t.bits, isinstance(t, Int))
+    if isinstance(t, Struct):
         return t.unmarshal or _struct_decoder(t)
-    if kind is Map:
-        assert isinstance(t, Map)
+    if isinstance(t, Map):
         return _map_decoder(t)
-    if kind is SliceType:
-        assert isinstance(t, SliceType)
+    if isinstance(t, SliceType):
         return _slice_decoder(t)
-    if kind is Ptr:
-        assert isinstance(t, Ptr)
+    if isinstance(t, Ptr):
         return _ptr_decoder(t)
     raise TypeError(f"no decoder for {t!r}")  # pragma: no cover - the schemas are fixed
 

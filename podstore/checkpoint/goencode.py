@@ -1,10 +1,6 @@
-"""``json.Marshal`` of a Go value of :mod:`podstore.checkpoint.gotypes`, as a JSON-ready
-Python value for :func:`podstore.checkpoint.gojson.encode`.
-
-Go writes struct fields in declaration order under their JSON names, drops ``omitempty``
-fields that hold an empty value (``""``, 0, nil, an empty map or slice), writes nil maps,
-slices and pointers as ``null``, and sorts map keys by their text: strings by their bytes,
-integers by their decimal form (``"-1","0","1","10","2"``).
+"""``json.Marshal`` of a Go value of :mod:`.gotypes`, as a JSON-ready value for
+:func:`.gojson.encode`: fields in declaration order, empty ``omitempty`` fields dropped, map
+keys sorted by their text (integers by their decimal form: ``"-1","0","1","10","2"``).
 """
 
 from __future__ import annotations

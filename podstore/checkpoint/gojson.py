@@ -1,11 +1,9 @@
-"""Go ``encoding/json`` where Python's :mod:`json` does not agree: kubelet reads its checkpoints
-with ``json.Unmarshal`` and writes them with ``json.Marshal``.
+"""Go ``encoding/json`` where Python's :mod:`json` does not agree (kubelet's ``json.Unmarshal``
+and ``json.Marshal``).
 
-:func:`parse` keeps objects as tuples of pairs (duplicate keys and their order matter to Go)
-and numbers as their literal text, and rejects what Go's scanner rejects (``NaN``, nesting
-past 10000, trailing text, a BOM); the scalar conversions follow Go's decoder; :func:`encode`
-writes ``json.Marshal``'s bytes (Go 1.22+). Strings arrive decoded with
-``errors="surrogateescape"``: every lone surrogate stands for one invalid UTF-8 byte.
+Objects parse as tuples of pairs (duplicate keys and their order matter to Go), numbers as
+their literal text. Strings arrive decoded with ``errors="surrogateescape"``: every lone
+surrogate stands for one invalid UTF-8 byte.
 """
 
 from __future__ import annotations
@@ -62,11 +60,9 @@ _DECODER = json.JSONDecoder(
 
 
 def parse(text: str) -> Any:
-    """Parse a whole JSON document with Go's syntax rules.
-
-    Returns ``None``/``bool``/``str``/:class:`Int`/:class:`Float` for literals, ``list`` for
-    arrays and ``tuple`` of ``(key, value)`` pairs for objects. Strings are returned as written
-    (lone surrogates included); :func:`fix_string` is what Go's decoder would make of them.
+    """A whole JSON document parsed by Go's rules (``NaN``, nesting past 10000, trailing text,
+    a BOM refused): ``list`` for arrays, ``tuple`` of pairs for objects, :class:`Int` /
+    :class:`Float` for numbers, strings as written (see :func:`fix_string`).
 
     Raises :class:`JSONSyntaxError` naming the byte offset of the first fault.
     """
@@ -200,10 +196,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def fix_string(s: str) -> str:
-    """Replace each lone surrogate (an invalid byte, or an unpaired ``\\uD800`` escape) by U+FFFD.
-
-    Go's decoder does the same for invalid UTF-8 and for unpaired surrogate escapes.
-    """
+    """Each lone surrogate (an invalid byte, an unpaired ``\\uD800``) replaced by U+FFFD, as Go."""
     if s.isascii() or _SURROGATE.search(s) is None:
         return s
     return _SURROGATE.sub("\ufffd", s)
@@ -215,11 +208,8 @@ _FOLD_TO_ASCII = {0x017F: "S", 0x212A: "K"}
 
 
 def fold_name(key: str) -> str | None:
-    """Go's folded form of an object key for matching an ASCII struct field name.
-
-    Go matches keys to fields by Unicode simple case folding; a key that still holds a
-    non-ASCII rune after folding cannot match an ASCII field name, so this returns ``None``.
-    """
+    """The key as Go's simple case folding matches it to an ASCII field name (``None``: it
+    cannot match any)."""
     if not key.isascii():
         key = key.translate(_FOLD_TO_ASCII)
         if not key.isascii():
@@ -231,11 +221,8 @@ _DIGITS = re.compile(r"[0-9]+")
 
 
 def parse_int(text: str, bits: int = 64) -> int | None:
-    """``strconv.ParseInt(text, 10, bits)``: an optional sign, ASCII digits; ``None`` if invalid.
-
-    Accepts what Go accepts: ``"+2"``, ``"02"``, ``"-0"``; rejects empty text, spaces,
-    underscores, non-ASCII digits and values outside the signed range.
-    """
+    """``strconv.ParseInt(text, 10, bits)`` (``"+2"``, ``"02"``, ``"-0"`` accepted); ``None`` if
+    invalid."""
     body = text[1:] if text[:1] in ("+", "-") else text
     if not _DIGITS.fullmatch(body):
         return None
@@ -248,25 +235,13 @@ def parse_int(text: str, bits: int = 64) -> int | None:
 
 
 def parse_uint(text: str, bits: int = 64) -> int | None:
-    """``strconv.ParseUint(text, 10, bits)`` on a JSON number literal; ``None`` if invalid.
-
-    A fraction, an exponent or a minus sign (even ``-0``) is invalid, as in Go.
-    """
-    if not _DIGITS.fullmatch(text):
-        return None
-    body = text.lstrip("0") or "0"
-    if len(body) > 20:
-        return None
-    value = int(body)
-    return value if value < (1 << bits) else None
+    """``strconv.ParseUint(text, 10, bits)``; ``None`` if invalid (a sign, even ``-0``, too)."""
+    return None if text[:1] in ("+", "-") else parse_int(text, bits + 1)
 
 
 def decode_base64(s: str) -> bytes | None:
-    """``base64.StdEncoding.DecodeString``: standard alphabet, padding required; ``None`` if bad.
-
-    Carriage returns and newlines anywhere are ignored, as Go's decoder skips them. Non-zero
-    trailing bits are accepted (Go's StdEncoding is not strict).
-    """
+    """``base64.StdEncoding.DecodeString`` (skips CR and LF, accepts non-zero trailing bits);
+    ``None`` if bad."""
     if "\r" in s or "\n" in s:
         s = s.replace("\r", "").replace("\n", "")
     # Python's strict mode allows two layouts Go refuses: a partial final quantum followed by
@@ -317,12 +292,8 @@ def _go_escape(m: re.Match[str]) -> str:
 
 
 def encode(value: object) -> bytes:
-    """The bytes Go's ``json.Marshal`` writes for ``value`` (compact, no trailing newline).
-
-    ``value`` is built from ``dict`` (keys already in the order Go would write them), ``list``,
-    ``str``, ``int`` and ``None``. Matches Go 1.22 and later, which write ``\\b`` and ``\\f``
-    (earlier Go wrote ``\\u0008`` and ``\\u000c``).
-    """
+    """The bytes Go 1.22+ ``json.Marshal`` writes for ``value`` (dicts already in Go's key
+    order); earlier Go wrote ``\\u0008`` and ``\\u000c`` for ``\\b`` and ``\\f``."""
     text = _ENCODER.encode(value)
     # The escaped characters can only occur inside strings, so a pass over the whole text is
     # safe; the usual all-ASCII text needs only three substring searches, which are faster.

@@ -1,16 +1,9 @@
-"""The Go types the node's checkpoint files are decoded into, described once for three uses.
+"""The Go types of the node's checkpoint files, described once for ``json.Unmarshal``, go-spew
+and ``json.Marshal``.
 
-Kubelet's CPU, memory and DRA managers each keep a Go struct that ``json.Unmarshal`` fills,
-that go-spew renders for the checksum, and that ``json.Marshal`` writes. A :class:`GoType`
-records what those three need: the name ``reflect.Type.String()`` gives (go-spew prints it),
-the JSON names and ``omitempty`` of struct fields, and the shape of maps, slices and pointers.
-
-Go values are held in plain Python values:
-
-- ``string`` kinds → ``str``; integer kinds → ``int``;
-- a struct → a ``list`` of its field values, in declaration order;
-- a map → a ``dict`` (``None`` for a nil map); a slice → a ``list`` (``None`` for nil);
-- a pointer → the value it points to (``None`` for nil).
+Go values are plain Python values: strings ``str``, integers ``int``, a struct a ``list`` of
+its fields in declaration order, a map a ``dict``, a slice a ``list``, a pointer the value it
+points to; ``None`` for nil.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""The four checkpoint files of a node, told apart by their content.
-
-==========  =================================================  ===============================
-kind        file (under kubelet's root, ``/var/lib/kubelet``)  reader
-==========  =================================================  ===============================
-devices     ``device-plugins/kubelet_internal_checkpoint``     :func:`.read_checkpoint`
-cpu         ``cpu_manager_state``                              :func:`.read_cpu_state`
-memory      ``memory_manager_state``                           :func:`.read_memory_state`
-dra         ``dra_manager_state``                              :func:`.read_dra_state`
-==========  =================================================  ===============================
-
-:func:`detect_kind` looks at the top-level keys the way Go matches them (case-insensitively)
-and at the type of their values; :func:`read_node_checkpoint` reads a file of any kind.
+"""The four checkpoint files of a node, told apart by their content: the top-level keys as Go
+matches them, and the types of their values (docs/node-files.md, "Telling the kinds apart").
 """
 
 from __future__ import annotations
@@ -24,11 +13,11 @@ from typing import Any
 from podstore.checkpoint import decode, gojson
 from podstore.checkpoint.bulk import collector_paused
 from podstore.checkpoint.cpu_state import CPUManagerState, cpu_state_from_tree
-from podstore.checkpoint.decode import Checkpoint
-from podstore.checkpoint.dra_state import DRAState, dra_state_from_tree
+from podstore.checkpoint.decode import Checkpoint, parse
+from podstore.checkpoint.dra_state import dra_state_from_tree
+from podstore.checkpoint.dra_types import DRAState
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.memory_state import MemoryManagerState, memory_state_from_tree
-from podstore.checkpoint.versions import parse
 from podstore.errors import CheckpointError, CheckpointFormatError, InvalidInputError
 
 #: The kinds, in the order ``auto`` considers them.
@@ -131,10 +120,10 @@ def candidates(tree: Any) -> list[str]:
 def detect_kind(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> str:
-    """The kind of checkpoint a file (path or bytes) holds, judged by its content only.
+    """The kind of checkpoint a file (path or bytes) holds, by its content only.
 
-    Raises :class:`CheckpointFormatError` when the content fits no kind (or is not JSON), and
-    the reading errors of :func:`podstore.checkpoint.read_checkpoint`.
+    Raises :class:`CheckpointFormatError` when it fits no kind, and the reading errors of
+    :func:`podstore.checkpoint.read_checkpoint`.
     """
     text, origin = read_source(source, max_bytes)
     if _DEVICES_PREFIX.match(text):
@@ -159,7 +148,6 @@ FROM_TREE: dict[str, Callable[[Any, str], NodeState]] = {
 }
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_node_checkpoint(
     source: str | os.PathLike[str] | bytes,
@@ -167,10 +155,8 @@ def read_node_checkpoint(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> NodeCheckpoint:
-    """Read and verify a checkpoint of ``kind`` (``auto``: by its content).
-
-    With ``auto``, a document that fits several kinds (a CPU or memory file with nothing but a
-    policy name) is read as the first that verifies.
+    """Read and verify a checkpoint of ``kind`` (``auto``: by its content, the first kind
+    that verifies).
 
     Raises :class:`InvalidInputError` for an unknown ``kind``, :class:`CheckpointFormatError`
     when ``auto`` finds no kind, and the errors of the kind's reader.

@@ -1,11 +1,9 @@
 """Kubelet's memory manager checkpoint (``memory_manager_state``), read and written as kubelet
-does.
+does: v1–v3 by shape and checksum (docs/node-files.md), a file with ``data`` as v3 only.
 
-Versions v1–v3, told apart by shape and checksum (docs/node-files.md gives each and its
-checksum). The machine state's map values are pointers, rendered ``<*>{…}`` in the checksummed
-text; v1 also verifies under its versioned type name (one kubelet's rule). A file with
-``data`` is read as v3 only. Every nil stays apart from empty (``None`` is JSON ``null``):
-kubelet keeps and writes them so, and reading then writing a file kubelet wrote gives its bytes.
+The machine state's map values are pointers, rendered ``<*>{…}`` when hashed; v1 also verifies
+under its versioned type name (one kubelet's rule). Nil stays apart from empty (``None``), so
+a file kubelet wrote is written back byte for byte.
 """
 
 from __future__ import annotations
@@ -88,13 +86,9 @@ Blocks = list[MemoryBlock] | None
 
 @dataclass
 class MemoryManagerState:
-    """A verified ``memory_manager_state``.
-
-    ``machine_state``: NUMA node id → its state (``None`` values and maps: JSON ``null``).
-    ``entries``: pod UID → container → blocks. ``pod_entries`` (v2, v3): pod UID → the pod's
-    blocks. ``version`` (1–3) says how the file was written and :func:`dumps_memory_state`
-    writes the same; ``checksum`` is the stored checksum that verified (``dataChecksum`` for
-    v3); ``verified`` is false for a stored 0 accepted unverified.
+    """A verified ``memory_manager_state``: ``machine_state`` by NUMA node, ``entries`` pod →
+    container → blocks, ``pod_entries`` (v2, v3) pod → blocks. ``checksum``: the stored one
+    (``dataChecksum`` for v3); ``verified`` is false for a stored 0 accepted unverified.
     """
 
     policy_name: str
@@ -156,19 +150,8 @@ DATA = Struct(
     "state.MemoryManagerCheckpointData", (_POLICY, _MACHINE, _ENTRIES_FIELD, _POD_ENTRIES_FIELD)
 )
 V3 = Struct(
-    "state.MemoryManagerCheckpoint",
-    (
-        _POLICY,
-        _MACHINE,
-        _ENTRIES_FIELD,
-        _CHECKSUM,
-        *DATA_FIELDS,
-    ),
+    "state.MemoryManagerCheckpoint", (_POLICY, _MACHINE, _ENTRIES_FIELD, _CHECKSUM, *DATA_FIELDS)
 )
-
-
-def _v1_checksum(value: list[Any]) -> int:
-    return spew.checksum_value(V1, value, [("MemoryManagerCheckpointV1", _TYPE_NAME)])
 
 
 # Kubelet pre-initialises the maps before decoding (a missing key hashes as map[]).
@@ -195,7 +178,6 @@ _LAYOUTS = (
 # -- reading ------------------------------------------------------------------------------------
 
 
-# Decoding a large file allocates millions of objects the cyclic collector need not scan.
 @collector_paused()
 def read_memory_state(
     source: str | os.PathLike[str] | bytes, *, max_bytes: int = DEFAULT_MAX_BYTES
@@ -242,10 +224,6 @@ def _read_v3(tree: Any, origin: str) -> MemoryManagerState:
     )
 
 
-def _table(v: list[int] | None) -> MemoryTable | None:
-    return None if v is None else MemoryTable(*v)
-
-
 def _machine(v: dict[int, Any] | None) -> dict[int, NUMANodeState | None] | None:
     if v is None:
         return None
@@ -255,7 +233,9 @@ def _machine(v: dict[int, Any] | None) -> dict[int, NUMANodeState | None] | None
             out[node] = None
             continue
         count, memory_map, cells = state
-        tables = None if memory_map is None else {k: _table(t) for k, t in memory_map.items()}
+        tables = None
+        if memory_map is not None:
+            tables = {k: None if t is None else MemoryTable(*t) for k, t in memory_map.items()}
         out[node] = NUMANodeState(count, tables, cells)
     return out
 
@@ -284,13 +264,8 @@ def _pod_entries(v: dict[str, list[Any]] | None) -> dict[str, Blocks] | None:
 
 @collector_paused()
 def dumps_memory_state(state: MemoryManagerState) -> bytes:
-    """The bytes kubelet writes for ``state`` in ``state.version`` (1, 2 or 3), checksum
-    included: ``json.Marshal`` of its checkpoint struct, map keys sorted as Go sorts them.
-
-    v3 writes the state as ``data`` with its ``dataChecksum`` beside a v1 copy with the v1
-    checksum, as kubelet does. The checksums cover what kubelet will read back: ``entries`` or
-    ``pod_entries`` of ``None`` are written (and hashed) as empty, and a pod's empty block
-    list as nil, since ``omitempty`` writes them alike.
+    """The bytes kubelet writes for ``state`` in ``state.version`` (1–3), checksum included
+    (v3: ``data`` and ``dataChecksum`` beside a v1 copy, as kubelet writes it).
 
     Raises :class:`InvalidInputError` for values of the wrong type or range, or pod entries in
     v1.
@@ -300,8 +275,7 @@ def dumps_memory_state(state: MemoryManagerState) -> bytes:
         raise InvalidInputError(f"version must be 1, 2 or 3, not {version!r}")
     policy = _text(state.policy_name, "policy_name")
     machine = _go_machine(state.machine_state)
-    # omitempty writes a nil and an empty map alike, and kubelet reads either back as the
-    # empty map it starts from; the checksum must cover what it will read.
+    # omitempty writes nil and empty alike, read back as empty: the checksum covers that.
     entries = _go_entries(state.entries) or {}
     pods = _go_pod_entries(state.pod_entries) or {}
     if version == 1 and pods:
@@ -311,7 +285,7 @@ def dumps_memory_state(state: MemoryManagerState) -> bytes:
         value[-1] = spew.checksum_value(V2, value, [("MemoryManagerCheckpointV2", _TYPE_NAME)])
         return gojson.encode(to_json(V2, value))
     v1 = [policy, machine, entries, 0]
-    v1[-1] = _v1_checksum(v1)
+    v1[-1] = spew.checksum_value(V1, v1, [("MemoryManagerCheckpointV1", _TYPE_NAME)])
     if version == 1:
         return gojson.encode(to_json(V1, v1))
     data = gojson.encode(to_json(DATA, [policy, machine, entries, pods])).decode("utf-8")

@@ -1,9 +1,6 @@
-"""Pod names, read from kubelet's pod log directory.
-
-Kubelet keeps each pod's container logs in ``/var/log/pods/NAMESPACE_NAME_UID``
-(``BuildPodLogsDirectory``). A namespace is a DNS label and a pod name a DNS subdomain, so
-neither holds ``_`` and the three parts split without doubt. Entries that do not fit (files,
-other names, a UID seen twice) are skipped and named in :attr:`PodNames.skipped`.
+"""Pod names, read from kubelet's pod log directories ``/var/log/pods/NAMESPACE_NAME_UID``
+(``BuildPodLogsDirectory``): a namespace is a DNS label and a name a DNS subdomain, so neither
+holds ``_`` and the three parts split without doubt.
 """
 
 from __future__ import annotations

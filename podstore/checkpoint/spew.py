@@ -1,15 +1,13 @@
-"""Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering.
+"""Kubelet's checkpoint checksums: FNV-1a 32 of a go-spew ``%#v`` rendering (rules:
+kubelet-semantics §6, docs/node-files.md "The whole-struct checksum").
 
-The device manager's file hashes ``Data.Data``; the CPU and memory managers' files, and the
-DRA manager's first format, hash the whole checkpoint struct through a pointer
-(:func:`render_value`). The rendering rules: kubelet-semantics §6 and docs/node-files.md ("The
-whole-struct checksum"). The v1 rule (§6.3) renames the first ``checkpointDataV1`` and every
-``PodDevicesEntryV1`` in the text, even inside user data, as kubelet did. Input is trusted
-(:mod:`podstore.checkpoint.values` checks it).
+The device manager's file hashes ``Data.Data``; the other managers' files hash the whole struct
+through a pointer (:func:`render_value`). Input is trusted (:mod:`.values` checks it).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -52,26 +50,12 @@ def _numa_map(devs: Mapping[int, Sequence[str] | None] | None) -> str:
     return "map[" + " ".join([f"{numa}:{_ids(devs[numa])}" for numa in sorted(devs)]) + "]"
 
 
-def _flat_ids(devs: Mapping[int, Sequence[str] | None] | None) -> str:
-    # v1 entries reach here as read back by read_checkpoint: all IDs under NUMA 0.
-    if devs is None:
-        return "<nil>"
-    return _ids(devs[0])
-
-
-def header(version: int = 2) -> bytes:
-    """The text before the entries' ``[``."""
-    suffix = "V1" if version == 1 else ""
-    return (
-        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
-        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
-    )
-
-
 def entry_text(e: PodDevicesEntry, version: int = 2) -> bytes:
     """One element of the entries slice (v2 rules unless ``version`` is 1, before renaming)."""
     if version == 1:
-        devs = f"([]string){_flat_ids(e.device_ids)}"
+        # v1 entries come as read_checkpoint gives them: all IDs under NUMA 0.
+        ids = e.device_ids
+        devs = "([]string)" + ("<nil>" if ids is None else _ids(ids[0]))
     else:
         devs = f"(checkpoint.DevicesPerNUMA){_numa_map(e.device_ids)}"
     head = (
@@ -85,15 +69,6 @@ def entry_text(e: PodDevicesEntry, version: int = 2) -> bytes:
     return head + b"[" + bytes(_decimal(resp)) + b"]}"
 
 
-def registered_text(registered_devices: Mapping[str, Sequence[str] | None] | None) -> bytes:
-    """The text from `` RegisteredDevices:`` to the end."""
-    out = b" RegisteredDevices:(map[string][]string)"
-    if registered_devices is None:
-        return out + _NIL + b"}"
-    pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
-    return out + f"map[{' '.join(pairs)}]".encode() + b"}"
-
-
 def render(
     entries: Sequence[PodDevicesEntry] | None,
     registered_devices: Mapping[str, Sequence[str] | None] | None,
@@ -105,22 +80,30 @@ def render(
     # (about four times the size of all AllocResp bytes) exists once, not as parts plus a join.
     out = io.BytesIO()
     write = out.write
-    write(header(version))
+    suffix = "V1" if v1 else ""
+    write(
+        f"(checkpoint.checkpointData{suffix}){{PodDeviceEntries:"
+        f"([]checkpoint.PodDevicesEntry{suffix})".encode()
+    )
     if entries is None:
         write(_NIL)
     else:
         write(b"[")
-        sep = False
-        for e in entries:
-            if sep:
+        for i, e in enumerate(entries):
+            if i:
                 write(b" ")
             write(entry_text(e, version))
-            sep = True
         write(b"]")
-    write(registered_text(registered_devices))
+    write(b" RegisteredDevices:(map[string][]string)")
+    if registered_devices is None:
+        write(_NIL + b"}")
+    else:
+        pairs = [f"{res}:{_ids(registered_devices[res])}" for res in sorted(registered_devices)]
+        write(f"map[{' '.join(pairs)}]}}".encode())
     text = out.getvalue()
     del out
     if v1:
+        # The v1 rule (§6.3): even inside user data, as kubelet did.
         text = text.replace(b"checkpointDataV1", b"checkpointData", 1)
         text = text.replace(b"PodDevicesEntryV1", b"PodDevicesEntry")
     return text
@@ -139,13 +122,9 @@ def checksum_of(
 
 
 def render_value(t: GoType, value: Any, renames: Sequence[tuple[str, str]] = ()) -> str:
-    """go-spew's ``%#v`` of a pointer to ``value`` (a struct of type ``t``), as kubelet's
-    whole-struct checksum renders it: ``(*state.Name){Field:(type)value …}``.
-
-    ``renames`` are applied in order to the first occurrence of each old text, as kubelet's
-    ``strings.Replace(…, 1)`` does to name its versioned types after their first version
-    (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``).
-    """
+    """go-spew's ``%#v`` of a pointer to ``value`` of struct type ``t``, then each rename of
+    the first occurrence only, as kubelet's ``strings.Replace(…, 1)`` names its versioned types
+    (``CPUManagerCheckpointV3`` → ``CPUManagerCheckpoint``)."""
     out: list[str] = ["(*", t.name, ")"]
     _renderer(t)(value, out)
     text = "".join(out)
@@ -166,32 +145,19 @@ def checksum_string(text: str) -> int:
 
 
 Render = Callable[[Any, list[str]], None]
-_RENDERERS: dict[int, Render] = {}
-_KEEP: list[GoType] = []
 
 
+@functools.cache  # one renderer per type (types hash by identity)
 def _renderer(t: GoType) -> Render:
     """How a value of ``t`` renders where go-spew prints no type: a map key or value, a slice
     element, the value behind a pointer, or a field's value after its type (built once)."""
-    r = _RENDERERS.get(id(t))
-    if r is None:
-        r = _build(t)
-        _RENDERERS[id(t)] = r
-        _KEEP.append(t)  # keeps the id from being reused
-    return r
-
-
-def _build(t: GoType) -> Render:
-    kind = type(t)
-    if kind is String:
+    if isinstance(t, String):
         return lambda v, out: out.append(v)
-    if kind is Int or kind is Uint:
+    if isinstance(t, Int | Uint):
         return lambda v, out: out.append(str(v))
-    if kind is Struct:
-        assert isinstance(t, Struct)
+    if isinstance(t, Struct):
         return _struct(t)
-    if kind is Ptr:
-        assert isinstance(t, Ptr)
+    if isinstance(t, Ptr):
         elem = _renderer(t.elem)
 
         def ptr(v: Any, out: list[str]) -> None:
@@ -202,11 +168,9 @@ def _build(t: GoType) -> Render:
                 elem(v, out)
 
         return ptr
-    if kind is Map:
-        assert isinstance(t, Map)
+    if isinstance(t, Map):
         return _map(t)
-    if kind is SliceType:
-        assert isinstance(t, SliceType)
+    if isinstance(t, SliceType):
         return _slice(t)
     raise TypeError(f"no rendering for {t!r}")  # pragma: no cover - the schemas are fixed
 
@@ -216,8 +180,7 @@ def _struct(t: Struct) -> Render:
     fields = []
     for i, f in enumerate(t.fields):
         head = ("" if i == 0 else " ") + f"{f.name}:({f.type.name})"
-        if type(f.type) is Ptr:
-            assert isinstance(f.type, Ptr)
+        if isinstance(f.type, Ptr):
             fields.append((head, _renderer(f.type.elem), True))
         else:
             fields.append((head, _renderer(f.type), False))
@@ -270,12 +233,10 @@ def _slice(t: SliceType) -> Render:
             out.append("[" + " ".join(map(str, v)) + "]")
         else:
             out.append("[")
-            sep = False
-            for x in v:
-                if sep:
+            for i, x in enumerate(v):
+                if i:
                     out.append(" ")
                 elem(x, out)
-                sep = True
             out.append("]")
 
     return render

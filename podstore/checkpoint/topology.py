@@ -1,9 +1,7 @@
-"""The node's NUMA topology from sysfs: ``devices/system/node/nodeN/cpulist`` holds node N's CPUs.
+"""The node's NUMA topology from sysfs (``devices/system/node/nodeN/cpulist``; docs/node-files.md).
 
-A machine without NUMA support has no such directory: no topology (``None``), no error. A root
-without ``devices/system`` is no sysfs (:func:`is_sysfs`: a mistyped path), and callers keep what
-they stored. Entries that are no node directory with a readable, valid ``cpulist`` are skipped into
-:attr:`NumaTopology.skipped`.
+A root without ``devices/system`` is no sysfs (:func:`is_sysfs`: a mistyped path), and callers
+keep what they stored.
 """
 
 from __future__ import annotations
@@ -47,12 +45,8 @@ def is_sysfs(sysfs: str | os.PathLike[str] = DEFAULT_SYSFS) -> bool:
 
 
 def read_numa_topology(sysfs: str | os.PathLike[str] = DEFAULT_SYSFS) -> NumaTopology | None:
-    """The NUMA topology under the sysfs root ``sysfs`` (``None`` when it lists no node).
-
-    A CPU listed by two nodes stays with the lower node id (the other listing is named in
-    ``skipped``). Never raises for the content of the tree; an unreadable ``devices/system/node``
-    directory counts as absent.
-    """
+    """The NUMA topology under the sysfs root (``None``: no node listed, or unreadable); never
+    raises for the tree's content. A CPU listed twice stays with the lower node id."""
     base = os.path.join(os.fspath(sysfs), "devices", "system", "node")
     try:
         with os.scandir(base) as it:

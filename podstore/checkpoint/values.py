@@ -1,10 +1,8 @@
 """Checks on caller-supplied checkpoint values, before they are hashed or written.
 
-Two steps, because the encoder needs the values as given and the checksum needs them as kubelet will
-decode them again: :func:`normalize` checks types and ranges and converts containers (strings stay
-exactly as given); :func:`sanitize` replaces each lone surrogate by U+FFFD, what kubelet makes of
-the ``\\ufffd`` Go writes for an invalid byte. Both return the caller's own objects when nothing
-changed.
+Two steps, because the encoder needs the values as given and the checksum needs them as kubelet
+will decode them: :func:`normalize`, then :func:`sanitize`. Both return the caller's own objects
+when nothing changed.
 """
 
 from __future__ import annotations
@@ -21,11 +19,9 @@ Registered = dict[str, list[str] | None] | None
 
 
 def normalize(entries: object, registered_devices: object) -> tuple[Entries, Registered]:
-    """Type-check entries and registered devices; return them as lists, dicts and bytes.
+    """Entries and registered devices type-checked, as lists, dicts and bytes (strings as given).
 
-    Raises :class:`InvalidInputError` naming the first offending value: a non-string ID or
-    name, a NUMA id that is not an ``int`` within int64, an ``alloc_resp`` that is not
-    bytes-like, or a container that is not a sequence / mapping.
+    Raises :class:`InvalidInputError` naming the first offending value.
     """
     return _entries(entries), validate.registered(
         registered_devices, "registered_devices", storable=False
@@ -135,11 +131,8 @@ def _sanitize_registered(registered: Registered) -> Registered:
 
 
 def utf8_text(value: object, where: str) -> str:
-    """A string the node files' writers accept: a ``str`` without lone surrogates (which no
-    UTF-8 file can carry; the device writer instead writes them as U+FFFD).
-
-    Raises :class:`InvalidInputError` naming ``where``.
-    """
+    """``value`` if a ``str`` without lone surrogates (no UTF-8 file carries them); else raises
+    :class:`InvalidInputError` naming ``where``."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{where} must be a str, not {type(value).__name__}")
     if fix_string(value) is not value:

@@ -1,11 +1,8 @@
 """Reading a checkpoint that several versions of a kubelet struct may have written.
 
-Kubelet's CPU, memory and (first) DRA formats carry no version field: a kubelet decodes the
-file into its newest struct, verifies the checksum, and on failure tries the older structs
-in turn. :func:`first_verified` does the same for a list of :class:`Layout` s (one per
-version, newest first), each with the checksum rules kubelets used for it, and when none
-verifies raises the error that explains the file best: the checksum mismatch of the newest
-layout the file fits, or else the decoding error of the newest layout.
+The CPU, memory and first DRA formats carry no version field: kubelet decodes into its newest
+struct, verifies, and on failure tries the older ones in turn; :func:`first_verified` does the
+same over :class:`Layout` s.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podstore.checkpoint import gojson, spew
+from podstore.checkpoint.decode import parse
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.godecode import DecodeError, decode_value
 from podstore.checkpoint.gotypes import CHECKSUM, STRING, Field, Struct
@@ -27,10 +25,9 @@ Rule = Callable[[list[Any]], int]
 
 @dataclass(frozen=True)
 class Layout:
-    """One version of a checkpoint struct: how kubelet initialises it before decoding
-    (``initial``), the checksum rules any kubelet verified it with (name → rule, the rule
-    kubelet writes first), whether a stored checksum of 0 is accepted unverified, and whether
-    a file that fails every rule should be described as this version (``fits``)."""
+    """One version of a checkpoint struct: kubelet's value before decoding (``initial``), the
+    checksum rules kubelets verified it with (the one kubelet writes first), whether a stored
+    0 is accepted unverified, and whether a failing file is described as this version."""
 
     label: str
     type: Struct
@@ -75,26 +72,18 @@ def read_tree(
     return parse(text, origin), origin
 
 
-def parse(text: str, origin: str) -> Any:
-    """The parsed document (:func:`podstore.checkpoint.gojson.parse`), or the format error."""
-    try:
-        return gojson.parse(text)
-    except gojson.JSONSyntaxError as e:
-        raise CheckpointFormatError(f"{origin}{e}") from None
-
-
 def decode_layout(layout: Layout, tree: Any) -> list[Any]:
     """The value kubelet decodes ``tree`` into for this layout (raises ``DecodeError``)."""
     return decode_value(layout.type, layout.initial(), tree)  # type: ignore[no-any-return]
 
 
 def first_verified(tree: Any, layouts: Sequence[Layout], what: str, origin: str) -> Verified:
-    """The first layout (newest first) ``tree`` decodes into and verifies under.
+    """The first layout (newest first) ``tree`` decodes into and verifies under; ``what``
+    names the file in messages (``"cpu manager"``).
 
-    Raises :class:`CheckpointCorruptError` when the file decodes under some layout but no rule
-    gives its stored checksum (``.expected`` stored, ``.actual`` the first rule's value for the
-    newest layout the file fits), else :class:`CheckpointFormatError` with the newest layout's
-    decoding error. ``what`` names the file in messages (``"cpu manager"``).
+    Raises :class:`CheckpointCorruptError` when some layout decodes but no rule verifies
+    (computed by the newest layout the file fits), else :class:`CheckpointFormatError` with
+    the newest layout's decoding error.
     """
     decode_errors: list[tuple[Layout, DecodeError]] = []
     mismatches: list[tuple[Layout, int, int]] = []
@@ -140,14 +129,9 @@ def first_verified(tree: Any, layouts: Sequence[Layout], what: str, origin: str)
 def read_data_format(
     tree: Any, outer: Layout, inner: Layout, what: str, origin: str
 ) -> tuple[list[Any], int]:
-    """The 2026 formats (CPU v4, memory v3): ``data`` holds the state as JSON text and
-    ``dataChecksum`` is FNV-1a 32 of ``"(string)"`` + ``data``.
-
-    Follows kubelet's order: decode the whole file (``outer``, whose last two fields are
-    ``data`` and ``dataChecksum``), then ``data`` into ``inner``, then verify. Returns the
-    decoded ``data`` and the stored checksum. Kubelet does not fall back to older formats
-    when any step fails, so neither does this.
-    """
+    """The decoded ``data`` and stored checksum of a 2026 format (CPU v4, memory v3): the
+    file decoded as ``outer`` (ending in ``data``, ``dataChecksum``), ``data`` as ``inner``,
+    then verified; no fallback to older formats, as in kubelet."""
     label = outer.label
     try:
         value = decode_layout(outer, tree)
@@ -170,14 +154,12 @@ def read_data_format(
 
 
 def has_key(tree: Any, folded: str) -> bool:
-    """Whether the top-level object has a key Go would match to a field named ``folded``
-    (upper case)."""
+    """Whether the top-level object has a key Go matches to the field ``folded`` (upper case)."""
     return type(tree) is tuple and any(gojson.fold_name(k) == folded for k, _ in tree)
 
 
 def string_field(tree: Any, folded: str) -> str:
-    """The value Go leaves in a top-level string field (folded name ``folded``) after decoding
-    ``tree``: the last string given for it, ``""`` when none."""
+    """The value Go leaves in a top-level string field after decoding (``""``: none)."""
     out = ""
     if type(tree) is tuple:
         for k, v in tree:

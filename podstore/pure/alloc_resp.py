@@ -1,11 +1,8 @@
-"""The one codec of plugin responses (``ContainerAllocateResponse``), so that storage code never
-touches protobuf itself.
+"""The one codec of plugin responses (``ContainerAllocateResponse``): storage code never touches
+protobuf, and a response is parsed once per write.
 
-A response is parsed (or serialised) once per write: :class:`Response` carries the bytes to
-store and the settings they decode to, in the order the decoded response rows keep them
-(``storage/responses.py`` writes those rows without a second parse). Plain tuples rather than
-the protobuf message: an import holds one per entry until it writes, and 100,000 live messages
-cost about 250 MB more than their tuples (docs/performance.md).
+:class:`Response` holds plain tuples, not the message: an import holds one per entry, and
+100,000 live messages cost about 250 MB more than their tuples (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ from podstore.errors import InvalidInputError
 if TYPE_CHECKING:
     from podstore.deviceplugin import ContainerAllocateResponse
 
-# protobuf is imported where a response is parsed or built (a write, a decode), never by a
-# process that only reads (docs/performance.md, "Start-up").
+# protobuf is imported only where a response is parsed or built (docs/performance.md).
 
 #: What ``insert`` accepts as ``alloc_resp``.
 AllocRespInput: TypeAlias = "ContainerAllocateResponse | bytes | bytearray | memoryview | None"
@@ -27,9 +23,8 @@ AllocRespInput: TypeAlias = "ContainerAllocateResponse | bytes | bytearray | mem
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """A checked plugin response: ``raw`` is stored as is; the rest is what it decodes to, each
-    section in row order (env and annotation keys ascending — code point order, which is the
-    UTF-8 byte order SQLite's BINARY collation uses — list fields in list order)."""
+    """A checked plugin response: ``raw`` is stored as is; the rest is what it decodes to (keys
+    in code point order, SQLite's BINARY order; lists in list order)."""
 
     raw: bytes
     envs: tuple[tuple[str, str], ...] = ()
@@ -73,11 +68,10 @@ def parse(data: bytes) -> Response | str:
 
 
 def from_argument(value: AllocRespInput, argument: str = "alloc_resp") -> Response | None:
-    """The response to store for a message, raw bytes, or None (kubelet's nil response).
+    """The response to store for a message (serialised with sorted map keys: kubelet's order is
+    random, sorted is reproducible), raw bytes that decode (kept as given), or None.
 
-    A message is serialised with sorted map keys (kubelet's map order is random, so any order
-    is faithful and sorted is reproducible). Raw bytes are kept exactly as given once they are
-    known to decode. Raises InvalidInputError naming ``argument`` otherwise.
+    Raises InvalidInputError naming ``argument`` otherwise.
     """
     if value is None:
         return None

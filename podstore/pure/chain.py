@@ -1,10 +1,9 @@
 """The allocation history's hash chain: ``hash(n) = SHA-256(hash(n-1) ‖ canonical(event n))``
 from the :func:`genesis` of the store's ``store_id`` (docs/sql.md, "The hash chain").
 
-``canonical`` needs nothing but byte concatenation so that PostgreSQL recomputes it from the
-columns it keeps (``fleet_event_canonical``) byte for byte; tests pin both against fixed
-vectors. It is tamper evidence, not a signature: whoever can write the store file can
-recompute every hash; the fleet's copy is the witness (docs/fleet.md, "Trust model").
+``canonical`` is plain byte concatenation so that PostgreSQL recomputes it byte for byte
+(``fleet_event_canonical``; tests pin both to fixed vectors). Tamper evidence, not a signature:
+the fleet's copy is the witness (docs/fleet.md, "Trust model").
 """
 
 from __future__ import annotations

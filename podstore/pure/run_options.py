@@ -1,9 +1,8 @@
 """Merging a container's plugin responses into runtime settings (deviceRunContainerOptions).
 
-Upstream walks resources and map keys in Go's random order, so "first wins" is random there.
-Here the order is fixed (api.md): resources in ascending byte order, env and annotation keys of
-one response in ascending order, list fields in list order. The first value for a key wins; a
-later, different value is a conflict, logged as kubelet logs it.
+Upstream walks resources and map keys in Go's random order, so "first wins" is random there;
+here the order is fixed (api.md), and a later, different value is a conflict, logged as kubelet
+logs it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Passwords never shown: masking database URLs in anything podstore prints or logs.
 
-One rule for the whole package (``podstore ship``, ``podstore fleet``, ``watch --ship-to``): a
-URL's password, in its user part or in a ``password=`` query parameter, becomes ``***``; and
-text that may echo the password itself (a driver's error message) has it removed wherever it
-appears.
+One rule for the whole package: a URL's password (user part or ``password=`` query) becomes
+``***``, and text that may echo it (a driver's error message) has it removed wherever it appears.
 """
 
 from __future__ import annotations

@@ -91,36 +91,42 @@ class WriterQueue:
     """This process's writers' turn at one store file, first come, first served (each waiter
     has a lock of its own, released by the writer before it)."""
 
-    __slots__ = ("__weakref__", "_held", "_lock", "_waiters")
+    __slots__ = ("__weakref__", "_held", "_holder", "_lock", "_waiters")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: collections.deque[threading.Lock] = collections.deque()
+        self._waiters: collections.deque[tuple[threading.Lock, object]] = collections.deque()
         self._held = False
+        self._holder: object = None
 
-    def acquire(self, timeout: float) -> bool:
-        """Wait for this thread's turn, at most ``timeout`` seconds (False: not given)."""
+    def acquire(self, timeout: float, me: object) -> bool:
+        """Wait for the turn of ``me`` (a thread's slot), at most ``timeout`` seconds (False:
+        not given)."""
         with self._lock:
-            if not self._held:
-                self._held = True
+            # A slot beginning a write while it still holds the turn lost the release to an
+            # interrupt the signal block could not keep out (one another thread received):
+            # it takes the turn again rather than waiting for itself.
+            if not self._held or self._holder is me:
+                self._held, self._holder = True, me
                 return True
             turn = threading.Lock()
             turn.acquire()
-            self._waiters.append(turn)
+            self._waiters.append((turn, me))
         if turn.acquire(timeout=timeout) if timeout > 0 else turn.acquire(False):
             return True
         with self._lock:
-            if turn in self._waiters:
-                self._waiters.remove(turn)
+            if (turn, me) in self._waiters:
+                self._waiters.remove((turn, me))
                 return False
         return True  # handed over as the wait ran out
 
     def release(self) -> None:
         with self._lock:
             if self._waiters:
-                self._waiters.popleft().release()  # _held stays: the turn passes on
+                turn, self._holder = self._waiters.popleft()
+                turn.release()  # _held stays: the turn passes on
             else:
-                self._held = False
+                self._held, self._holder = False, None
 
 
 # One queue per store file, shared by the process's stores on it. A forked child inherits them
@@ -331,7 +337,7 @@ class Sessions:
         """Take this process's turn, then BEGIN IMMEDIATE, each within busy_timeout; raises
         StoreBusyError."""
         timeout = self.options.busy_timeout
-        if not self._queue.acquire(timeout):
+        if not self._queue.acquire(timeout, slot):
             raise StoreBusyError(
                 f"{self.options.path}: the writers of this process ahead of this one held the "
                 f"store past the busy timeout ({timeout:g} s); nothing was written: retry, or "

@@ -1,7 +1,5 @@
-"""The operator's reads behind ``podstore pods``, ``devices`` and ``owners`` as typed rows: the
-rows of storage/sql/audit.py decoded (the hex-encoded resource lists) and, for the devices,
-merged (held and free devices of a resource, by device id) — streamed, one device's holders
-at a time, whatever the store's size."""
+"""The operator's reads behind ``podstore pods``, ``devices`` and ``owners`` as typed rows,
+streamed one device's holders at a time, whatever the store's size."""
 
 from __future__ import annotations
 

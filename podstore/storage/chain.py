@@ -1,11 +1,9 @@
-"""Checking the history's hash chain, and re-chaining it under a new identity.
+"""Checking the history's hash chain (docs/sql.md, "The hash chain"), and re-chaining it under
+a new identity.
 
-:func:`verify` walks the kept events and the links beside them as two merged cursors (flat memory
-however long the history) and recomputes every hash from what it chains from (docs/sql.md, "The hash
-chain"); the break kinds are :class:`~podstore.types.ChainBreak`'s. One edit is reported once: after
-a break the walk goes on from the stored hash. A replaced hash is told from edited content by the
-successor, which chains from the recomputed hash in the first case and the stored one in the second.
-:func:`rechain` (``reset_identity``) rewrites every hash and link under a new genesis.
+One edit is reported once: after a break the walk goes on from the stored hash. A replaced hash
+is told from edited content by the successor, which chains from the recomputed hash in the
+first case and the stored one in the second.
 """
 
 from __future__ import annotations
@@ -95,8 +93,7 @@ class _Walk:
 
 
 def verify(conn: sqlite3.Connection) -> HistoryReport:
-    """Check the chain of every kept event on ``conn`` (inside the caller's read transaction,
-    so that it sees one state)."""
+    """The chain checked over every kept event, inside the caller's read transaction."""
     store_id_row = conn.execute(sql.STORE_ID).fetchone()
     store_id = "" if store_id_row is None else str(store_id_row[0])
     genesis = chain.genesis(store_id) if store_id_row is not None else b""
@@ -189,10 +186,8 @@ def verify(conn: sqlite3.Connection) -> HistoryReport:
 
 
 def rechain(conn: sqlite3.Connection, store_id: str) -> int:
-    """Rewrite every kept event's hash, and every link, as a history written under
-    ``store_id`` from its first event (inside the caller's write transaction); returns the
-    number of events re-chained. Refuses (StoreCorruptError) a chain that does not verify:
-    re-chaining would hide the break."""
+    """Rewrite every kept hash and link as if written under ``store_id``; returns the events
+    re-chained. Raises StoreCorruptError for a chain that does not verify (it would hide it)."""
     report = verify(conn)
     if not report.ok:
         first = report.breaks[0]
@@ -204,26 +199,24 @@ def rechain(conn: sqlite3.Connection, store_id: str) -> int:
     if trigger is not None:
         conn.execute(sql.DROP_APPEND_ONLY_TRIGGER)
     prev = chain.genesis(store_id)
-    last = 0
-    count = 0
+    last = count = 0
     link_updates: list[tuple[bytes, int]] = []
-    while True:
-        rows = conn.execute(sql.CHAIN_ROWS, (last, CHUNK)).fetchall()
-        if not rows:
-            break
-        hashes: list[tuple[bytes, int]] = []
-        for row in rows:
-            seq = int(row[0])
-            if seq != last + 1:
-                link_updates.append((prev, seq))
-            prev = chain.link(prev, seq, *row[1:8])
-            hashes.append((prev, seq))
-            last = seq
-        conn.executemany(sql.SET_HASH, hashes)
-        count += len(rows)
+    hashes: list[tuple[bytes, int]] = []
+    for row in _events(conn):
+        seq = int(row[0])
+        if seq != last + 1:
+            link_updates.append((prev, seq))
+        prev = chain.link(prev, seq, *row[1:8])
+        hashes.append((prev, seq))
+        last = seq
+        if len(hashes) == CHUNK:  # memory stays flat however long the history
+            conn.executemany(sql.SET_HASH, hashes)
+            count += len(hashes)
+            hashes.clear()
+    conn.executemany(sql.SET_HASH, hashes)
     if report.head_seq > last:
         link_updates.append((prev, report.head_seq + 1))
     conn.executemany(sql.SET_LINK, link_updates)
     if trigger is not None:
         conn.execute(str(trigger))
-    return count
+    return count + len(hashes)

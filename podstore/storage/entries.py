@@ -1,23 +1,19 @@
-"""Allocation entries and registered devices: writing them (one at a time for ``insert``, in
-bulk for restore and import) and reading them back (the one entry reader).
+"""Allocation entries and registered devices: written one at a time (``insert``) or in bulk
+(restore, import), with their history events, in the caller's transaction; and read back.
 
-Every write runs inside a transaction the caller opened and appends its history events
-(``storage/events.py``) in it; an entry's devices are device spans (``storage/spans.py``)
-that the events share, and its decoded response is the JSON of ``storage/responses.py``. The
-one-at-a-time and bulk paths give the same result for the same entries, which the
-state-machine test checks.
+The one-at-a-time and bulk paths give the same result (the state-machine test checks it).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from podstore.storage import events, responses, spans
-from podstore.storage.rows import BULK_ROWS, Row
+from podstore.storage.rows import BULK_ROWS, DeviceRow, EmptyRow, Row, device_rows
 from podstore.storage.sql import entries as sql
 from podstore.types import DevicesPerNUMA, PodDevicesEntry, ResourceDeviceInstances
 
@@ -41,57 +37,44 @@ def write_one(conn: sqlite3.Connection, row: Row, op: str | None = None) -> None
         container_id = conn.execute(sql.INSERT_CONTAINER, (pod_id, row.container_name)).lastrowid
     stamp = events.next_stamp(conn)
     seq = stamp[0]
-    response = row.response
-    raw = None if response is None else response.raw
-    doc = responses.to_json(response)
+    values = _allocation_values(row, responses.to_json)
     released: list[str] = []
     if allocation_id is None:
         allocation_id = conn.execute(
-            sql.INSERT_ALLOCATION,
-            (
-                container_id,
-                row.resource_name,
-                row.devices is None,
-                raw,
-                row.alloc_resp_json_null,
-                doc,
-            ),
+            sql.INSERT_ALLOCATION, (container_id, row.resource_name, *values)
         ).lastrowid
         assert allocation_id is not None
         replacing = False
     else:
-        conn.execute(
-            sql.UPDATE_ALLOCATION,
-            (row.devices is None, raw, row.alloc_resp_json_null, doc, allocation_id),
-        )
+        conn.execute(sql.UPDATE_ALLOCATION, (*values, allocation_id))
         listed_before = conn.execute(sql.HELD_DEVICES, (allocation_id,)).fetchall()
         released = events.released_devices((d for (d,) in listed_before), row.devices)
         if listed_before:
-            spans.close(conn, seq, released, allocation_id)
+            conn.execute(sql.CLOSE_SPANS, spans.ending(seq, released, allocation_id))
         conn.execute(sql.CLEAR_EMPTY_LISTS, (allocation_id,))
         replacing = True
     if row.devices:
-        spans.write(conn, *spans.opened(allocation_id, seq, row.devices))
+        spans.write(conn, *device_rows(row.devices, allocation_id, seq))
     events.append_entry(
         conn, stamp, op or ("replace" if replacing else "insert"), key, row.devices, released
     )
 
 
-#: Entries per round of executemany calls in write_many: the rows of one chunk are built,
-#: written and dropped before the next, so an import of 100,000 entries never holds all its
-#: SQL rows at once (its peak memory stays that of reading the file).
+def _allocation_values(
+    row: Row, to_json: Callable[[Any], str | None]
+) -> tuple[bool, bytes | None, bool, str | None]:
+    """(device_ids_null, alloc_resp, alloc_resp_json_null, response) of the allocation row."""
+    raw = None if row.response is None else row.response.raw
+    return row.devices is None, raw, row.alloc_resp_json_null, to_json(row.response)
+
+
+#: Entries per chunk of write_many, so an import never holds all its SQL rows at once.
 CHUNK = 512
 
 
 def write_many(conn: sqlite3.Connection, rows: Iterable[Row], op: str = "import") -> int:
-    """Write entries in order with a handful of executemany calls per chunk of entries;
-    returns the entry count.
-
-    Same meaning as calling write_one for each: a later duplicate replaces an earlier one and
-    keeps its position. Ids are assigned here (max + 1 onwards), so new rows need no
-    round trip each. Response rows and one ``op`` history event per entry go with them, all
-    events stamped with one time.
-    """
+    """Write entries as write_one would, one ``op`` event each, in a few executemany calls
+    per chunk (ids assigned here, max + 1 onwards); returns the entry count."""
     final: dict[Key, Row] = {}
     for row in rows:
         final[(row.pod_uid, row.container_name, row.resource_name)] = row
@@ -135,16 +118,15 @@ def _write_chunk(
     ids: list[int],
     stamp: events.Stamp,
 ) -> events.Stamp:
-    """One chunk of write_many; ``ids`` holds the highest pod, container and allocation ids
-    so far and is advanced in place. Returns the stamp for the next chunk's events (the
-    chunk's i-th entry gets event ``stamp[0] + i``)."""
+    """One chunk of write_many; advances ``ids`` (highest pod, container, allocation id) in
+    place and returns the next chunk's stamp."""
     new_pods: list[tuple[int, str]] = []
     new_containers: list[tuple[int, int, str]] = []
-    new_allocations: list[tuple[int, int, str, bool, bytes | None, bool, str | None]] = []
-    updates: list[tuple[bool, bytes | None, bool, str | None, int]] = []
+    new_allocations: list[tuple[Any, ...]] = []
+    updates: list[tuple[Any, ...]] = []
     replaced: dict[int, int] = {}  # allocation id → the seq of the event that rewrites it
-    opened: list[spans.SpanRow] = []
-    empty_rows: list[spans.EmptyRow] = []
+    opened: list[DeviceRow] = []
+    empty_rows: list[EmptyRow] = []
     # (key, devices, the allocation it replaces or None): the events, queued once the
     # replaced entries' old devices are known.
     written: list[tuple[Key, DevicesPerNUMA | None, int | None]] = []
@@ -161,31 +143,19 @@ def _write_chunk(
             ids[1] += 1
             container_id = containers[(pod_id, name)] = ids[1]
             new_containers.append((container_id, pod_id, name))
-        response = row.response
-        raw = None if response is None else response.raw
-        doc = to_json(response)
+        values = _allocation_values(row, to_json)
         allocation_id = existing.get((container_id, resource))
         if allocation_id is None:
             ids[2] += 1
             allocation_id = existing[(container_id, resource)] = ids[2]
-            new_allocations.append(
-                (
-                    allocation_id,
-                    container_id,
-                    resource,
-                    row.devices is None,
-                    raw,
-                    row.alloc_resp_json_null,
-                    doc,
-                )
-            )
+            new_allocations.append((allocation_id, container_id, resource, *values))
             written.append(((uid, name, resource), row.devices, None))
         else:
-            updates.append((row.devices is None, raw, row.alloc_resp_json_null, doc, allocation_id))
+            updates.append((*values, allocation_id))
             replaced[allocation_id] = seq
             written.append(((uid, name, resource), row.devices, allocation_id))
         if row.devices:
-            more, empty = spans.opened(allocation_id, seq, row.devices)
+            more, empty = device_rows(row.devices, allocation_id, seq)
             opened += more
             empty_rows += empty
         seq += 1
@@ -240,8 +210,7 @@ def delete_pods(conn: sqlite3.Connection, pod_uids: Iterable[str]) -> None:
 def _pod_maps(
     conn: sqlite3.Connection, pod_uid: str
 ) -> Iterator[tuple[int, Key, DevicesPerNUMA | None]]:
-    """One pod's entries, in position order, with their allocation ids and NUMA maps (one
-    statement, whose row order puts NUMA ids in ascending order)."""
+    """(allocation id, key, NUMA map) of one pod's entries, in position order."""
     current: int | None = None
     key: Key = ("", "", "")
     per_numa: DevicesPerNUMA | None = None
@@ -289,15 +258,19 @@ def delete_all(conn: sqlite3.Connection, keep: Iterable[Key] = ()) -> None:
 
 
 def replace_registered(
-    conn: sqlite3.Connection,
-    registered: Mapping[str, list[str] | None] | None,
-    *,
-    whole: bool,
+    conn: sqlite3.Connection, registered: Mapping[str, list[str] | None] | None, *, whole: bool
 ) -> None:
     """Write RegisteredDevices: the whole mapping (``whole``) or resource by resource, with a
     history event per resource whose list changes."""
+    old = current_registered(conn)
+    new: dict[str, list[str] | None] = {} if whole else dict(old)
+    new.update(registered or {})
     pending = events.Pending()
-    events.registered_changes(current_registered(conn), registered, whole=whole, pending=pending)
+    for resource in sorted(old.keys() - new.keys()):
+        pending.registered("unregistered", resource, old[resource])
+    for resource, ids in new.items():
+        if resource not in old or old[resource] != ids:
+            pending.registered("registered", resource, ids)
     pending.write(conn)
     if whole:
         conn.execute(sql.CLEAR_REGISTERED)
@@ -337,13 +310,8 @@ class StoredEntry:
 
     def checkpoint_entry(self, *, file_form: bool = False) -> PodDevicesEntry:
         """The entry as ``toCheckpointData`` gives it, or (``file_form``) as an exported file
-        writes it.
-
-        An entry restored from a JSON-null AllocResp holds an empty response: kubelet's
-        restore makes a non-nil empty message, whose ``toCheckpointData`` bytes are empty, so
-        ``alloc_resp`` is ``b""`` here. Only the file form writes ``null`` back, so that an
-        imported file exports byte for byte.
-        """
+        writes it: a JSON-null AllocResp is restored by kubelet as an empty message (``b""``),
+        and only the file form writes ``null`` back."""
         resp = None if file_form and self.alloc_resp_json_null else self.alloc_resp
         return PodDevicesEntry(
             self.pod_uid, self.container_name, self.resource_name, self.device_ids, resp
@@ -353,11 +321,8 @@ class StoredEntry:
 def read_entries(
     conn: sqlite3.Connection, pod_uid: str | None = None, *, with_response: bool = False
 ) -> Iterator[StoredEntry]:
-    """Every entry (of one pod; only those with a response), in position order, streamed.
-
-    Three scans in allocation order — entries, device rows, empty-list markers — merged as
-    they go, so a whole store is read without holding it or sorting it.
-    """
+    """Every entry (of one pod; only those with a response), in position order, streamed:
+    three scans in allocation order merged as they go, nothing held or sorted."""
     if pod_uid is None:
         params: dict[str, str] = {}
         entry_sql = sql.ENTRIES_WITH_RESPONSE if with_response else sql.ENTRIES

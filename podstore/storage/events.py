@@ -1,18 +1,9 @@
-"""The allocation history: events appended inside each change's own transaction, and replay.
+"""The allocation history: events appended inside each change's own transaction, and replay
+(the SQL contract: docs/sql.md, "allocation_events", "The hash chain").
 
-The ops, the ``device_ids`` and ``released`` JSON and the hash chain are the SQL contract:
-docs/sql.md ("allocation_events", "The hash chain"). What this code keeps true:
-
-- a rolled-back change leaves no event, a committed one always has its event; replaying the
-  log from empty (:func:`replay`) gives the store's entries and registered devices;
-- an event's time is never before its predecessor's (the wall clock may step back): time
-  queries rely on ``seq`` order and time order agreeing;
-- an entry event's devices are its device spans (``storage/spans.py``); an event
-  :class:`Pending` queues without spans gets ``event_device_rows`` rows;
-- each event's ``hash`` is ``chain.link(prev, event)``, ``prev`` read in the same probe of the
-  log's tail that gives the next seq and time (``sql.LAST``); over a pruned predecessor it
-  comes from ``history_chain_links`` (:func:`prev_hash`, :func:`head`). Removing the newest
-  events with their links is not detectable on the node alone: the fleet is the witness.
+An event's time is never before its predecessor's, even when the wall clock steps back: time
+queries rely on seq order being time order. Removing the newest events with their links is
+not detectable on the node alone: the fleet is the witness.
 """
 
 from __future__ import annotations
@@ -53,10 +44,8 @@ _Queued = tuple[
 
 @dataclass(slots=True)
 class Pending:
-    """Events to append in one go (one read of the log's tail, a few executemany calls).
-
-    Events get consecutive seqs in the order they are queued, from the stamp :meth:`write`
-    starts at (the i-th queued event gets ``stamp[0] + i``)."""
+    """Events to append in one go; the i-th queued gets seq ``stamp[0] + i`` of the stamp
+    :meth:`write` starts at."""
 
     events: list[_Queued] = field(default_factory=list)
 
@@ -69,9 +58,8 @@ class Pending:
         *,
         spans: bool = False,
     ) -> None:
-        """Queue an entry event; ``released``: the devices it released, sorted. ``spans``: the
-        caller records which devices the event names as device spans (storage/spans.py), so
-        the event gets no event_device_rows."""
+        """Queue an entry event; ``released``: sorted. ``spans``: the caller records its
+        devices as device spans, so it gets no event_device_rows."""
         text = _JSON.encode(list(released)) if released else None
         if spans:
             self.events.append((op, key[0], key[1], key[2], numa_json(devices), (), text, ()))
@@ -91,14 +79,12 @@ class Pending:
         devices: Sequence[str] = (),
         released: Sequence[str] = (),
     ) -> None:
-        """Queue an event of the node's other managers (``storage/node/``): ``payload`` is its
-        ``device_ids`` text; ``devices`` and ``released`` (sorted) get event device rows."""
+        """Queue a node manager event; ``payload`` is its ``device_ids`` text."""
         text = _JSON.encode(list(released)) if released else None
         self.events.append((op, key[0], key[1], key[2], payload, devices, text, released))
 
     def write(self, conn: sqlite3.Connection, stamp: Stamp | None = None) -> Stamp:
-        """Append the queued events, from ``stamp`` (as :func:`next_stamp` gives it) or from a
-        fresh one; returns the stamp that follows."""
+        """Append the queued events from ``stamp`` (default: a fresh one); returns the next."""
         if not self.events:
             return stamp if stamp is not None else next_stamp(conn)
         seq, ts, prev = stamp if stamp is not None else next_stamp(conn)
@@ -121,8 +107,8 @@ class Pending:
 
 
 def next_stamp(conn: sqlite3.Connection) -> Stamp:
-    """The next seq, the time to stamp events with now, and the hash the next event chains
-    from: one statement, unless the newest events were pruned or none was ever written."""
+    """The next seq, time and the hash it chains from (one statement unless the newest events
+    were pruned or none was written)."""
     row = conn.execute(sql.LAST).fetchone()
     if row is not None and (row[3] is None or int(row[3]) <= int(row[0])):
         last_seq, last_ts, prev = int(row[0]), row[1], bytes(row[2])
@@ -143,9 +129,8 @@ def append_entry(
     devices: DevicesPerNUMA | None,
     released: Sequence[str] = (),
 ) -> None:
-    """Append one entry event at ``stamp`` (as :func:`next_stamp` gave it) whose devices the
-    caller records as device spans: what ``Pending`` does for one such event, with less
-    Python (the path of every ``insert``). ``released``: the devices it released, sorted."""
+    """``Pending.entry(..., spans=True)`` for one event at ``stamp``, with less Python (the
+    path of every ``insert``)."""
     seq, ts, prev = stamp
     text = numa_json(devices)
     gone = _JSON.encode(list(released)) if released else None
@@ -154,18 +139,15 @@ def append_entry(
 
 
 def released_devices(old: Iterable[str], new: DevicesPerNUMA | None) -> list[str]:
-    """The devices an entry held (``old``) that its new map no longer lists, sorted by code
-    point: what the event that writes ``new`` released."""
+    """The devices of ``old`` that ``new`` no longer lists, sorted by code point."""
     kept = {d for lst in new.values() if lst for d in lst} if new else set()
     return sorted(set(old) - kept)
 
 
 def prune(conn: sqlite3.Connection, before: str) -> int:
-    """``prune_history``: delete the events before ``before`` that nothing needs (see
-    ``sql.PRUNE``); returns how many went. The chain stays checkable: each kept event whose
-    predecessor goes gets a link with that predecessor's hash. When the newest events go too,
-    their highest seq is kept as the floor the next seq is taken above, so no seq is ever
-    handed out twice, and the link for the seq after it says where the chain stands."""
+    """``prune_history``: delete the events before ``before`` that nothing needs; returns how
+    many went. Links keep the chain checkable; when the newest go, their seq becomes the floor
+    so that no seq is handed out twice."""
     for statement in sql.SETUP:
         conn.execute(statement)
     conn.execute(sql.PRUNE_CLEAR)
@@ -196,11 +178,9 @@ def genesis(conn: sqlite3.Connection) -> bytes:
 
 
 def prev_hash(conn: sqlite3.Connection, seq: int) -> bytes:
-    """The hash event ``seq`` chains from: the genesis for seq 1, else the hash of event
-    ``seq - 1`` when it is kept, else the link recorded for ``seq`` (see "The hash chain").
+    """The hash event ``seq`` chains from: the genesis, event ``seq - 1``'s hash, or its link.
 
-    Raises StoreCorruptError when the predecessor is missing and no link records its hash
-    (an event was removed from outside podstore), InvalidInputError for a seq below 1.
+    Raises StoreCorruptError when neither is there, InvalidInputError for a seq below 1.
     """
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise InvalidInputError(f"seq: expected an integer >= 1, got {seq!r}")
@@ -218,11 +198,9 @@ def prev_hash(conn: sqlite3.Connection, seq: int) -> bytes:
 
 
 def head(conn: sqlite3.Connection) -> tuple[int, bytes]:
-    """The newest seq ever handed out (0 before the first event) and the hash the chain stands
-    at there: that event's hash, or when prune_history removed it the link it left for the
-    next seq; the genesis before the first event.
+    """The newest seq handed out (0: none) and the hash the chain stands at there.
 
-    Raises StoreCorruptError when neither is there (removed from outside podstore).
+    Raises StoreCorruptError when neither the event nor its link is there.
     """
     seq, link = conn.execute(sql.PRUNED_HEAD).fetchone()
     seq = int(seq)
@@ -253,31 +231,6 @@ def numa_json(devices: Mapping[int, Sequence[str] | None] | None) -> str | None:
     )
 
 
-def _numa_from_json(text: str | None) -> DevicesPerNUMA | None:
-    if text is None:
-        return None
-    raw = json.loads(text)
-    return {int(k): v for k, v in raw.items()}
-
-
-def registered_changes(
-    old: Mapping[str, list[str] | None],
-    registered: Mapping[str, list[str] | None] | None,
-    *,
-    whole: bool,
-    pending: Pending,
-) -> None:
-    """Queue events for turning the registered devices ``old`` into the new ones (the whole
-    mapping when ``whole``, else resource by resource)."""
-    new: dict[str, list[str] | None] = {} if whole else dict(old)
-    new.update(registered or {})
-    for resource in sorted(old.keys() - new.keys()):
-        pending.registered("unregistered", resource, old[resource])
-    for resource, ids in new.items():
-        if resource not in old or old[resource] != ids:
-            pending.registered("registered", resource, ids)
-
-
 # ---- reading events --------------------------------------------------------------------------
 
 
@@ -287,10 +240,12 @@ def to_event(row: Sequence[Any]) -> AllocationEvent:
         return node_codec.to_event(row)
     seq, ts, op, pod, container, resource, text, released = row
     ids: DevicesPerNUMA | list[str] | None
-    if pod is None:
-        ids = None if text is None else list(json.loads(text))
+    if text is None:
+        ids = None
+    elif pod is None:
+        ids = list(json.loads(text))
     else:
-        ids = _numa_from_json(text)
+        ids = {int(k): v for k, v in json.loads(text).items()}
     gone: list[str] = [] if released is None else list(json.loads(released))
     return AllocationEvent(int(seq), parse_ts(ts), op, pod, container, resource, ids, gone)
 
@@ -307,11 +262,8 @@ class ReplayState:
 
 
 def replay(events: Iterable[AllocationEvent], state: ReplayState | None = None) -> ReplayState:
-    """Apply events in order (from empty by default): the state they describe.
-
-    After any sequence of changes, ``replay(store.history())`` equals the store's entries (key
-    → NUMA map) and registered devices; the same holds after ``prune_history``.
-    """
+    """The state the events describe, applied in order (from empty by default); replaying
+    ``store.history()`` gives the store's entries and registered devices, pruned or not."""
     out = state if state is not None else ReplayState()
     for ev in events:
         if node_codec.is_node_op(ev.op):

@@ -1,13 +1,10 @@
 """Decoded plugin responses: the JSON each allocation keeps beside its bytes, and the SQL
 run-option merge.
 
-``allocations.response`` (revision 0006) holds each response's settings as canonical JSON
-(:func:`to_json`; docs/sql.md reads it through the ``response_*`` views): two responses that
-decode to the same settings have the same text, so a sync compares texts. Revision 0006 keeps
-a frozen copy of :func:`to_json`; a test holds them equal. :func:`shape` turns the rows of
-the SQL merge (``sql/views.RUN_OPTIONS_FOR_CONTAINER``) into runtime types;
-``device_run_container_options`` merges the stored bytes instead (faster for one container)
-and tests/test_audit_run_options.py holds both equal.
+``allocations.response`` holds each response's settings as canonical JSON (:func:`to_json`):
+equal settings give equal text, so a sync compares texts. Revision 0006 keeps a frozen copy of
+:func:`to_json`, and tests/test_audit_run_options.py holds the SQL merge (:func:`shape`) equal
+to the Python one.
 """
 
 from __future__ import annotations

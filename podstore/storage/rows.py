@@ -1,13 +1,11 @@
 """From a checkpoint file to the rows the store writes: the one layer under import, sync and
-``from_checkpoint_data`` (a file read and verified as import reads it; an entry as its :class:`Row`
-or why kubelet skips it; a NUMA map as device rows and empty-list markers, for every table that
-holds them)."""
+``from_checkpoint_data``."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from podstore.errors import InvalidInputError
 from podstore.pure import alloc_resp
@@ -21,7 +19,10 @@ if TYPE_CHECKING:
 #: whole-store id reads cost more than they save for a handful of rows.
 BULK_ROWS = 64
 
-K = TypeVar("K")
+#: A device row: its owner's key columns, NUMA node, position, device id.
+DeviceRow = tuple[int | str, ...]
+#: An empty-list marker: owner, NUMA node, whether the list is null.
+EmptyRow = tuple[int, int, bool]
 
 
 @dataclass(slots=True)
@@ -50,8 +51,7 @@ def file_path(path: str | os.PathLike[str], argument: str) -> str:
 
 
 def read_verified(
-    path: str | os.PathLike[str],
-    max_bytes: int | None = None,
+    path: str | os.PathLike[str], max_bytes: int | None = None
 ) -> tuple[str, Checkpoint]:
     """The path as a string and the file read and verified as import reads it (v2, then v1;
     checksum; at most ``max_bytes``, default 256 MiB); nothing decoded beyond the file.
@@ -98,17 +98,17 @@ def skipped_entry(index: int, entry: PodDevicesEntry, reason: str) -> SkippedEnt
 
 
 def device_rows(
-    owner: K, devices: DevicesPerNUMA | None
-) -> tuple[list[tuple[K, int, int, str]], list[tuple[K, int, bool]]]:
-    """``devices`` as (owner, NUMA node, position, device id) rows, and (owner, NUMA node,
-    is null) markers for the nodes whose list is empty or null (the store keeps ``[]`` and
-    ``null`` apart, and a node with no devices would otherwise leave no trace)."""
-    rows: list[tuple[K, int, int, str]] = []
-    empty: list[tuple[K, int, bool]] = []
+    devices: DevicesPerNUMA | None, *owner: int
+) -> tuple[list[DeviceRow], list[EmptyRow]]:
+    """``devices`` as ``(*owner, NUMA node, position, device id)`` rows, and ``(owner[0], NUMA
+    node, is null)`` markers for the nodes whose list is ``[]`` or ``null`` (the store keeps
+    them apart, and a node with no devices would otherwise leave no trace)."""
+    rows: list[DeviceRow] = []
+    empty: list[EmptyRow] = []
     if devices:
         for node, ids in devices.items():
             if ids:
-                rows += [(owner, node, pos, dev) for pos, dev in enumerate(ids)]
+                rows += [(*owner, node, pos, dev) for pos, dev in enumerate(ids)]
             else:
-                empty.append((owner, node, ids is None))
+                empty.append((owner[0], node, ids is None))
     return rows, empty

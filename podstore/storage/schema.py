@@ -1,11 +1,7 @@
 """The tables, in SQLAlchemy Core: the single source of truth that migrations follow.
 
-One row per level of pod → container → resource → {NUMA → [device]}; wherever the checkpoint tells
-JSON ``null`` from empty, a flag column or a marker row keeps the difference, so an imported file
-exports byte for byte. Tables keyed by a composite or text key are ``WITHOUT ROWID`` (revision 0004:
-one B-tree fewer per write); revision 0006 keeps the decoded response as one JSON column and the
-device lists as spans the history shares (docs/sql.md, "Physical layout"; the views are
-``storage/sql/views.py``).
+Wherever the checkpoint tells JSON ``null`` from empty, a flag column or a marker row keeps the
+difference, so an imported file exports byte for byte (columns and layout: docs/sql.md).
 """
 
 from __future__ import annotations
@@ -63,9 +59,8 @@ containers = Table(
     UniqueConstraint("pod_id", "name"),
 )
 
-# ``id`` is the entry's global position: a replacing insert updates the row in place and keeps
-# it; a new entry gets one more than any id ever given to an entry (the device spans of a
-# deleted entry keep its id, revision 0006), so ORDER BY id is first-insertion order (api.md).
+# ``id`` is never reused (closed device spans keep it) and a replacing insert keeps it, so
+# ORDER BY id is first-insertion order (api.md).
 allocations = Table(
     "allocations",
     metadata,
@@ -76,14 +71,11 @@ allocations = Table(
     Column("resource", Text, nullable=False),
     # DeviceIDs was JSON null (Go nil map) rather than {}.
     Column("device_ids_null", Boolean, nullable=False, server_default=text("0")),
-    # NULL: no response at all (Go nil pointer). Otherwise the serialized
-    # ContainerAllocateResponse exactly as received or imported.
+    # NULL: a Go nil pointer; else the ContainerAllocateResponse bytes as received.
     Column("alloc_resp", LargeBinary, nullable=True),
-    # The entry came from a checkpoint whose AllocResp was null: kubelet restores an empty
-    # response (alloc_resp = b""), and export writes null again.
+    # AllocResp was null: kubelet restores b"", and export writes null again.
     Column("alloc_resp_json_null", Boolean, nullable=False, server_default=text("0")),
-    # Revision 0006: the response decoded, as JSON (storage/responses.py); NULL when it sets
-    # nothing. The response_* views read it.
+    # The decoded response as JSON for the response_* views; NULL when it sets nothing.
     Column("response", Text, nullable=True),
     UniqueConstraint("container_id", "resource"),
 )
@@ -96,33 +88,27 @@ def _allocation_id() -> Column[int]:
     )
 
 
-# Revision 0006: one row per (NUMA node, list position) of every device list an entry event
-# wrote — the entry's devices now (``until_seq`` NULL: the ``allocation_devices`` view) and
-# those it held before, closed by the seq of the event that ended them. Current holders and
-# the history of a device are one B-tree apart through the device index, so an insert writes
-# its devices once (storage/spans.py).
+# Every device list an entry event wrote, open (``until_seq`` NULL: ``allocation_devices``)
+# or closed by the event that ended it: an insert writes each device once (storage/spans.py).
 allocation_device_spans = Table(
     "allocation_device_spans",
     metadata,
     # No foreign key: a closed span outlives its allocation (whose id is never reused).
     Column("allocation_id", Integer, nullable=False),
-    # The event that listed the device (0: listed before revision 0006).
-    Column("since_seq", Integer, nullable=False),
+    Column("since_seq", Integer, nullable=False),  # 0: listed before revision 0006
     Column("numa_node", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
     Column("device_id", Text, nullable=False),
-    # The event that ended the span; NULL while the entry lists the device.
     Column("until_seq", Integer, nullable=True),
-    # How that event names the device: 0 listed (a delete, or listed again), 1 released,
-    # NULL not at all (the entry a replacing import dropped and wrote anew).
+    # 0: the ending event lists the device, 1: releases it, NULL: does not name it (an entry
+    # a replacing import dropped and wrote anew).
     Column("until_released", Boolean, nullable=True),
     PrimaryKeyConstraint("allocation_id", "since_seq", "numa_node", "position"),
     Index("ix_allocation_device_spans_device_id", "device_id", "until_seq"),
     **_CLUSTERED,
 )
 
-# NUMA keys whose list holds no device: [] (is_null false) or null (is_null true). They have
-# no allocation_devices rows, yet kubelet keeps and hashes the key.
+# NUMA keys whose list is [] or null: no device rows, yet kubelet keeps and hashes the key.
 empty_numa_lists = Table(
     "empty_numa_lists",
     metadata,
@@ -158,9 +144,8 @@ registered_devices = Table(
     **_CLUSTERED,
 )
 
-# Whole-store facts of the checkpoint shape: 'entries_json' ('null' or '[]': how an export with
-# no entries writes PodDeviceEntries) and 'registered_json_null' ('1' when RegisteredDevices
-# itself was null).
+# 'entries_json' ('null' or '[]': PodDeviceEntries of an export with no entries),
+# 'registered_json_null' ('1': RegisteredDevices was null), 'history_seq_floor', 'store_id'.
 store_meta = Table(
     "store_meta",
     metadata,
@@ -171,22 +156,12 @@ store_meta = Table(
 )
 
 
-# ---- allocation history (revision 0002) ------------------------------------------------------
+# ---- allocation history (revisions 0002, 0005) ----------------------------------------------
 #
-# Append-only: one row per change, written in the change's own transaction (events.py). ``seq``
-# is never reused, even after prune_history removed the newest rows: a writer takes one more
-# than the larger of max(seq) and store_meta's 'history_seq_floor', which prune_history raises
-# to the highest seq it removed (revision 0004; before it AUTOINCREMENT did this, at the cost
-# of a sqlite_sequence page per commit). ``ts`` (UTC, ISO 8601 with microseconds and 'Z')
-# never decreases as seq grows.
-# ``device_ids`` is JSON: the NUMA map of an entry event, the device list of a registered event.
-# The ops it may carry are in storage/ops.py.
-
-# Revision 0005: ``hash`` chains every event to its predecessor (pure/chain.py): the 32 bytes
-# SHA-256(hash of the previous event ‖ the event's canonical bytes), from the genesis of the
-# store's store_id. ``released`` lists the devices an entry event took away from an entry that
-# existed before it (a replace, or an import or sync over an existing entry): a JSON array
-# sorted by code point, NULL when none.
+# Append-only, written in the change's own transaction (events.py). ``seq`` is never reused:
+# the next is above max(seq) and store_meta's 'history_seq_floor' (no AUTOINCREMENT: it cost
+# a sqlite_sequence page per commit). ``ts`` never decreases as seq grows. ``hash`` chains each
+# event to its predecessor (pure/chain.py).
 allocation_events = Table(
     "allocation_events",
     metadata,
@@ -203,26 +178,17 @@ allocation_events = Table(
         "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
     ),
     CheckConstraint("length(hash) = 32", name="hash"),
-    # No index on ts (revision 0006): seq order is time order, so a time is found by a binary
-    # search over seq (sql/events.py), and no insert writes a ts index page.
+    # No ts index: seq order is time order, so a time is a binary search over seq.
     Index("ix_allocation_events_key", "pod_uid", "container", "resource", "seq"),
 )
 
-# The devices an event names that no device span records (revision 0006; before it, every
-# event's rows, as ``allocation_event_devices``): those of registered-device events, of events
-# written before revision 0006, and of any event appended through ``events.Pending`` without
-# spans. ``released`` 0: the event lists the device (held after it, or for a delete until
-# it); 1: it released the device. The ``allocation_event_devices`` view joins these rows with
-# what the spans say (storage/spans.py).
+# The devices an event names that no device span records (registered-device events, events
+# before revision 0006, ``events.Pending`` without spans); the ``allocation_event_devices``
+# view joins them with the spans.
 event_device_rows = Table(
     "event_device_rows",
     metadata,
-    Column(
-        "seq",
-        Integer,
-        ForeignKey("allocation_events.seq", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    Column("seq", Integer, ForeignKey("allocation_events.seq", ondelete="CASCADE"), nullable=False),
     Column("device_id", Text, nullable=False),
     Column("released", Boolean, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("seq", "device_id"),
@@ -230,10 +196,8 @@ event_device_rows = Table(
     **_CLUSTERED,
 )
 
-# The hash a kept event chains from when its predecessor (seq - 1) is not kept (revision 0005):
-# written by prune_history for each kept event whose predecessor it removes, and for the seq
-# after the newest ever handed out when it removes the newest events (so the next event, and
-# head(), still know what the chain stands at). See storage/events.py, "The hash chain".
+# The hash a kept event chains from when prune_history removed its predecessor; also for the
+# seq after the newest handed out, so the next event and head() know where the chain stands.
 history_chain_links = Table(
     "history_chain_links",
     metadata,
@@ -245,17 +209,11 @@ history_chain_links = Table(
 
 # ---- the node's other managers, its topology and pod names (revision 0007) --------------------
 #
-# The CPU, memory and DRA managers' checkpoints (docs/node-files.md), normalized: one row per
-# exclusive CPU, per memory block and its NUMA nodes, per NUMA node and memory type of the
-# machine state, per DRA claim, pod and device. What only a file's form needs to be written back
-# byte for byte (its format version, null-vs-empty of whole maps, the DRA list's name, …) is
-# ``node_files.form``. Every change of these tables (but ``node_files``) is a history event in
-# the same transaction (storage/node/, NODE_EVENT_OPS).
-#
-# An assignment row is keyed by pod and container as kubelet keys its maps: both set for a
-# container's assignment, ``container`` NULL for the pod's own (``podEntries``), ``pod_uid``
-# NULL for a CPU v1 entry keyed by container id only. Each form is unique on its own (partial
-# unique indexes: SQLite lets NULLs repeat in a UNIQUE constraint).
+# The CPU, memory and DRA checkpoints normalized; what only writing a file back byte for byte
+# needs is ``node_files.form``. Every change (but to ``node_files``) is a history event.
+# An assignment is keyed by pod and container; ``container`` NULL: the pod's own
+# (``podEntries``); ``pod_uid`` NULL: a CPU v1 entry keyed by container id. Partial unique
+# indexes, as SQLite lets NULLs repeat in a UNIQUE constraint.
 
 
 def _assignment_table(name: str, *columns: Column[object], legacy: bool) -> Table:
@@ -296,8 +254,7 @@ def _owner(table: str, column: str = "assignment_id") -> Column[int]:
     return Column(column, Integer, ForeignKey(f"{table}.id", ondelete="CASCADE"), nullable=False)
 
 
-# One row per checkpoint kind the store holds (cpu, memory, dra): the format its file was
-# written in, the manager's policy, and ``form`` (JSON) for writing it back.
+# One row per checkpoint kind held: its format version, policy and ``form`` (JSON).
 node_files = Table(
     "node_files",
     metadata,
@@ -305,8 +262,7 @@ node_files = Table(
     Column("version", Text, nullable=False),
     Column("policy_name", Text, nullable=True),
     Column("form", Text, nullable=False),
-    # Revision 0008: the digest of the file bytes the kind was last brought to (NULL: set
-    # otherwise), so that a follower skips a rewrite of the same bytes.
+    # Digest of the file last brought in (revision 0008): a follower skips the same bytes.
     Column("digest", Text, nullable=True),
     PrimaryKeyConstraint("kind"),
     CheckConstraint("kind IN ('cpu', 'memory', 'dra')", name="kind"),
@@ -332,8 +288,7 @@ cpu_shared = Table(
     **_CLUSTERED,
 )
 
-# Memory manager: each assignment's blocks (null list kept apart from empty), each block's NUMA
-# nodes in list order, and the machine state per NUMA node and memory type.
+# Memory manager: blocks, each block's NUMA nodes, the machine state per node and type.
 memory_assignments = _assignment_table(
     "memory_assignments",
     Column("blocks_null", Boolean, nullable=False, server_default=text("0")),
@@ -463,12 +418,9 @@ pod_names = Table(
     **_CLUSTERED,
 )
 
-# Revision 0008: each item of the tables above (its ``part``: cpu, memory, dra, topology, names;
-# its key as the JSON text of ``[pod_uid, container, resource]``) with its canonical text
-# (storage/node/items.py), its payload and its devices (JSON array, NULL when none): a
-# sync finds what differs with one query (storage/node/sync.py). Empty with
-# ``node_items_pending`` set in ``store_meta`` until the first node write after the upgrade
-# fills it.
+# Revision 0008: each node item (key: JSON ``[pod_uid, container, resource]``) with its
+# canonical text (storage/node/items.py), so a sync finds what differs in one query. Empty,
+# with store_meta ``node_items_pending``, until the first node write after the upgrade.
 node_items = Table(
     "node_items",
     metadata,

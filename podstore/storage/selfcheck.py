@@ -1,10 +1,6 @@
-"""``podstore verify``: SQLite's integrity checks plus the store's invariants (not the open-time
-``quick_check``, nor a checkpoint's checksum).
+"""``podstore verify``: SQLite's integrity checks plus the store's invariants, read-only.
 
-:func:`check_store` opens the file read-only and returns :class:`Finding` s, never writing or
-repairing; :func:`check_connection` runs the same on an open connection (the crash harnesses use
-it). ``error``: damage, or a state no podstore call produces; ``warning``: legal but worth a look.
-``podstore verify`` exits 1 on any error.
+``error``: damage, or a state no podstore call produces; ``warning``: legal but worth a look.
 """
 
 from __future__ import annotations
@@ -58,12 +54,11 @@ def has_errors(findings: Iterable[Finding]) -> bool:
 
 
 def check_store(path: str | os.PathLike[str], *, quick: bool = False) -> list[Finding]:
-    """Check the store at ``path`` (a path or sqlite URL), read-only; [] means all is well.
+    """The findings on the store at ``path`` (a path or sqlite URL); [] means all is well.
+    ``quick``: ``PRAGMA quick_check`` instead of ``integrity_check``.
 
-    ``quick=True`` runs ``PRAGMA quick_check`` (b-tree structure only) instead of the full
-    ``integrity_check`` (which also matches every index against its table).
-    Raises InvalidInputError when ``path`` is not a file; a file SQLite cannot open at all is
-    reported as an ``open`` finding, not raised.
+    Raises InvalidInputError when ``path`` is not a file; one SQLite cannot open is an ``open``
+    finding.
     """
     options = ConnectOptions(path=database_path(path), readonly=True)
     if not os.path.isfile(options.path):
@@ -80,10 +75,7 @@ def check_store(path: str | os.PathLike[str], *, quick: bool = False) -> list[Fi
 
 
 def check_connection(conn: sqlite3.Connection, *, quick: bool = False) -> list[Finding]:
-    """Run every check on ``conn`` inside one read transaction (a consistent snapshot).
-
-    ``conn`` must be in autocommit mode (``isolation_level=None``) and not in a transaction.
-    """
+    """Every check on ``conn`` (autocommit, not in a transaction) in one read transaction."""
     findings: list[Finding] = []
     try:
         conn.execute("BEGIN")
@@ -327,9 +319,6 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
         "warning",
         ("allocation_device_spans", "allocations", "containers", "pods"),
         sql.DUPLICATE_DEVICES,
-        # Kubelet builds each list from a set, so a duplicate can only have come in with a
-        # checkpoint file or a caller's list; podstore keeps lists as given (exports must
-        # match byte for byte), so this is worth a look but not damage.
         "devices listed more than once in one NUMA list (kept as given; kubelet's own "
         "allocations never repeat a device, so these came from a checkpoint or a caller)",
         lambda r: f"{r[4]!r} x{r[5]} in {_entry(r)} NUMA {r[3]}",
@@ -346,8 +335,7 @@ _INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Findi
 
 
 def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
-    """Every stored AllocResp decodes (insert and restore refuse or skip ones that do not), and
-    the decoded JSON beside it (what the response_* views read) is what it decodes to."""
+    """Every stored AllocResp decodes, to the JSON stored beside it."""
     if not {"allocations", "containers", "pods"} <= tables:
         return []
     bad: list[tuple[str, str, str, str]] = []
@@ -385,12 +373,7 @@ def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
 
 def _foreign_keys(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     """SQLite's own foreign key check, for tables the explicit orphan checks do not cover."""
-    covered = {
-        "containers",
-        "allocations",
-        "empty_numa_lists",
-        "registered_devices",
-    }
+    covered = {"containers", "allocations", "empty_numa_lists", "registered_devices"}
     rows = [r for r in conn.execute("PRAGMA foreign_key_check") if r[0] not in covered]
     if not rows:
         return []
@@ -436,9 +419,8 @@ def _named(
 
 
 def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
-    """allocation_event_devices (the device spans and event_device_rows) names exactly the
-    devices each kept event names: what owners_at and history(device_id=) read is what the
-    hash chain covers."""
+    """allocation_event_devices names exactly what each kept event names: what owners_at and
+    history(device_id=) read is what the hash chain covers."""
     needed = {"allocation_events", "allocation_device_spans", "event_device_rows"}
     if not needed | {"history_chain_links"} <= tables:
         return []
@@ -496,7 +478,7 @@ def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return out
 
 
-_INVARIANTS.append(
+_INVARIANTS += [
     _rows_check(
         "spans",
         "error",
@@ -504,12 +486,9 @@ _INVARIANTS.append(
         sql.SPANS,
         "device spans no podstore write leaves",
         lambda r: f"allocation {r[0]}: {r[1]}",
-    )
-)
-
-# The node's other managers (revision 0007): states kubelet never writes, kept as the files
-# said (the store mirrors them), and rows no podstore write leaves.
-_INVARIANTS += [
+    ),
+    # The node's other managers (revision 0007): states kubelet never writes, kept as the
+    # files said (the store mirrors them), and rows no podstore write leaves.
     _rows_check(
         "cpu-two-pods",
         "error",

@@ -1,18 +1,9 @@
-"""A sync: the store brought to a checkpoint file's content by writing only what differs.
+"""A sync: the store brought to a checkpoint file's content by writing only what differs
+(what counts as a change, and the order of the events: docs/watch.md).
 
-The file is read and verified as an import reads it (``rows.read_verified``), before the
-write lock. Inside the caller's transaction its rows go into TEMP tables and SQL set
-differences (``sql/sync.py``) name what to write; the writes go through the ordinary entry
-writers, so spans, events and positions are what an insert, delete or import makes. Every sync
-reads and loads the whole file (a follower's cache of the last read saved about 3 ms a sync
-at kubelet's default of 110 pods).
-
-A change: an entry added or dropped; an entry whose device map (a multiset per NUMA node,
-null apart from empty) or decoded response differs, or whose missing or null AllocResp the
-file gives another (``replace``); a registered resource added, changed as a multiset, or gone.
-Order alone is never a change, so an unchanged entry keeps its position and bytes. Events go
-in this order: deletes (store order), unregistered and registered (by name), replaces, inserts
-(file order, taking the next positions).
+The file is read and verified before the write lock; SQL set differences (``sql/sync.py``) name
+what to write, and the ordinary entry writers write it. Every sync loads the whole file (a
+follower's cache of the last read saved only about 3 ms a sync at 110 pods).
 """
 
 from __future__ import annotations
@@ -62,13 +53,9 @@ def sync_file(
 
 
 class _File:
-    """The file's entries as kubelet restores them, decoded on demand, by ``ord``.
-
-    Keys that occur more than once are decoded at once, because an entry whose AllocResp
-    does not decode is skipped *before* duplicates fold (the last decodable one wins, at the
-    first decodable one's position); every other entry is decoded only when the sync needs
-    its response: when it is new, or its bytes differ from the stored ones. Bytes equal to
-    the stored ones decoded when they were stored.
+    """The file's entries as kubelet restores them, by ``ord``, decoded only when new or
+    their bytes differ from the stored ones. Repeated keys are decoded at once: an undecodable
+    entry is skipped *before* duplicates fold (the last decodable wins, at the first's place).
     """
 
     def __init__(self, checkpoint: Checkpoint) -> None:
@@ -145,32 +132,18 @@ def _clear(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _entry_rows(
-    ord_: int, e: PodDevicesEntry
-) -> tuple[tuple[Any, ...], list[tuple[int, int, int, str]], list[tuple[int, int, bool]]]:
-    devices, empty = rows.device_rows(ord_, e.device_ids)
-    raw = b"" if e.alloc_resp is None else e.alloc_resp
-    entry = (
-        ord_,
-        e.pod_uid,
-        e.container_name,
-        e.resource_name,
-        e.device_ids is None,
-        raw,
-        e.alloc_resp is None,
-        len(devices),
-    )
-    return entry, devices, empty
-
-
 def _load_entries(conn: sqlite3.Connection, file: _File) -> None:
     """Fill the file tables with the file's entries (``ord``: their place in ``file.kept``)."""
-    entry_rows = []
-    device_rows: list[tuple[int, int, int, str]] = []
-    empty_rows: list[tuple[int, int, bool]] = []
+    entry_rows: list[tuple[Any, ...]] = []
+    device_rows: list[rows.DeviceRow] = []
+    empty_rows: list[rows.EmptyRow] = []
     for ord_, (index, e, row) in enumerate(file.kept):
-        entry, devices, empty = _entry_rows(ord_, e)
-        entry_rows.append(entry)
+        devices, empty = rows.device_rows(e.device_ids, ord_)
+        key = (e.pod_uid, e.container_name, e.resource_name)
+        raw = b"" if e.alloc_resp is None else e.alloc_resp
+        entry_rows.append(
+            (ord_, *key, e.device_ids is None, raw, e.alloc_resp is None, len(devices))
+        )
         device_rows.extend(devices)
         empty_rows.extend(empty)
         file.entries[ord_] = (index, e)
@@ -182,8 +155,7 @@ def _load_entries(conn: sqlite3.Connection, file: _File) -> None:
 
 
 def _decode_needed(conn: sqlite3.Connection, file: _File, ords: list[int]) -> list[int]:
-    """Decode the responses of ``ords``; those that do not decode leave the sync (and so
-    become deletes where the store holds them). Returns the ords that decoded."""
+    """The ords whose responses decode; the others leave the sync (so become deletes)."""
     kept = []
     for ord_ in ords:
         if file.row(ord_) is None:
@@ -192,15 +164,6 @@ def _decode_needed(conn: sqlite3.Connection, file: _File, ords: list[int]) -> li
         else:
             kept.append(ord_)
     return kept
-
-
-def _load_candidate_responses(conn: sqlite3.Connection, file: _File, ords: list[int]) -> None:
-    """The decoded JSON of the paired entries whose response bytes differ from the stored
-    ones (compared with the stored JSON by CHANGED_RESPONSES)."""
-    to_json = responses.to_json
-    conn.executemany(
-        sql.LOAD_CANDIDATE_RESPONSE, [(to_json(file.rows[o].response), o) for o in ords]
-    )
 
 
 def _device_maps(
@@ -293,7 +256,10 @@ def _apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:
     candidates = _decode_needed(conn, file, candidates)
     conn.execute(sql.DOOM)
     changed = {int(o) for (o,) in conn.execute(sql.CHANGED_DEVICES).fetchall()}
-    _load_candidate_responses(conn, file, candidates)
+    conn.executemany(
+        sql.LOAD_CANDIDATE_RESPONSE,
+        [(responses.to_json(file.rows[o].response), o) for o in candidates],
+    )
     changed.update(int(o) for (o,) in conn.execute(sql.CHANGED_RESPONSES).fetchall())
     # A changed entry whose bytes equal the stored ones decodes (they did when stored).
     replaced: list[Row] = []

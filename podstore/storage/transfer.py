@@ -1,8 +1,7 @@
 """Moving state between a PodStore and kubelet checkpoint files (import and export).
 
-Import is split so the slow part (reading, verifying, decoding a file that may hold 100,000
-entries) happens before the write lock is taken; the locked part is a few executemany calls.
-Reading and decoding are the rows layer's (``storage/rows.py``), shared with the sync.
+Import reads, verifies and decodes before the write lock; the locked part is a few
+executemany calls.
 """
 
 from __future__ import annotations

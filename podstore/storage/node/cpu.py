@@ -1,8 +1,6 @@
 """The CPU manager's state as items and rows.
 
-Items: each assignment (a container's CPUs, a pod's own, a v1 entry's) with the CPU ids as a
-sorted JSON array, the shared cpuset likewise, and the policy as a JSON string. The form keeps
-the hashed type name and the pods whose container map is empty (``"pod":{}``).
+Items: each assignment and the shared cpuset as sorted JSON arrays, the policy as a string.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The DRA manager's state as items and rows.
 
-Items: one per claim, keyed ``dra:CLAIM_UID``, its payload the claim as JSON (name, namespace,
-the pods using it sorted, per driver its devices as listed; a classic DRA v1 claim's driver,
-class, handles and CDI devices under ``classic``). Devices compare as a multiset, each with its
-request names and CDI ids sorted. Each claim's event names its devices as
-``driver/pool/device`` (event device rows), and a changed claim's event releases those it no
-longer has. Claims keep their place in the list: a new one goes after the others. The form
-keeps the data format's list name, whether devices carry a share id, ``kind`` and
-``apiVersion``, and a null list.
+Items: one per claim (``dra:CLAIM_UID``), its devices compared as a multiset and named in its
+event as ``driver/pool/device``. Claims keep their place in the list; a new one goes last.
 """
 
 from __future__ import annotations
@@ -130,8 +124,7 @@ def wanted(state: DRAState) -> tuple[Items, str, dict[str, Any]]:
 
 
 def _claims(conn: sqlite3.Connection, uid: str | None = None) -> list[tuple[int, DRAClaim, bool]]:
-    """Every claim (or the one of ``uid``) with its row id and whether it is a classic v1
-    claim, in list order."""
+    """(row id, claim, classic v1?) of every claim (or of ``uid``), in list order."""
     one = () if uid is None else (uid,)
     claims: dict[int, tuple[DRAClaim, bool]] = {}
     for cid, _pos, cuid, name, ns, pods_null, drivers_null, classic in conn.execute(

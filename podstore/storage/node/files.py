@@ -1,8 +1,5 @@
-"""``node_files``: per checkpoint kind the store holds, the format its file was written in, the
-manager's policy, and the file's *form* — what writing it back byte for byte needs beyond the
-items (JSON; each kind says what it keeps there), and the digest of the file bytes the kind was
-last brought to (revision 0008; NULL when it was set otherwise). A file's checksum is not kept:
-export computes the one kubelet would write."""
+"""``node_files``: per kind held, its format, policy, *form* (what writing it back byte for byte
+needs beyond the items) and digest. No checksum is kept: export computes kubelet's."""
 
 from __future__ import annotations
 

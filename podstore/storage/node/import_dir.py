@@ -1,10 +1,8 @@
-"""``import_node``: every checkpoint a kubelet directory holds, the NUMA topology and the pod names,
-verified before the write lock (:func:`prepare`; one failure writes nothing) and then loaded in the
-caller's transaction (:func:`apply`), each writing only what differs.
+"""``import_node``: every checkpoint of a kubelet directory, the NUMA topology and pod names,
+verified before the write lock (one failure writes nothing), then each written where it differs.
 
-An absent file leaves its kind as it was, and so does a ``sysfs`` that is no sysfs or a ``pod_logs``
-that is no directory (a mistyped path must not delete what a real one gave); a directory without any
-of the four files is no kubelet directory, and raises.
+An absent file, a ``sysfs`` that is no sysfs or a ``pod_logs`` that is no directory leaves its
+kind as it was: a mistyped path must not delete what a real one gave.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The memory manager's state as items and rows.
 
-Items: each assignment's block list (a container's, a pod's own) as kubelet writes it
-(``null`` or ``[{"numaAffinity":[0],"type":"memory","size":512}]``), each NUMA node of the
-machine state as kubelet writes it, and the policy. Blocks compare as a multiset, each with its
-NUMA nodes sorted; a node's cells compare sorted. The form keeps null-vs-empty of the whole
-maps and of each pod's container map.
+Items: each assignment's blocks and each NUMA node of the machine state as kubelet writes
+them, and the policy; blocks compare as a multiset.
 """
 
 from __future__ import annotations

@@ -74,12 +74,9 @@ NAMES = Part("names", FAMILY, _stored_names, _remove_name, _write_name)
 
 def read_topology(conn: sqlite3.Connection) -> NumaTopology | None:
     """The stored topology (None: none known)."""
-    nodes: dict[int, set[int]] = {}
-    for node, cpu in conn.execute(sql.NUMA_ROWS):
-        nodes.setdefault(int(node), set()).add(int(cpu))
-    if not nodes:
-        return None
-    return NumaTopology({n: frozenset(c) for n, c in nodes.items()})
+    items = _stored_topology(conn).items()
+    nodes = {int(key[2][len(NUMA_PREFIX) :]): frozenset(item.value) for key, item in items}
+    return NumaTopology(nodes) if nodes else None
 
 
 def read_names(conn: sqlite3.Connection) -> PodNames:

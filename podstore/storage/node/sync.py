@@ -1,15 +1,10 @@
 """Bringing one kind of the node's state to a wanted state, writing only what differs.
 
-The wanted items are built before the write lock (:func:`prepare`, :func:`prepared_state`).
-:func:`apply_items` puts their keys and canonical text in a TEMP table; one query against
-``node_items`` names the keys that are new, differ or went, each written with one event
-(``<family>-set`` with the new payload, ``<family>-delete`` with the last); an item with the
-same canon stays as stored, rows and order alike. Deletes and changes go first (key order),
-then new items in the source's order (where a new DRA claim goes in the list).
-
-A follower's :class:`FileSync` skips the parse and the write when the file's bytes have the
-digest its last sync read and ``node_files.digest`` (which every other writer of the kind
-changes in the same transaction) still says the store holds them.
+The wanted items are built before the write lock; one query against ``node_items`` names the
+keys that are new, differ or went. Deletes and changes go first (key order), then new items in
+the source's order (where a new DRA claim goes in the list). A follower's :class:`FileSync`
+skips the parse when the bytes' digest is its last sync's and ``node_files.digest`` (which
+every writer of the kind changes) still matches.
 """
 
 from __future__ import annotations
@@ -22,16 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from podstore.checkpoint import (
-    CPUManagerState,
-    DRAState,
-    MemoryManagerState,
-    read_node_checkpoint,
-)
+from podstore.checkpoint import CPUManagerState, DRAState, MemoryManagerState, read_node_checkpoint
 from podstore.checkpoint.bulk import collector_paused
+from podstore.checkpoint.decode import parse
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.kinds import FROM_TREE
-from podstore.checkpoint.versions import parse
 from podstore.errors import InvalidInputError
 from podstore.sqlite.sessions import Sessions
 from podstore.storage import events
@@ -293,10 +283,8 @@ ItemRow = tuple[str, str | None, str | None, str, str | None]
 
 
 def current_items(conn: sqlite3.Connection) -> list[ItemRow]:
-    """Every item the store holds for its CPU, memory and DRA managers, topology and pod
-    names, in key order: what a fleet snapshot replaces the central items with (the payload
-    is the one the item's latest event carries, so the fleet holds what replaying the history
-    would give)."""
+    """Every node item the store holds, in key order, with the payload its latest event
+    carries: what a fleet snapshot replaces the central items with."""
     out: list[ItemRow] = []
     for part in _ALL_PARTS:
         items = part.stored(conn)

@@ -4,7 +4,6 @@ memory by type, devices by resource and DRA devices by driver, with their holder
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
 
 from podstore.checkpoint import format_cpuset
 from podstore.storage.sql import node_read as sql
@@ -18,22 +17,13 @@ def _who(pod: str | None, namespace: str | None, name: str | None, container: st
     return owner if container is None else f"{owner}/{container}"
 
 
-def _order(rows: Iterable[NumaUsage]) -> list[NumaUsage]:
-    kinds = {"cpu": 0, "memory": 1, "device": 2, "dra": 3}
-    return sorted(
-        rows,
-        key=lambda r: (r.numa_node is None, r.numa_node or 0, kinds[r.kind], r.name),
-    )
-
-
 def summary(conn: sqlite3.Connection) -> list[NumaUsage]:
     """Every line of the summary, NUMA nodes in order (the unknown one last)."""
-    out: list[NumaUsage] = []
-    out.extend(_cpus(conn))
-    out.extend(_memory(conn))
-    out.extend(_devices(conn))
-    out.extend(_dra(conn))
-    return _order(out)
+    kinds = {"cpu": 0, "memory": 1, "device": 2, "dra": 3}
+    return sorted(
+        [*_cpus(conn), *_memory(conn), *_devices(conn), *_dra(conn)],
+        key=lambda r: (r.numa_node is None, r.numa_node or 0, kinds[r.kind], r.name),
+    )
 
 
 def _cpus(conn: sqlite3.Connection) -> list[NumaUsage]:

@@ -7,13 +7,9 @@ cost grows as n log n with the store (tests/test_cli_scale.py checks the query p
 
 from __future__ import annotations
 
-# One row per pod in uid order: its containers, entries, distinct (resource, device) pairs and
-# resources. One pass: the uq_pods_uid index gives the order (so the GROUP BY needs no sort),
-# and the joins below it are look-ups through the (pod_id, name), (container_id, resource)
-# and (allocation_id, ...) unique indexes; the DISTINCT aggregates start afresh for every
-# pod, so they hold one pod's rows. Resources and device keys are hex: it keeps any name,
-# commas included, intact. Resources come comma-separated in no particular order (the caller
-# decodes and sorts them).
+# One row per pod in uid order, one pass: the uq_pods_uid index gives the order (the GROUP BY
+# needs no sort), the joins are unique-index look-ups, and each DISTINCT holds one pod's rows.
+# Resources and device keys are hex, so any name, commas included, stays intact.
 PODS = """
     SELECT p.uid,
            count(DISTINCT c.id),
@@ -33,12 +29,9 @@ PODS = """
 # then for each the held device rows in device_id order and the registered devices nobody
 # holds; the caller merges the two by device id and groups a device's rows by holder.
 #
-# HELD_DEVICES walks the device_id index in order and looks each row's entry up by rowid, so
-# its rows stream with no sort at all, however many there are. "Registered" is an IN over
-# the resource's registered devices, which SQLite answers from one temporary index built
-# once — not a probe per row of the (resource, position) primary key, which cannot find a
-# device id (round 1's quadratic query). That temporary index, and the sort of
-# FREE_REGISTERED, hold one resource's registered devices: a node's worth of hardware.
+# HELD_DEVICES walks the device_id index, so its rows stream with no sort. "Registered" is an
+# IN that SQLite answers from one temporary index of the resource's registered devices (a
+# probe per row of the (resource, position) key was round 1's quadratic query).
 DEVICE_RESOURCES = """
     SELECT resource FROM (SELECT DISTINCT resource FROM allocations
                           WHERE :resource IS NULL OR resource = :resource)

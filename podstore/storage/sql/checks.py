@@ -122,11 +122,8 @@ STORE_ID = """
     FROM store_meta
     WHERE key = 'store_id'
 """
-# The devices each kept event names (allocation_event_devices: what the device spans and
-# event_device_rows say) are exactly what its device_ids and released name: owners_at and
-# history(device_id=) read them, the hash chain covers the JSON. Compared in Python
-# (selfcheck._event_devices), whose JSON keeps every character of an ID; both in seq order,
-# merged.
+# The devices each kept event names, against its hashed JSON: compared in Python
+# (selfcheck._event_devices), whose JSON keeps every character of an ID; both in seq order.
 EVENT_DEVICE_NAMES = """
     SELECT seq, device_ids, released, op, resource FROM allocation_events
     WHERE device_ids IS NOT NULL OR released IS NOT NULL

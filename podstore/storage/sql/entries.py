@@ -1,8 +1,4 @@
-"""The SQL of entries and registered devices: the podDevices writes and reads.
-
-Plain parameterised strings executed on the driver connection, parsed once by SQLite's
-statement cache. The tables are defined in ``storage/schema.py``.
-"""
+"""The SQL of entries and registered devices: the podDevices writes and reads."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ _CONTAINER_ALLOCATIONS = """
 
 # ---- writes --------------------------------------------------------------------------------
 
-# One look-up for the three levels of an entry: no row when the pod is unknown, else its id
-# and the container's and allocation's ids (NULL where they do not exist yet).
+# The ids of an entry's three levels in one look-up (NULL where they do not exist yet).
 ENTRY_IDS = """
     SELECT p.id, c.id, a.id
     FROM pods p
@@ -28,8 +23,7 @@ ENTRY_IDS = """
 """
 INSERT_POD = "INSERT INTO pods (uid) VALUES (?)"
 INSERT_CONTAINER = "INSERT INTO containers (pod_id, name) VALUES (?, ?)"
-# A new entry's id: one more than any id an entry ever had, kept by allocations or by the
-# device spans of deleted entries, so that no id is reused (a span names its entry by id).
+# Above any id an entry ever had, spans of deleted entries included: a span names its entry.
 _NEXT_ALLOCATION_ID = """
     max(coalesce((SELECT max(id) FROM allocations), 0),
         coalesce((SELECT max(allocation_id) FROM allocation_device_spans), 0)) + 1
@@ -45,18 +39,15 @@ UPDATE_ALLOCATION = """
     SET device_ids_null = ?, alloc_resp = ?, alloc_resp_json_null = ?, response = ?
     WHERE id = ?
 """
-# The devices an entry holds now (what a replacing write may release).
 HELD_DEVICES = """
     SELECT device_id FROM allocation_device_spans WHERE allocation_id = ? AND until_seq IS NULL
 """
-# The same for a chunk of entries of the bulk writer (a JSON array of allocation ids).
 HELD_BY_ALLOCATIONS = """
     SELECT allocation_id, device_id FROM allocation_device_spans
     WHERE allocation_id IN (SELECT value FROM json_each(?)) AND until_seq IS NULL
 """
-# An event ends the entry's current spans (storage/spans.py): (seq, the devices it released
-# as a JSON array of their hex(), or NULL when it names none of them, allocation id). The
-# hex keeps IDs with U+0000 whole, which SQLite's JSON functions would cut.
+# (seq, released devices as a JSON array of their hex() or NULL, allocation id): hex keeps
+# IDs with U+0000 whole, which SQLite's JSON functions would cut.
 CLOSE_SPANS = """
     UPDATE allocation_device_spans
     SET until_seq = ?1,
@@ -129,10 +120,8 @@ POD_DEVICES = f"""
     WHERE p.uid = ? AND a.resource = ?
 """
 
-# The container's (resource, device) pairs; a resource without devices yields one NULL row so
-# that it still gains a key in the caller's accumulator, as upstream. Both sides are compared as
-# hex of their UTF-8 (the caller sends :acc so and decodes the answer): SQLite's JSON functions
-# cut strings at U+0000, which Go strings, and so device IDs, may hold.
+# The container's (resource, device) pairs (a NULL row keeps a resource without devices a key
+# in the accumulator, as upstream), compared as hex: JSON functions cut strings at U+0000.
 _MINE = f"""
     mine (resource, device_id) AS (
         SELECT hex(a.resource), CASE WHEN d.device_id IS NOT NULL THEN hex(d.device_id) END
@@ -165,11 +154,8 @@ REMOVE_CONTAINER_RESOURCES = f"""
     )
 """
 
-# devices(): every resource appears; its devices count only where a response exists. One
-# aggregate per resource (a node has a handful): the device IDs come back as one JSON array
-# that the caller turns into a set in C, instead of one Python row per device (1.6-1.8x
-# faster at every size), and with no GROUP BY, whose temp B-tree sorted every device row
-# (docs/performance.md). A NULL in the array is an entry without devices.
+# devices(): one JSON array per resource, turned into a set in C (1.6-1.8x faster than a row
+# per device, and no GROUP BY sorting every device row: docs/performance.md).
 RESOURCES = "SELECT DISTINCT resource FROM allocations"
 RESOURCE_DEVICES_JSON = """
     SELECT json_group_array(d.device_id)
@@ -223,10 +209,8 @@ OWNER_OF_RESOURCE_DEVICE = _OWNER_OF.format("AND a.resource = ?")
 
 # ---- reading whole entries (storage/entries.read_entries) -----------------------------------
 #
-# Three scans in allocation order, merged by the reader: the entries, their device rows and
-# their empty-list markers. Each variant keeps to the primary-key order of its table, so
-# nothing is sorted in a temporary b-tree, however large the store. (An entry's current spans
-# all start at the event that wrote them, so primary-key order is NUMA and list order.)
+# Three scans, each in its table's primary-key order, so nothing is sorted however large the
+# store (an entry's open spans share one since_seq, so key order is NUMA and list order).
 
 _ENTRY_COLUMNS = """
     SELECT a.id, p.uid, c.name, a.resource, a.device_ids_null, a.alloc_resp,

@@ -7,12 +7,9 @@ from collections.abc import Iterable
 
 # ---- appending -------------------------------------------------------------------------------
 
-# store_meta key: the highest seq prune_history removed (revision 0004), so that a number is
-# never handed out twice although allocation_events has no AUTOINCREMENT.
+# The highest seq prune_history removed: no seq is handed out twice without AUTOINCREMENT.
 _SEQ_FLOOR_KEY = "history_seq_floor"
 
-# The newest seq ever handed out (0 before the first event), pruned or not: the newest kept
-# event or the floor prune_history left, whichever is higher.
 _HIGH_WATER_EXPR = f"""
     max(coalesce((SELECT seq FROM allocation_events ORDER BY seq DESC LIMIT 1), 0),
         coalesce((SELECT CAST(value AS INTEGER) FROM store_meta
@@ -21,10 +18,8 @@ _HIGH_WATER_EXPR = f"""
 #: The newest seq ever handed out; what shipping compares the fleet's ``last_seq`` with.
 HIGH_WATER = f"SELECT {_HIGH_WATER_EXPR}"
 
-# The newest kept event's seq, time and hash, and the floor: one probe of the rowid B-tree's
-# end and one of store_meta, nothing written. No row: no event is kept. The event continues
-# from this row unless the floor is above its seq (prune_history removed the newest events;
-# then PRUNED_HEAD says where the chain stands).
+# The newest kept event's seq, time and hash, and the floor, in two probes. When the floor is
+# above its seq, prune_history removed the newest events: PRUNED_HEAD says where the chain is.
 LAST = f"""
     SELECT seq, ts, hash,
            (SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = '{_SEQ_FLOOR_KEY}')
@@ -39,19 +34,17 @@ INSERT_EVENT = """
                                    released, hash)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-# (seq, device_id, released) of an event no device span records (a registered-device event):
-# a device listed twice in one map is one row; a released device is never one the event lists.
+# OR IGNORE: a device listed twice in one map is one row.
 INSERT_EVENT_DEVICE = """
     INSERT OR IGNORE INTO event_device_rows (seq, device_id, released) VALUES (?, ?, ?)
 """
 
-# ---- the hash chain (storage/events.py, "The hash chain") --------------------------------------
+# ---- the hash chain (docs/sql.md, "The hash chain") --------------------------------------------
 
 STORE_ID = "SELECT value FROM store_meta WHERE key = 'store_id'"
 EVENT_HASH = "SELECT hash FROM allocation_events WHERE seq = ?"
 LINK = "SELECT prev_hash FROM history_chain_links WHERE seq = ?"
-# Where the chain stands when the newest event handed out is not kept: the high-water seq and
-# the link prune_history left for the seq after it (NULL: none).
+# The high-water seq and the link prune_history left for the seq after it (NULL: none).
 PRUNED_HEAD = f"""
     SELECT hw.seq, (SELECT prev_hash FROM history_chain_links WHERE seq = hw.seq + 1)
     FROM (SELECT {_HIGH_WATER_EXPR} AS seq) hw
@@ -63,9 +56,8 @@ CHAIN_ROWS = """
 """
 CHAIN_LINKS = "SELECT seq, prev_hash FROM history_chain_links ORDER BY seq"
 LINK_COUNT = "SELECT count(*) FROM history_chain_links"
-# reset_identity: the hashes are rewritten under the append-only trigger's back (it refuses
-# every UPDATE of the table), so the trigger is dropped and re-created from its stored text
-# in the same transaction.
+# reset_identity rewrites hashes, which the append-only trigger refuses: it drops the trigger
+# and re-creates it from its stored text in the same transaction.
 APPEND_ONLY_TRIGGER = """
     SELECT sql FROM sqlite_master
     WHERE type = 'trigger' AND name = 'tr_allocation_events_append_only'
@@ -80,13 +72,9 @@ SET_STORE_ID = """
 
 # ---- times: seq order is time order ------------------------------------------------------------
 #
-# ``ts`` never decreases as seq grows, and has no index (revision 0006: one page less per
-# insert), so a time becomes a seq by a binary search over the rowid B-tree: ~2·log2(n) probes
-# of one row each. The search is over numbers n, not kept seqs (prune_history leaves gaps):
-# f(n), the ts of the first kept event at or after n (+infinity past the newest), does not
-# decrease, and the search finds the smallest n in [min(seq), max(seq) + 1] with f(n) >= the
-# time (``strict``: > the time). Every kept event below n is before the time, every one from
-# n on is not.
+# ``ts`` has no index (one page less per insert), so a time becomes a seq by a binary search
+# over numbers n (kept seqs have gaps): f(n), the ts of the first kept event at or after n, does
+# not decrease; ~2·log2(n) one-row probes.
 
 
 def _seq_from(param: str, *, strict: bool = False) -> str:
@@ -111,10 +99,8 @@ _EVENT_COLUMNS = "e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource, e.devic
 
 
 def _device_pairs(param: str) -> str:
-    """(seq, released) of every event naming the device ``param`` (storage/spans.py): the
-    spans listing it (since, 0), the events that ended them (until, how), and the rows of
-    events no span records. Events prune_history removed may still be named: callers join
-    the events."""
+    """(seq, released) of every event naming the device ``param``; may name pruned events, so
+    callers join the events."""
     return f"""
         SELECT since_seq AS seq, 0 AS released FROM allocation_device_spans
         WHERE device_id = {param}
@@ -126,10 +112,8 @@ def _device_pairs(param: str) -> str:
     """
 
 
-# A DRA manager's events are keyed by claim (resource 'dra:UID', no pod): they concern a pod
-# when the claim lists it, in the event itself or in the claim's event before it (so the
-# event that drops the pod from the claim, or deletes the claim, is the pod's too). The
-# claims' events are found by the key index (pod_uid and container NULL).
+# DRA events are keyed by claim ('dra:UID', no pod): one concerns a pod when it or the claim's
+# event before it lists the pod (so dropping the pod, or deleting the claim, is the pod's too).
 _DRA_EVENTS_OF_POD = """
     SELECT d.seq FROM allocation_events d
     WHERE d.pod_uid IS NULL AND d.container IS NULL
@@ -176,9 +160,8 @@ _CUT_BEFORE = f"""
     SELECT max(seq) FROM allocation_events WHERE seq < {_seq_from(":before")}
 """
 
-# Entries that ever named the device up to the cut; for each, its latest event up to the cut
-# decides: the entry held the device then if that event is not a delete and lists it (a pair
-# with released = 0; a replace that released it names it with released = 1).
+# Per entry that ever named the device up to the cut, its latest event there decides: held if
+# not a delete and listing it with released = 0.
 OWNERS_AT = f"""
     WITH cut (seq) AS ({_CUT_AT}),
     pairs (seq, released) AS ({_device_pairs(":device_id")}),
@@ -202,11 +185,9 @@ OWNERS_AT = f"""
     ORDER BY e.pod_uid, e.container, e.resource
 """
 
-# Retention: events before the cut go, except per key (entry, registered resource, or an item
-# of the node's other managers, whose removals are the ``…-delete`` ops) the
-# latest one before the cut when it leaves the key live — it carries the state at the cut, so
-# a replay of what remains still ends in the current state. The doomed seqs are marked first
-# (PRUNE), so that the links are written from their hashes before they go.
+# Retention: events before the cut go, except per key the latest one when it leaves the key
+# live (a replay of what remains still ends in the current state). The doomed seqs are marked
+# first so that the links are written from their hashes before they go.
 
 #: The TEMP table of the seqs one prune_history removes (emptied before and after).
 SETUP = ("CREATE TEMP TABLE IF NOT EXISTS prune_doomed (seq INTEGER PRIMARY KEY)",)
@@ -225,9 +206,7 @@ PRUNE = f"""
                       WHERE e.op NOT IN ('delete', 'unregistered')
                         AND e.op NOT LIKE '%-delete')
 """
-# A link for each kept event whose predecessor goes, and for the seq after the newest ever
-# handed out when that one goes (the next event chains from it): the hash of the event that
-# goes, read before it does.
+# A link for each kept event whose predecessor goes, and for the seq after the high water.
 PRUNE_LINKS = """
     INSERT INTO history_chain_links (seq, prev_hash)
     SELECT e.seq + 1, e.hash
@@ -243,8 +222,7 @@ PRUNE_UNLINK = """
 PRUNE_DELETE = """
     DELETE FROM allocation_events WHERE seq IN (SELECT seq FROM temp.prune_doomed)
 """
-# Closed spans that name no kept event any more (neither the one that listed the device nor
-# the one that ended it) go with the events (one pass over the spans; prune is rare).
+# Closed spans naming no kept event at either end (one pass over the spans; prune is rare).
 PRUNE_SPANS = """
     DELETE FROM allocation_device_spans
     WHERE until_seq IS NOT NULL

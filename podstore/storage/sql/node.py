@@ -147,9 +147,8 @@ SETUP = (
 )
 WANTED_LOAD = "INSERT INTO temp.node_wanted (item_key, ord, canon) VALUES (?, ?, ?)"
 WANTED_CLEAR = "DELETE FROM temp.node_wanted"
-# What differs between the wanted items and the part's stored ones: a new key (``had`` 0, in
-# the source's order, ``ord``), a key whose canon differs (1), a key that went (2); with the stored
-# payload and devices (the old item's, for its events).
+# What differs from the part's stored items: ``had`` 0 a new key (in ``ord`` order), 1 a changed
+# canon, 2 a key that went; with the old payload and devices, for the events.
 ITEMS_DIFFER = """
     SELECT w.item_key, n.item_key IS NOT NULL, n.payload, n.devices, w.ord
     FROM temp.node_wanted w

@@ -1,12 +1,9 @@
 """The SQL views of the node's other managers, its topology and pod names (revision 0007):
 the public contract of docs/sql.md, "The whole node".
 
-Revision 0007 keeps a frozen copy of this text (as 0002 does for ``views.py``); a test checks
-that a store at head holds exactly it. The views read the device manager's state through the
-public view ``v_allocations`` only, so that a new layout of the device tables leaves them be.
-
-NUMA sets are JSON arrays of distinct node ids in ascending order (``[0,1]``), built the same
-way for every kind, so that two sets are equal exactly when their texts are.
+Revision 0007 keeps a frozen copy of this text (a test holds a store at head to it). The views
+read the device tables only through ``v_allocations``, so a new layout leaves them be. NUMA
+sets are JSON arrays of distinct ascending ids (``[0,1]``): equal sets, equal texts.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The SQL of shipping the history to the fleet (``podstore.fleet.ship``): events after a ``seq``,
 and where the numbering stands.
 
-Event numbers are dense (each event takes the number after the newest ever handed out, and a failed
-transaction rolls that back), so every number up to :data:`HIGH_WATER` was an event, and one missing
-below it was pruned.
+Event numbers are dense (a failed transaction rolls its number back), so a number missing below
+:data:`HIGH_WATER` was pruned.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The SQL of a checkpoint sync (``storage/sync.py``): the file's rows in temporary tables and
-the set differences that tell what changed against the store.
+"""The SQL of a checkpoint sync (``storage/sync.py``; docs/watch.md): the file's rows in TEMP
+tables and the set differences against the store.
 
-The temporary tables live in the ``temp`` schema of the sync's own connection (in memory:
-``temp_store=2``), are created by :data:`SETUP` inside the sync's transaction and emptied at
-its start and end. ``ord`` is an entry's position in the file (duplicates already folded, the
-first position kept); ``sync_pairs`` ties each file entry that the store also holds to its
-allocation. Order never counts in the comparisons: not the order of entries, of the IDs
-inside a NUMA list, nor of a RegisteredDevices list (kubelet writes all three in map order);
-a device listed twice counts twice; ``null`` and ``[]`` differ.
+``ord`` is an entry's position in the file (duplicates folded, the first position kept);
+``sync_pairs`` ties each file entry the store also holds to its allocation. Comparisons are
+of multisets: order never counts, a device listed twice counts twice, ``null`` is not ``[]``.
 """
 
 from __future__ import annotations
@@ -136,11 +132,9 @@ DOOMED = """
     ORDER BY x.allocation_id
 """
 
-# Paired entries whose device map differs. Cheap checks first, for every pair: a flag (null
-# map, no response, null AllocResp), the number of device rows, the empty-list markers (both
-# ways), and whether every file device sits at the same (NUMA node, position) in the store —
-# kubelet keeps each list's order from one write to the next, so that settles nearly all.
-# Only the pairs whose lists are in another order are compared as multisets (both ways).
+# Paired entries whose device map differs. Cheap checks first (flags, row counts, empty-list
+# markers, each device at the same (NUMA node, position): kubelet keeps each list's order
+# between writes, so that settles nearly all); only reordered lists are compared as multisets.
 CHANGED_DEVICES = """
     WITH moved (ord, allocation_id) AS (
         SELECT DISTINCT s.ord, s.allocation_id
@@ -199,8 +193,8 @@ CANDIDATES = """
 """
 CANDIDATE_ORDS = "SELECT ord FROM temp.sync_candidates ORDER BY ord"
 
-# A file entry whose AllocResp does not decode is skipped (as kubelet skips it): it leaves the
-# temporary tables, so the store's entry, if any, becomes a delete.
+# A file entry whose AllocResp does not decode is skipped, as kubelet skips it: the store's
+# entry, if any, becomes a delete.
 DROP_ENTRY = (
     "DELETE FROM temp.sync_entries WHERE ord = ?",
     "DELETE FROM temp.sync_devices WHERE ord = ?",

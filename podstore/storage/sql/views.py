@@ -1,22 +1,15 @@
 """The SQL views: podstore's public SQL contract (docs/sql.md), and the run-option merge.
 
-The migrations create the views with ``op.execute`` (Alembic's MetaData holds tables only),
-each revision from a frozen copy of its text, so editing this module never changes what an old
-revision means: a change here needs a new revision (a test holds a store at head to exactly
-this SQL). The run-option merge is written once (``_ranked``): the ``v_run_options`` views use
-it over every container, ``RUN_OPTIONS_FOR_CONTAINER`` restricted to one container up front.
+Each migration creates the views from a frozen copy of this text, so a change here needs a new
+revision (a test holds a store at head to exactly this SQL).
 """
 
 from __future__ import annotations
 
 
 def _options(where: str) -> str:
-    """Every decoded setting of the selected allocations, with a uniform shape, read from the
-    allocations' response JSON (storage/responses.py, "The JSON").
-
-    ``name`` is the merge key (env name, container path, annotation key, CDI name) and
-    ``value`` what a conflict compares (env/annotation value, host path; NULL for CDI).
-    """
+    """Every decoded setting of the selected allocations in one shape: ``name`` the merge key,
+    ``value`` what a conflict compares (NULL for CDI)."""
     where = f" {where}" if where else ""
 
     def each(section: str) -> str:
@@ -77,11 +70,8 @@ FROM allocation_device_spans
 WHERE until_seq IS NULL
 """
 
-# Each (event, device) pair of the history: a span names the device for the event that listed
-# it (0) and, unless its ``until_released`` is NULL, for the event that ended it (0 listed, 1
-# released); events no span records keep their rows in event_device_rows. A device named both
-# ways by one event (listed again by the event that ended its span) is listed. Pairs of events
-# prune_history removed are not shown.
+# Each (event, device) pair of the history, from the spans and event_device_rows; a device
+# both listed and released by one event is listed; pruned events are not shown.
 _EVENT_DEVICE_PAIRS = """
     SELECT since_seq AS seq, device_id, 0 AS released FROM allocation_device_spans
     UNION ALL
@@ -226,11 +216,8 @@ TRIGGERS: tuple[tuple[str, str], ...] = (
     ("tr_allocation_events_append_only", TR_EVENTS_APPEND_ONLY),
 )
 
-# One container's settings, winners and conflicts, in merge order: resource (byte order), then
-# section (KINDS order), then position. A first row with kind_order 0 says the container
-# exists, so an empty result means "unknown container" (None) and a lone marker means "no
-# settings". Columns: kind_order, resource, position, name, value, permissions, read_only, rn,
-# kept_value.
+# One container's settings, winners and conflicts, in merge order. A first row with kind_order
+# 0 says the container exists: no rows is "unknown container", a lone marker "no settings".
 RUN_OPTIONS_FOR_CONTAINER = (
     """
     WITH target (id) AS (
