@@ -90,11 +90,8 @@ _OPEN_TOKEN = object()
 
 
 class PodStore:
-    """A crash-safe store of which devices are allocated to which pod, container and resource.
-
-    Open with :meth:`open`. One instance may be shared between threads (each thread uses its own
-    connection); several processes may open the same file. Every mutating call is one atomic,
-    durable transaction, or part of the enclosing :meth:`transaction` block.
+    """A crash-safe store of device allocations; open with :meth:`open`. Shared by threads
+    and processes; every mutating call is one durable transaction (or joins :meth:`transaction`).
     """
 
     def __init__(self, sessions: Sessions, *, _token: object = None) -> None:
@@ -116,11 +113,9 @@ class PodStore:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         verify: Verify = "auto",
     ) -> PodStore:
-        """Open (creating if needed, mode 0600) the store at a path or sqlite URL, migrated to
-        head unless ``upgrade=False`` or ``readonly`` (docs/api.md; ``verify``:
+        """Open (creating, 0600) the store at a path or sqlite URL (docs/api.md; ``verify``:
         docs/reliability.md). Raises InvalidInputError, SchemaError, StoreCorruptError or
-        StoreBusyError.
-        """
+        StoreBusyError."""
         if verify not in VERIFY_MODES:
             raise InvalidInputError(
                 f"verify: expected 'auto', 'blocking', 'background' or 'off', got {verify!r}"
@@ -149,9 +144,8 @@ class PodStore:
         return cls(sessions, _token=_OPEN_TOKEN)
 
     def wait_verified(self, timeout: float | None = None) -> bool:
-        """Wait for the open-time quick_check: True once it passed (at once when none runs in the
-        background), False on timeout; StoreCorruptError if it found damage.
-        """
+        """True once the open-time check passed (or none runs), False on timeout;
+        StoreCorruptError if it found damage."""
         return self._sessions.wait_checked(timeout)
 
     @property
@@ -199,9 +193,7 @@ class PodStore:
 
     def transaction(self) -> AbstractContextManager[PodStore]:
         """Group the thread's calls into one atomic commit (nesting as savepoints); an exception
-        rolls all back. An interrupt raised as it commits carries a note (``podstore.committed``:
-        docs/api.md, "Interrupts, SIGTERM and cancellation").
-        """
+        rolls all back (interrupts: docs/api.md, "Interrupts, SIGTERM and cancellation")."""
         return self._sessions.transaction(self)
 
     def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
@@ -218,10 +210,8 @@ class PodStore:
         devices: Mapping[int, Sequence[str] | AbstractSet[str] | None] | None,
         alloc_resp: AllocRespInput,
     ) -> None:
-        """Record (or replace, in place) one container resource's devices (NUMA id, -1: no
-        topology, → IDs) and plugin response (message, bytes or None). Raises
-        InvalidInputError naming the bad argument; nothing is written then.
-        """
+        """Record (or replace, in place) one container resource's devices (NUMA id → IDs) and
+        plugin response. Raises InvalidInputError naming the bad argument (nothing written)."""
         row = entry_rows.Row(
             validate.text(pod_uid, "pod_uid"),
             validate.text(container_name, "container_name"),
@@ -242,9 +232,7 @@ class PodStore:
             entry_store.delete_pods(conn, uids)
 
     def from_checkpoint_data(self, entries: Iterable[PodDevicesEntry]) -> None:
-        """Merge checkpoint entries in order, as kubelet's restore does: a duplicate replaces,
-        an undecodable ``alloc_resp`` is logged and skipped, a null one restores as empty.
-        """
+        """Merge checkpoint entries as kubelet's restore does (undecodable ones logged, skipped)."""
         rows: list[entry_rows.Row] = []
         for i, entry in enumerate(validate.checkpoint_entries(entries, "entries")):
             row = entry_rows.to_row(entry)
@@ -440,10 +428,8 @@ class PodStore:
         progress: Callable[[int, int], None] | None = None,
         allow_all_skipped: bool = True,
     ) -> ImportReport:
-        """Load a ``kubelet_internal_checkpoint`` file, verified first, in one transaction
-        (replacing, or over the existing entries with ``merge``; docs/api.md). Raises the
-        checkpoint errors, or ImportRefusedError; the store is unchanged then.
-        """
+        """Load a verified ``kubelet_internal_checkpoint`` in one transaction (docs/api.md).
+        Raises the checkpoint errors or ImportRefusedError; the store is unchanged then."""
         from podstore.storage import transfer
 
         # Parse and verify before taking the write lock: a large file must not stall writers.
@@ -458,9 +444,8 @@ class PodStore:
     def sync_checkpoint(
         self, path: str | os.PathLike[str], *, max_bytes: int | None = None
     ) -> SyncReport:
-        """Bring the store to a checkpoint file's content, writing only what differs, in one
-        transaction (docs/api.md). Raises what import raises; the store is unchanged then.
-        """
+        """Bring the store to a checkpoint file's content, writing only what differs
+        (docs/api.md). Raises what import raises; the store is unchanged then."""
         from podstore.storage import sync
 
         return sync.sync_file(self._sessions, path, max_bytes=max_bytes)
@@ -472,9 +457,7 @@ class PodStore:
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ExportReport:
-        """Write the store as a ``kubelet_internal_checkpoint``, atomically, mode 0600 (entries
-        without a response are left out and reported); ``boot_id`` adds upstream's unmerged field.
-        """
+        """Write the store as a ``kubelet_internal_checkpoint``, atomically, 0600 (docs/api.md)."""
         from podstore.storage import transfer
 
         if boot_id is not None:
@@ -493,20 +476,16 @@ class PodStore:
         kind: str = "auto",
         max_bytes: int | None = None,
     ) -> NodeSyncReport:
-        """Bring the CPU, memory or DRA manager state to a checkpoint file's, in one
-        transaction. Raises what ``read_node_checkpoint`` raises, or InvalidInputError (a
-        device checkpoint, values the store cannot hold); nothing changes then.
-        """
+        """Bring the CPU, memory or DRA manager state to a file's. Raises what
+        ``read_node_checkpoint`` raises, or InvalidInputError; nothing changes then."""
         from podstore.storage.node import sync as node_sync
 
         prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
         return self._apply_node(prepared)
 
     def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
-        """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as kubelet would, atomically,
-        mode 0600; returns its entries. InvalidInputError when the store holds no such
-        checkpoint or what the format cannot carry.
-        """
+        """Write the store's ``kind`` as kubelet would, atomically, 0600; returns its entries.
+        InvalidInputError when the store holds none or what the format cannot carry."""
         from podstore.checkpoint.files import write_checkpoint_file
         from podstore.checkpoint.kinds import read_node_checkpoint
 
@@ -614,10 +593,8 @@ class PodStore:
         pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
         max_bytes: int | None = None,
     ) -> NodeImportReport:
-        """Load every checkpoint in ``kubelet_dir``, the topology and the pod names, in one
-        transaction (docs/api.md). A file that fails verification raises, none present
-        raises CheckpointNotFoundError; nothing changes then. A missing source deletes nothing.
-        """
+        """Load the node's checkpoints, topology and pod names in one transaction (docs/api.md).
+        Raises what a failing file raises, or CheckpointNotFoundError; nothing changes then."""
         from podstore.storage.node import import_dir
 
         prepared = import_dir.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
@@ -729,18 +706,15 @@ class PodStore:
         timeout: float | None = None,
         max_rows: int | None = None,
     ) -> QueryResult:
-        """Run one read-only statement on committed data (a connection of its own). Raises
-        ReadOnlyStoreError for a write, InvalidInputError for bad SQL, QueryLimitError past
-        ``timeout`` (SQLite's seconds) or ``max_rows``.
-        """
+        """Run one read-only statement on committed data. Raises ReadOnlyStoreError for a write,
+        InvalidInputError for bad SQL, QueryLimitError past ``timeout`` or ``max_rows``."""
         limits = Limits(timeout, max_rows)
         self._check_open()
         return readonly_sql.run(self._sessions.options, sql, params, limits)
 
     def reader(self, *, timeout: float | None = None, max_rows: int | None = None) -> Reader:
         """A read-only snapshot (use it in ``with``) whose statements stream their rows;
-        QueryLimitError past ``timeout`` (over all its statements) or ``max_rows`` (each).
-        """
+        QueryLimitError past ``timeout`` (all its statements) or ``max_rows`` (each)."""
         limits = Limits(timeout, max_rows)
         self._check_open()
         return Reader(self._sessions.options, limits)
@@ -753,9 +727,8 @@ class PodStore:
         timeout: float | None = None,
         max_rows: int | None = None,
     ) -> RowStream[tuple[Any, ...]]:
-        """:meth:`query` streamed: a RowStream (``.columns``, iterate for the rows, ``with``
-        to close) on a reader of its own, closed with the stream. Same errors as
-        :meth:`query`, QueryLimitError also while iterating."""
+        """:meth:`query` streamed (a RowStream to close); its errors, QueryLimitError also
+        while iterating."""
         limits = Limits(timeout, max_rows)
         self._check_open()
         reader = Guarded(self._sessions.options, limits, snapshot=False)
