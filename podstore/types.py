@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -88,17 +89,7 @@ class ResourceDeviceInstances(dict[str, dict[str, "Device"]]):
 
     def clone(self) -> ResourceDeviceInstances:
         """Copy both map levels and the ``Device`` messages, so the copy shares nothing."""
-        from podstore.deviceplugin import Device
-
-        out = ResourceDeviceInstances()
-        for resource, instances in self.items():
-            copied: dict[str, Device] = {}
-            for device_id, device in instances.items():
-                dup = Device()
-                dup.CopyFrom(device)
-                copied[device_id] = dup
-            out[resource] = copied
-        return out
+        return copy.deepcopy(self)
 
     def filter(self, cond: Mapping[str, set[str] | frozenset[str]]) -> ResourceDeviceInstances:
         """Per resource named in ``cond``, only the devices it lists; as upstream, resources
