@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from podstore.errors import PodStoreError
@@ -103,7 +104,7 @@ class Reader:
     def containers(self, pod_uid: str) -> RowStream[str]:
         """``pod_uid``'s container names, sorted; InvalidInputError if bad."""
         pod = validate.text(pod_uid, "pod_uid")
-        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(_first)
+        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(itemgetter(0))
 
     # ---- what shipping reads (podstore.fleet.ship), all from this one snapshot ----------------
 
@@ -165,8 +166,7 @@ class Reader:
         return self._call(node_sync.current_items)
 
     def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = self._call(lambda conn: conn.execute(sql, params).fetchall())
-        return rows
+        return self._call(lambda conn: conn.execute(sql, params).fetchall())
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._guarded.conn
@@ -191,7 +191,3 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def _event_row(row: tuple[Any, ...]) -> EventRow:
     seq, ts, op, pod, container, resource, ids, released, digest = row
     return (int(seq), ts, op, pod, container, resource, ids, released, bytes(digest))
-
-
-def _first(row: tuple[Any, ...]) -> Any:
-    return row[0]
