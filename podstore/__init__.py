@@ -1,13 +1,9 @@
 """podstore: a crash-safe SQLite store of kubelet device-manager allocations.
 
-The public names are re-exported here and nowhere else (plus the documented modules
-``podstore.checkpoint`` and ``podstore.deviceplugin``); see docs/api.md. Every other module is
-internal: ``pure/``, ``sqlite/``, ``storage/`` and ``cli/`` may change between releases.
-
-``import podstore`` loads only the exception tree: every other name is imported on first
-access (PEP 562), so a process pays for the modules it uses and no more — the command line
-starts without protobuf, asyncio or the storage code it does not run (docs/performance.md,
-"Start-up"). Type checkers read the imports under ``TYPE_CHECKING``.
+The public names (docs/api.md) are re-exported here only, besides ``podstore.checkpoint`` and
+``podstore.deviceplugin``; every other module is internal. Only the exception tree loads at
+import: the rest on first access (PEP 562), so a process pays only for the modules it uses
+(docs/performance.md, "Start-up").
 """
 
 from importlib import import_module

@@ -1,14 +1,7 @@
-"""AsyncPodStore: PodStore for asyncio callers (docs/api.md, "asyncio").
-
-Every call runs in a worker thread, so the event loop never waits for SQLite or an fsync; the
-calls that read or write a whole checkpoint file run in a worker process instead
-(aio_process.py), so that the GIL the decoding and the garbage collector hold is not the
-loop's. A transaction belongs to the task that opened it: ``async
-with astore.transaction():`` runs the block's calls on one thread (where the store's
-transaction is open) for the life of the block — one of a few kept for transactions, never
-one started per block — found again through a context variable and the task's identity;
-calls of other tasks go to the shared workers — their reads see committed data, their writes
-wait for the block's lock there, never on the loop.
+"""AsyncPodStore: PodStore for asyncio (docs/api.md, "asyncio"). Calls run in worker threads
+(whole-file ones in a worker process: aio_process.py). A transaction belongs to the task that
+opened it: its calls run on one of a few kept transaction threads, found again through a
+context variable; other tasks' calls go to the shared workers and wait there, not on the loop.
 """
 
 from __future__ import annotations
@@ -42,15 +35,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-#: Worker threads an AsyncPodStore runs calls on (besides its transaction threads). Each
-#: keeps a connection of its own; SQLite lets readers run beside the one writer.
+#: Worker threads (besides transaction threads), each with a connection of its own.
 DEFAULT_WORKERS = 4
 
-#: Threads that host an AsyncPodStore's transactions, each one block at a time, started as
-#: needed and kept: starting a thread per block from the loop's thread stalled the loop (200
-#: blocks entered at once: 0.35 s). SQLite lets one write transaction be open, so more threads
-#: would only wait for its lock; at least two, so that a block awaiting another task's block
-#: lets that one wait out the busy timeout rather than wait for a thread for ever.
+#: Threads hosting transaction blocks, one at a time each, kept: a thread per block stalled the
+#: loop (200 blocks at once: 0.35 s). More would only wait for SQLite's one write lock; at
+#: least two, so a block awaiting another's lets that one time out rather than wait for ever.
 TRANSACTION_THREADS = 4
 
 # The transactions open in this context: the task that opened one finds it again here.
@@ -92,22 +82,17 @@ class _InWorker(Generic[P, R]):
 
 
 class AsyncPodStore:
-    """A PodStore for asyncio: the same methods as coroutines, each run in a worker thread.
-
-    Open with ``await AsyncPodStore.open(path, ...)`` (PodStore.open's arguments) or wrap an
-    open store with ``AsyncPodStore(store)``; ``await astore.close()`` or ``async with``.
-    ``astore.transaction()`` is an async context manager owned by the task that enters it.
-    """
+    """PodStore's methods as coroutines run in worker threads. ``await
+    AsyncPodStore.open(path, ...)`` or ``AsyncPodStore(store)``; close with ``await
+    astore.close()`` or ``async with``."""
 
     def __init__(self, store: PodStore, *, workers: int = DEFAULT_WORKERS) -> None:
         self.sync = store
         self._workers = _executor(workers)
         self._worker_count = workers
         self._tx_threads = _TransactionThreads.of(self)
-        # The options the store was opened with are its sessions' (no public accessor).
         self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
-        # The whole-file calls' process, started on the first call that goes there.
         self._process = aio_process.ProcessWorker(store)
         self._closed = False
 
@@ -145,8 +130,8 @@ class AsyncPodStore:
         return self.sync.readonly
 
     async def close(self) -> None:
-        """Stop the worker process (after the call it runs, if any), close the store (in a
-        worker) and stop the worker threads. Calls made after it raise PodStoreError."""
+        """Stop the worker process and threads and close the store; later calls raise
+        PodStoreError."""
         if self._closed:
             return
         self._closed = True
@@ -174,9 +159,8 @@ class AsyncPodStore:
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> R:
-        """Run ``fn`` on the calling task's open transaction, if it has one here (it must
-        join it); else ``method(*args, **kwargs)`` in the worker process if it is a
-        whole-file call that pays off there (aio_process.py); else on a shared worker."""
+        """Run ``fn`` in the task's open transaction, else in the worker process if it pays
+        off there (aio_process.py), else on a shared worker."""
         tx = _owned(self)
         if tx is not None:
             return await tx.run(fn)
@@ -188,8 +172,7 @@ class AsyncPodStore:
     def _in_process(
         self, fn: Callable[[], R], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
-        """In a worker thread: choose (stat the file, pickle the arguments), then run ``fn``
-        here or send the call to the worker process and wait for its answer."""
+        """In a worker thread: run ``fn`` here or in the worker process."""
         request = aio_process.process_request(name, self.sync.path, args, kwargs)
         if request is None:
             return fn()
@@ -210,11 +193,8 @@ class AsyncPodStore:
         return await _outcome(self._workers.submit(fn))
 
     def transaction(self) -> _Transaction:
-        """``async with astore.transaction():`` — the calls the entering task makes inside the
-        block form one atomic commit, rolled back as a whole on an exception (or
-        cancellation). Blocks nest (savepoints). Other tasks' calls never join it: their
-        reads see committed data, their writes wait (in a worker, up to busy_timeout) for the
-        block to end."""
+        """``async with astore.transaction():`` — the entering task's calls commit as one, or
+        roll back on an exception or cancellation; nests. Other tasks' calls never join it."""
         return _Transaction(self)
 
     # ---- the PodStore methods --------------------------------------------------------------
@@ -256,9 +236,7 @@ class AsyncPodStore:
 
     async def call(self, fn: Callable[Concatenate[PodStore, P], R], /, *args: P.args,
                    **kwargs: P.kwargs) -> R:  # fmt: skip
-        """``await astore.call(fn, ...)``: ``fn(store, ...)`` in a worker — any PodStore method
-        (``PodStore.history``, or one added later) or a function of the store; inside the
-        task's transaction it runs there."""
+        """``fn(store, ...)`` in a worker (in the task's transaction if one is open)."""
         return await self._call(functools.partial(fn, self.sync, *args, **kwargs), fn, args, kwargs)
 
     async def reader(self, *, timeout: float | None = None, max_rows: int | None = None
@@ -282,14 +260,12 @@ class AsyncPodStore:
         return AsyncRowStream(self, rows)
 
 
-# Stores whose worker threads a forked child must replace: the child has none of them, while
-# the executor believes its idle threads are there (a submitted call would wait for ever).
+# A forked child replaces these stores' executors: their idle threads are gone there.
 _LIVE: weakref.WeakSet[AsyncPodStore] = weakref.WeakSet()
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:
-    # podstore's own threads block catchable signals, so the kernel hands a signal to the main
-    # thread, where podstore holds it off while a commit changes state (sqlite/signals.py).
+    # Signals go to the main thread, where commits hold them off (sqlite/signals.py).
     return ThreadPoolExecutor(workers, "podstore", initializer=signals.keep_out)
 
 
@@ -312,8 +288,7 @@ def _owned(astore: AsyncPodStore) -> _Transaction | None:
 
 
 class _BlockCalls:
-    """One block's calls, run in order by the transaction thread that serves the block from
-    its BEGIN to its end (``end()``)."""
+    """One block's calls, run in order by its transaction thread until ``end()``."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
@@ -340,9 +315,8 @@ _Call = tuple[Callable[[], Any], concurrent.futures.Future[Any]]
 
 
 class _TransactionThreads:
-    """Up to TRANSACTION_THREADS long-lived threads, each serving one block's calls at a time;
-    a block that finds none free waits in line (no thread is started for it). Daemon threads:
-    one waiting on a block its task abandoned must not hold up the interpreter's exit."""
+    """Up to TRANSACTION_THREADS kept threads, one block each at a time; a block waits in
+    line for one. Daemons: one held by an abandoned block must not block exit."""
 
     def __init__(self) -> None:
         self._waiting: queue.SimpleQueue[_BlockCalls | None] = queue.SimpleQueue()
@@ -362,8 +336,7 @@ class _TransactionThreads:
 
     @classmethod
     def of(cls, astore: AsyncPodStore) -> _TransactionThreads:
-        """The threads of ``astore``: they end with it, closed or collected (as a
-        ThreadPoolExecutor's do)."""
+        """The threads of ``astore``, ending with it, closed or collected."""
         threads = cls()
         weakref.finalize(astore, threads.close)
         return threads
@@ -416,8 +389,7 @@ class _Transaction:
         try:
             await _outcome(work)
         except BaseException:
-            # Not cancelled before it started (an interrupt raised on the loop, or BEGIN
-            # failed): once it is done, undo what it did (the thread runs calls in order).
+            # It ran or runs (an interrupt on the loop, or BEGIN failed): undo it after.
             if not work.cancelled():
                 calls.submit(functools.partial(_leave_if_entered, block))
             self._release_thread()
@@ -444,9 +416,8 @@ class _Transaction:
         _OPEN.set(self._opened)
         assert self._thread_calls is not None
         block = self._block
-        # The commit (or rollback) is queued behind any call of the block still running in
-        # its thread. A cancellation before it starts turns it into a rollback (and is
-        # raised); once it has started it runs to its end, and its outcome is the caller's.
+        # Queued behind the block's running calls. A cancellation before it starts makes it a
+        # rollback (and is raised); once started, its outcome is the caller's.
         lock = threading.Lock()
         state = {"started": False, "cancelled": False}
 
@@ -471,8 +442,7 @@ class _Transaction:
 
 
 def _begin(block: Any, queued: float, busy_timeout: float) -> Any:
-    """BEGIN on a transaction thread, unless the block waited for one past the busy timeout:
-    all that time, the store's other blocks held the write lock or waited for it."""
+    """BEGIN on a transaction thread, or StoreBusyError after waiting for one past busy_timeout."""
     if time.monotonic() - queued > busy_timeout:
         raise StoreBusyError(
             f"no transaction thread came free within busy_timeout ({busy_timeout:g} s): "
@@ -484,12 +454,10 @@ def _begin(block: Any, queued: float, busy_timeout: float) -> Any:
 async def _outcome(
     work: concurrent.futures.Future[R], cancel: Callable[[], bool] | None = None
 ) -> R:
-    """The outcome of ``work`` (queued in a worker thread), cancellation included: either the
-    cancellation wins — ``work`` had not started and never runs (or ``cancel()`` turned it
-    into a rollback) — and CancelledError is raised after it ended; or ``work`` had started,
-    runs to its end, and the caller gets its result or its error, as if not cancelled (the
-    cancellation is withdrawn: ``Task.uncancel``). Never CancelledError for a call that
-    committed (docs/api.md, "Interrupts, SIGTERM and cancellation")."""
+    """The outcome of ``work`` (a worker thread's). A cancellation wins only if ``work`` had
+    not started (or ``cancel()`` made it a rollback): CancelledError once it ended; else it is
+    withdrawn (``Task.uncancel``): never CancelledError for a call that committed (docs/api.md,
+    "Interrupts, SIGTERM and cancellation")."""
     done = asyncio.wrap_future(work)
     try:
         return await asyncio.shield(done)

@@ -1,19 +1,13 @@
-"""AsyncPodStore's worker process: the whole-file calls, where the loop's GIL is not held.
+"""AsyncPodStore's worker process for the whole-file calls (docs/api.md, "asyncio").
 
-A worker thread keeps SQLite and the disk off the event loop, but not the GIL: decoding an
-8 MB checkpoint (C code that holds it in one piece) and the cyclic collector sweeping an
-import's objects stalled the loop 0.13-0.5 s. So the calls that read or write a whole
-checkpoint file run in one worker process per AsyncPodStore (docs/api.md, "asyncio"): a fresh
-interpreter (``sys.executable``, never a fork of the loop's process), started on first use,
-with the parent's ``sys.path`` and working directory, that opens the same store file with the
-same settings. A parent thread sends it one pickled request at a time (method name and
-arguments) and waits for the pickled answer; the loop only awaits that thread.
+A worker thread keeps the GIL: decoding an 8 MB checkpoint and the collector sweeping an
+import's objects stalled the loop 0.13-0.5 s. So those calls run in one fresh interpreter per
+AsyncPodStore (never a fork of the loop's process), started on first use with the parent's
+``sys.path`` and cwd, sent one pickled request at a time by a parent thread.
 
-A call stays in the parent's threads when the process cannot be right or cannot pay off
-(:func:`process_request`): inside the task's transaction block (aio.py decides that), a file
-under ``SMALL_FILE``, an argument that is callable (a progress callback must run here) or does
-not pickle, and every call not named in ``ROUTED`` (``sync_checkpoint`` keeps per-file state in
-the parent's store).
+A call stays in a thread inside the task's transaction (aio.py), under ``SMALL_FILE``, with a
+callable or unpicklable argument, or when not in ``ROUTED`` (``sync_checkpoint`` keeps
+per-file state in the parent's store).
 """
 
 from __future__ import annotations
@@ -35,14 +29,13 @@ from typing import Any
 
 from podstore.checkpoint import FILE_NAMES
 from podstore.errors import PodStoreError
+from podstore.sqlite import forking
 from podstore.sqlite.connection import Durability
 from podstore.store import PodStore
 
-#: The PodStore methods that may run in the worker process: each reads or writes a whole
-#: checkpoint file (or a kubelet directory of them) in one transaction of its own.
-#: ``import_node`` keeps a device-file cache like ``sync_checkpoint``, but a token in the
-#: connection's TEMP tables makes any other connection's copy reload afresh, so the worker's
-#: own copy is as correct as the parent's (storage/sync.py, SyncState).
+#: The methods the worker process may run: each a whole file (or kubelet directory), in one
+#: transaction. ``import_node``'s device-file cache is safe there: a TEMP-table token makes
+#: another connection's copy reload (storage/sync.py, SyncState).
 ROUTED: Mapping[object, str] = {
     PodStore.import_checkpoint: "import_checkpoint",
     PodStore.export_checkpoint: "export_checkpoint",
@@ -61,14 +54,11 @@ def routed_name(method: object) -> str | None:
         return None
 
 
-#: Below this size (of the file to read, or of the store file to export from) a call stays in
-#: a thread: the process round trip (two pickles, a socket, a second connection's first
-#: read) costs more than the few milliseconds of GIL the thread would hold.
+#: Below this size (file to read, or store to export) the process round trip costs more than
+#: the few milliseconds of GIL a thread would hold.
 SMALL_FILE = 256 * 1024
 
-# The worker's entry point: the parent's sys.path replaces the child's before anything of
-# podstore is imported, so the child imports the very same code (an editable install, a
-# PYTHONPATH, a path the program added).
+# The parent's sys.path is set before podstore is imported, so the child runs the same code.
 _BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
     "from podstore.aio_process import serve; serve(int(sys.argv[1]))"
@@ -77,21 +67,17 @@ _BOOT = (
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """How the worker opens the store: as the parent did, without migrating or verifying
-    (the parent's open did both, and its background check has finished first)."""
+    """How the worker opens the store: as the parent did, without migrating or verifying."""
 
     path: str
     readonly: bool
     durability: Durability
     busy_timeout: float
-    #: (st_dev, st_ino) of the store's file when the handle was made: the worker opens the
-    #: path only while it still names that file.
+    #: (st_dev, st_ino): the worker opens the path only while it names that file.
     file_id: tuple[int, int]
 
 
 def spec_of(store: PodStore) -> StoreSpec:
-    # The options the store was opened with are the sessions' (no public accessor: nothing
-    # but this module needs the durability and busy timeout back).
     options = store._sessions.options
     st = os.stat(options.path)
     return StoreSpec(
@@ -103,17 +89,8 @@ def spec_of(store: PodStore) -> StoreSpec:
     )
 
 
-def _same_file(spec: StoreSpec) -> bool:
-    try:
-        st = os.stat(spec.path)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == spec.file_id
-
-
 def _size(path: object) -> int:
-    """The size of the file at ``path``; 0 when it is not a path or cannot be read (the thread
-    then raises what the store raises for it)."""
+    """The size of the file at ``path``; 0 if none (the thread then raises for it)."""
     if not isinstance(path, str | bytes | os.PathLike):
         return 0
     try:
@@ -142,9 +119,7 @@ def _work_size(name: str, store_path: str, args: tuple[Any, ...], kwargs: dict[s
 def process_request(
     name: str, store_path: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> bytes | None:
-    """The pickled request for the worker process, or None: run the call in a thread.
-
-    Runs in a worker thread (it stats files)."""
+    """The pickled request for the worker process, or None: run the call in a thread."""
     if name not in _NAMES:
         return None
     values = (*args, *kwargs.values())
@@ -188,8 +163,7 @@ class ProcessWorker:
         return None if proc is None else proc.pid
 
     def call(self, name: str, request: bytes) -> Any:
-        """Send ``request`` (from :func:`process_request`) and return the answer or raise the
-        worker's error. Blocks: run it in a thread."""
+        """Send ``request`` and return the answer or raise the worker's error (blocks)."""
         with self._lock:
             if self._closed:
                 raise PodStoreError("the store is closed")
@@ -231,8 +205,7 @@ class ProcessWorker:
     # ---- the worker's life -----------------------------------------------------------------
 
     def _start(self) -> None:
-        # The parent's open-time check must be over: the worker opens with verify="off" and
-        # would otherwise write to a file the parent has not finished checking.
+        # The worker opens with verify="off": the parent's check must be over first.
         self._store.wait_verified()
         ours, theirs = socket.socketpair()
         try:
@@ -281,8 +254,7 @@ class ProcessWorker:
         return None if proc is None else proc.returncode
 
     def _forget_in_child(self) -> None:
-        # A forked child must not talk over (nor wait for) the parent's worker: it starts its
-        # own on its first routed call. Closing our copy of the socket leaves the parent's.
+        # A forked child starts its own worker; closing its copy of the socket leaves the parent's.
         self._lock = threading.Lock()
         if self._conn is not None:
             self._conn.close()
@@ -311,14 +283,12 @@ def _ending(code: int | None) -> str:
 
 def serve(fd: int) -> None:
     """The worker's main loop: open the store as told, then answer requests until EOF."""
-    # Ctrl-C in a terminal reaches the whole process group: the parent program decides what
-    # an interrupt means, and stops this worker by closing the socket.
+    # Ctrl-C reaches the process group: the parent decides, and stops us by closing the socket.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     spec: StoreSpec = conn.recv()
-    # A path moved, deleted or replaced since the parent opened it would be opened (or created)
-    # as another store: the worker's writes would land beside the parent's, not in its file.
-    if not _same_file(spec):
+    # A path moved or replaced since would open (or create) another store.
+    if forking.file_key(spec.path) != spec.file_id:
         _reply(
             conn,
             False,

@@ -1,7 +1,5 @@
-"""The exception tree. Every error podstore raises derives from PodStoreError.
-
-A call that raises any of these has changed nothing in the store.
-"""
+"""The exception tree: every error podstore raises derives from PodStoreError, and a call
+that raises one has changed nothing in the store."""
 
 from __future__ import annotations
 
@@ -36,11 +34,8 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class CheckpointCorruptError(CheckpointError):
-    """The checkpoint parsed but its stored checksum does not match its contents.
-
-    Named as kubelet's ``CorruptCheckpointError``: ``expected`` is the checksum stored in the
-    file, ``actual`` the one computed from the decoded data.
-    """
+    """The checkpoint's stored checksum (``expected``) does not match the one computed
+    (``actual``): kubelet's ``CorruptCheckpointError``."""
 
     def __init__(self, expected: int, actual: int, message: str | None = None) -> None:
         self.expected = expected
@@ -49,20 +44,15 @@ class CheckpointCorruptError(CheckpointError):
             message or f"checkpoint is corrupted: stored checksum {expected}, computed {actual}"
         )
 
-    # Errors with constructor arguments of their own pickle by them (the default would call
-    # the class with the message alone): AsyncPodStore's worker process sends them back.
+    # Pickled by their constructor's arguments: AsyncPodStore's worker process sends them back.
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.expected, self.actual, str(self)), self.__dict__)
 
 
 class ImportRefusedError(CheckpointError):
-    """A replacing import was refused: every entry of the file was skipped (its AllocResp does
-    not decode), so it would have dropped the store's entries and put nothing in their place.
-
-    Raised only when asked for (``import_checkpoint(allow_all_skipped=False)``, the command
-    line's default); ``skipped`` is the number of skipped entries, ``existing`` the number of
-    entries the store holds (and still holds).
-    """
+    """A replacing import whose every entry was skipped would have emptied the store
+    (``allow_all_skipped=False``, the command line's default); ``skipped`` and ``existing``
+    count the file's skipped entries and the store's (kept) ones."""
 
     def __init__(self, message: str, *, skipped: int, existing: int) -> None:
         self.skipped = skipped
@@ -95,23 +85,18 @@ class ReadOnlyStoreError(PodStoreError):
 
 
 class FleetError(PodStoreError):
-    """The fleet database (the central PostgreSQL, docs/fleet.md) refused or failed an
-    operation: its schema is missing or too new, or a statement failed there."""
+    """The fleet database (docs/fleet.md) refused or failed an operation."""
 
 
 class FleetUnavailableError(FleetError):
-    """The fleet database cannot be reached (server down, refused, or the connection broke);
-    nothing was changed on the node, and whatever the call had not committed there is undone."""
+    """The fleet database cannot be reached; nothing changed on the node, and what the call
+    had not committed there is undone."""
 
 
 class FleetRefusedError(FleetError):
-    """The fleet database refused a ship or a statement, and wrote nothing but the refusal's
-    count: the store belongs to another node, its history diverged from the fleet's copy (a
-    clone, an edited or replaced history), it was retired, or the role lacks the right.
-
-    ``reason`` says which: ``"another node"``, ``"diverged"``, ``"retired"`` or
-    ``"permission"``.
-    """
+    """The fleet database refused a ship or statement (writing only the refusal's count);
+    ``reason``: ``"another node"``, ``"diverged"`` (a clone, an edited history),
+    ``"retired"`` or ``"permission"``."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
@@ -122,11 +107,8 @@ class FleetRefusedError(FleetError):
 
 
 class QueryLimitError(PodStoreError):
-    """A read-only query ran past its time limit, returned more rows than its row limit, or
-    built a value larger than a read-only query may; it was stopped (nothing was changed).
-
-    ``limit`` says which: ``"timeout"``, ``"max_rows"`` or ``"value_size"``.
-    """
+    """A read-only query was stopped at a limit: ``limit`` is ``"timeout"``, ``"max_rows"``
+    or ``"value_size"``."""
 
     def __init__(self, limit: str, message: str) -> None:
         self.limit = limit

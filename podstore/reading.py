@@ -1,10 +1,5 @@
-"""Streaming, limited reads of a store: ``PodStore.reader()`` and ``PodStore.stream()``.
-
-A :class:`Reader` is one read-only snapshot of the store's committed state on a connection of
-its own — the guarded connection of ``sqlite/readonly.py`` (``mode=ro``, ``query_only``, an
-authorizer that allows only reading) — optionally with a time limit and a row limit. Its
-statements stream: rows come page by page from SQLite's cursor as the caller iterates, so a
-caller that handles one row at a time holds one page, however large the store.
+"""``PodStore.reader()``: a read-only snapshot on a guarded connection of its own
+(``sqlite/readonly.py``), with optional limits, whose statements stream a page at a time.
 """
 
 from __future__ import annotations
@@ -12,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from podstore.errors import PodStoreError
@@ -44,10 +40,7 @@ def history_query(
     since: TimeArg | None = None,
     until: TimeArg | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """The history statement and its parameters for these filters (``PodStore.history``).
-
-    Raises InvalidInputError for a bad argument.
-    """
+    """The history statement and parameters for these filters; InvalidInputError if bad."""
     params: dict[str, str] = {}
     if pod_uid is not None:
         params["pod_uid"] = validate.text(pod_uid, "pod_uid")
@@ -61,12 +54,8 @@ def history_query(
 
 
 class Reader:
-    """A read-only snapshot of a store, with optional limits; see ``PodStore.reader``.
-
-    Use it in a ``with`` block (or call :meth:`close`). Every statement run through it sees
-    the same committed state, whatever writers do meanwhile. Not for use by several threads
-    at once.
-    """
+    """A read-only snapshot of a store (``PodStore.reader``); use it in ``with``, from one
+    thread at a time."""
 
     def __init__(self, options: ConnectOptions, limits: Limits, *, snapshot: bool = True) -> None:
         self._guarded = Guarded(options, limits, snapshot=snapshot)
@@ -80,11 +69,7 @@ class Reader:
         return self._guarded.limits.max_rows
 
     def stream(self, sql: str, params: Params = None) -> RowStream[tuple[Any, ...]]:
-        """The rows of one read-only statement, streamed (``.columns`` names them).
-
-        Raises ReadOnlyStoreError for a statement that would write, InvalidInputError for bad
-        SQL or parameters, QueryLimitError (also while iterating) past a limit.
-        """
+        """The rows of one read-only statement, streamed; raises as ``PodStore.stream``."""
         return self._guarded.rows(sql, params)
 
     def history(
@@ -94,43 +79,37 @@ class Reader:
         since: TimeArg | None = None,
         until: TimeArg | None = None,
     ) -> RowStream[AllocationEvent]:
-        """``PodStore.history`` streamed: the same events, oldest first, one page at a time."""
+        """``PodStore.history`` streamed."""
         sql, params = history_query(pod_uid, device_id, since, until)
         return self._guarded.rows(sql, params).mapped(events.to_event)
 
     def pods(self) -> RowStream[PodSummary]:
-        """Every pod in uid order, with its container, entry and distinct device counts and
-        its resources (``podstore pods``)."""
+        """Every pod in uid order (``podstore pods``)."""
         return self._guarded.rows(audit_sql.PODS).mapped(audit.pod_summary)
 
     def devices(self, resource: str | None = None) -> Iterator[DeviceHolding]:
-        """Every held device once per holder, then the registered devices nobody holds,
-        resource by resource, devices in id order (``podstore devices``); ``resource`` keeps
-        one. Streamed: one device's holders are held at a time. Raises InvalidInputError for a
-        bad argument."""
+        """Every held device per holder, then the registered ones nobody holds, by resource and
+        id (``podstore devices``), streamed. Raises InvalidInputError for a bad argument."""
         if resource is not None:
             resource = validate.text(resource, "resource")
         return audit.device_holdings(self._guarded.rows, resource)
 
     def owners(self, device_id: str) -> RowStream[DeviceOwner]:
-        """The containers holding ``device_id`` now, in any resource, sorted (``podstore
-        owners``). Raises InvalidInputError for a bad argument."""
+        """The containers holding ``device_id`` now, sorted; InvalidInputError if bad."""
         device = validate.text(device_id, "device_id")
         return self._guarded.rows(audit_sql.OWNERS_NOW, {"device": device}).mapped(
             audit.device_owner
         )
 
     def containers(self, pod_uid: str) -> RowStream[str]:
-        """The names of ``pod_uid``'s containers, sorted (none for an unknown pod). Raises
-        InvalidInputError for a bad argument."""
+        """``pod_uid``'s container names, sorted; InvalidInputError if bad."""
         pod = validate.text(pod_uid, "pod_uid")
-        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(_first)
+        return self._guarded.rows(audit_sql.CONTAINERS_OF_POD, (pod,)).mapped(itemgetter(0))
 
     # ---- what shipping reads (podstore.fleet.ship), all from this one snapshot ----------------
 
     def high_water(self) -> int:
-        """The newest seq ever handed out (0 before the first event), pruned or not: every
-        number up to it was an event, so a missing one below it was pruned."""
+        """The newest seq ever handed out (0: none); a missing one below it was pruned."""
         return int(self._fetch(ship_sql.HIGH_WATER, ())[0][0])
 
     def events_after(self, after: int, limit: int) -> list[EventRow]:
@@ -156,8 +135,7 @@ class Reader:
         return None if rows[0][0] is None else str(rows[0][0])
 
     def chain_prev(self, seq: int) -> bytes:
-        """The hash event ``seq`` chains from (the genesis, the event before it, or the link
-        recorded when that one was pruned). Raises StoreCorruptError when none is there."""
+        """The hash event ``seq`` chains from; StoreCorruptError when none is there."""
         return self._call(lambda conn: events.prev_hash(conn, seq))
 
     def chain_head(self) -> tuple[int, bytes]:
@@ -165,8 +143,8 @@ class Reader:
         return self._call(events.head)
 
     def current_state(self) -> tuple[list[StateEntry], list[tuple[str, str | None]]]:
-        """The store's entries (NUMA maps as the history stores them) and registered device
-        lists (JSON text; None for a null list): what a snapshot of the fleet is made of."""
+        """The entries (NUMA maps as the history stores them) and registered device lists
+        (JSON; None: null) a fleet snapshot is made of."""
 
         def read(conn: Any) -> tuple[list[StateEntry], list[tuple[str, str | None]]]:
             entries = [
@@ -182,16 +160,13 @@ class Reader:
         return self._call(read)
 
     def node_items(self) -> list[NodeItem]:
-        """The items of the store's CPU, memory and DRA managers, topology and pod names:
-        (family, pod_uid, container, resource, payload JSON), what a fleet snapshot holds
-        besides the device state."""
+        """The other managers', topology's and names' items a fleet snapshot holds."""
         from podstore.storage.node import sync as node_sync  # not for other readers
 
         return self._call(node_sync.current_items)
 
     def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = self._call(lambda conn: conn.execute(sql, params).fetchall())
-        return rows
+        return self._call(lambda conn: conn.execute(sql, params).fetchall())
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._guarded.conn
@@ -216,7 +191,3 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def _event_row(row: tuple[Any, ...]) -> EventRow:
     seq, ts, op, pod, container, resource, ids, released, digest = row
     return (int(seq), ts, op, pod, container, resource, ids, released, bytes(digest))
-
-
-def _first(row: tuple[Any, ...]) -> Any:
-    return row[0]

@@ -1,8 +1,6 @@
-"""PodStore: the kubelet device manager's podDevices, kept in SQLite.
-
-The facade, and nothing else: each public method checks its arguments (``pure/``), takes a
-connection in the right kind of transaction (``sqlite/sessions.py``) and hands it to the
-storage code (``storage/``) or runs one of its statements (``storage/sql/``).
+"""PodStore, the facade (contract: docs/api.md): each method checks its arguments (``pure/``),
+takes a connection in the right transaction (``sqlite/sessions.py``) and hands it to
+``storage/`` or runs one of its statements (``storage/sql/``).
 """
 
 from __future__ import annotations
@@ -76,10 +74,9 @@ if TYPE_CHECKING:
     )
     from podstore.storage.node import sync as node_sync
 
-# What only writes, imports, exports and syncs need (the node's sync machinery, the checkpoint
-# decoders and encoders) is imported inside the methods that use it: a process that only
-# reads does not pay for it at start-up (docs/performance.md, "Start-up and open").
-#: import_node's default kubelet directory (storage/node/import_dir.py says the same).
+# What only writes, imports, exports and syncs need is imported in the methods: a process that
+# only reads does not pay for it at start-up (docs/performance.md, "Start-up and open").
+#: import_node's default kubelet directory (as storage/node/import_dir.py).
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 
 log = logging.getLogger("podstore")
@@ -93,11 +90,8 @@ _OPEN_TOKEN = object()
 
 
 class PodStore:
-    """A crash-safe store of which devices are allocated to which pod, container and resource.
-
-    Open with :meth:`open`. One instance may be shared between threads (each thread uses its own
-    connection); several processes may open the same file. Every mutating call is one atomic,
-    durable transaction, or part of the enclosing :meth:`transaction` block.
+    """A crash-safe store of device allocations; open with :meth:`open`. Shared by threads
+    and processes; every mutating call is one durable transaction (or joins :meth:`transaction`).
     """
 
     def __init__(self, sessions: Sessions, *, _token: object = None) -> None:
@@ -119,16 +113,9 @@ class PodStore:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         verify: Verify = "auto",
     ) -> PodStore:
-        """Open (creating if needed, mode 0600) the store at ``path`` (a path or sqlite URL).
-
-        The schema is migrated to head first unless ``upgrade=False`` (an old schema raises
-        SchemaError) or ``readonly=True`` (never writes). ``durability="normal"`` may lose the last
-        commits on power loss. ``verify`` picks when the integrity check runs ("auto": before
-        returning after an unclean close, else in the background with writes waiting for it;
-        "blocking", "background", "off": docs/reliability.md); damage found later makes every call
-        raise StoreCorruptError. Raises InvalidInputError, SchemaError, StoreCorruptError or
-        StoreBusyError.
-        """
+        """Open (creating, 0600) the store at a path or sqlite URL (docs/api.md; ``verify``:
+        docs/reliability.md). Raises InvalidInputError, SchemaError, StoreCorruptError or
+        StoreBusyError."""
         if verify not in VERIFY_MODES:
             raise InvalidInputError(
                 f"verify: expected 'auto', 'blocking', 'background' or 'off', got {verify!r}"
@@ -157,9 +144,8 @@ class PodStore:
         return cls(sessions, _token=_OPEN_TOKEN)
 
     def wait_verified(self, timeout: float | None = None) -> bool:
-        """Wait for the open-time quick_check: True once it passed (at once when none runs in the
-        background), False on timeout; StoreCorruptError if it found damage.
-        """
+        """True once the open-time check passed (or none runs), False on timeout;
+        StoreCorruptError if it found damage."""
         return self._sessions.wait_checked(timeout)
 
     @property
@@ -172,8 +158,7 @@ class PodStore:
 
     @property
     def store_id(self) -> str:
-        """The store's identity: a UUID made when the store was created, kept for life (the
-        fleet database keys every node's events by it)."""
+        """The store's UUID, made at creation and kept for life (the fleet keys events by it)."""
         if self._store_id is None:
             with self._sessions.use() as conn:
                 value = entry_store.meta(conn, "store_id")
@@ -183,12 +168,9 @@ class PodStore:
         return self._store_id
 
     def reset_identity(self) -> str:
-        """Give the store a new random ``store_id`` and re-chain its whole history from the new
-        genesis, in one transaction; returns the new id.
-
-        For a copied store file, so that the copy ships to the fleet as a store of its own. Events
-        keep content and seq. Raises ReadOnlyStoreError, or StoreCorruptError (nothing changed) when
-        the chain does not verify: re-chaining would hide the break.
+        """Give a copied store a new random ``store_id`` and re-chain its history, in one
+        transaction; returns the new id. Raises ReadOnlyStoreError, or StoreCorruptError
+        (nothing changed) when the chain does not verify: re-chaining would hide the break.
         """
         new_id = str(uuid.uuid4())
         with self._sessions.write() as conn:
@@ -210,13 +192,8 @@ class PodStore:
     # ---- transactions ----------------------------------------------------------------------
 
     def transaction(self) -> AbstractContextManager[PodStore]:
-        """Group calls into one atomic commit; an exception rolls all of them back.
-
-        Calls made inside the block by the same thread see its uncommitted changes; other
-        threads and processes see all of them or none. Blocks nest (as savepoints). An
-        interrupt or SIGTERM handler's exception raised as it commits carries a note
-        (``podstore.committed(exc)``: docs/api.md, "Interrupts, SIGTERM and cancellation").
-        """
+        """Group the thread's calls into one atomic commit (nesting as savepoints); an exception
+        rolls all back (interrupts: docs/api.md, "Interrupts, SIGTERM and cancellation")."""
         return self._sessions.transaction(self)
 
     def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
@@ -233,12 +210,8 @@ class PodStore:
         devices: Mapping[int, Sequence[str] | AbstractSet[str] | None] | None,
         alloc_resp: AllocRespInput,
     ) -> None:
-        """Record (or replace) the devices and plugin response of one container's resource.
-
-        ``devices`` maps NUMA id (-1: no topology) to device IDs; ``alloc_resp`` is a
-        ContainerAllocateResponse, its bytes, or None. A replacing insert keeps the entry's
-        position. Raises InvalidInputError naming the bad argument; nothing is written then.
-        """
+        """Record (or replace, in place) one container resource's devices (NUMA id → IDs) and
+        plugin response. Raises InvalidInputError naming the bad argument (nothing written)."""
         row = entry_rows.Row(
             validate.text(pod_uid, "pod_uid"),
             validate.text(container_name, "container_name"),
@@ -252,21 +225,14 @@ class PodStore:
     def delete(
         self, pod_uids: list[str] | tuple[str, ...] | AbstractSet[str] | Iterator[str]
     ) -> None:
-        """Drop whole pods (all containers and resources). Unknown UIDs are ignored.
-
-        A bare str is refused (InvalidInputError), also by a type checker: as an
-        ``Iterable[str]`` it would name one pod per character."""
+        """Drop whole pods; unknown UIDs are ignored. A bare str (one pod per character as an
+        ``Iterable[str]``) raises InvalidInputError."""
         uids = validate.texts(pod_uids, "pod_uids")
         with self._sessions.write() as conn:
             entry_store.delete_pods(conn, uids)
 
     def from_checkpoint_data(self, entries: Iterable[PodDevicesEntry]) -> None:
-        """Merge checkpoint entries into the store, in order, as kubelet's restore does.
-
-        A later duplicate replaces an earlier entry; an entry whose ``alloc_resp`` does not
-        decode is skipped with a warning (kubelet logs and skips it); a null ``alloc_resp``
-        restores as an empty response. Existing entries not named are kept.
-        """
+        """Merge checkpoint entries as kubelet's restore does (undecodable ones logged, skipped)."""
         rows: list[entry_rows.Row] = []
         for i, entry in enumerate(validate.checkpoint_entries(entries, "entries")):
             row = entry_rows.to_row(entry)
@@ -287,10 +253,7 @@ class PodStore:
     def set_registered_devices(
         self, mapping: Mapping[str, Sequence[str] | AbstractSet[str] | None] | None
     ) -> None:
-        """Replace the whole RegisteredDevices mapping (resource → healthy device IDs).
-
-        None records a JSON null (as a checkpoint may hold); a None list likewise.
-        """
+        """Replace the whole RegisteredDevices mapping (None, or a None list: JSON null)."""
         registered = validate.registered(mapping, "mapping")
         with self._sessions.write() as conn:
             entry_store.replace_registered(conn, registered, whole=True)
@@ -317,11 +280,8 @@ class PodStore:
     def container_devices(
         self, pod_uid: str, container_name: str, resource_name: str
     ) -> set[str] | None:
-        """The devices of one entry; None when the pod, container or resource is unknown.
-
-        An empty set (not None) for an entry without devices: kubelet reads non-nil as
-        "already allocated".
-        """
+        """The devices of one entry (empty set: none, which kubelet reads as allocated); None
+        when the entry is unknown."""
         rows = self._rows(
             q.CONTAINER_DEVICES,
             (
@@ -372,10 +332,7 @@ class PodStore:
         allocated.update(result)
 
     def devices(self) -> dict[str, set[str]]:
-        """resource → every device allocated to it (kubelet's ``devices()``).
-
-        A resource whose entries all lack a response still appears, with an empty set.
-        """
+        """resource → every device allocated to it (kubelet's ``devices()``)."""
         out: dict[str, set[str]] = {}
         with self._sessions.snapshot() as conn:
             for (resource,) in conn.execute(q.RESOURCES).fetchall():
@@ -387,11 +344,8 @@ class PodStore:
     def get_container_devices(
         self, pod_uid: str, container_name: str
     ) -> ResourceDeviceInstances | None:
-        """resource → device ID → Device with its NUMA topology; None for an unknown container.
-
-        A device's nodes are the sorted union of the NUMA ids it is listed under, -1 aside;
-        a device only under -1 has no topology. A resource with no NUMA keys is left out.
-        """
+        """resource → device ID → Device with its NUMA topology (docs/api.md); None for an
+        unknown container."""
         rows = self._rows(
             q.CONTAINER_TOPOLOGY,
             (validate.text(pod_uid, "pod_uid"), validate.text(container_name, "container_name")),
@@ -401,11 +355,8 @@ class PodStore:
     def get_pod_and_container_for_device(
         self, device_id: str, resource_name: str | None = None
     ) -> tuple[str, str] | None:
-        """(pod UID, container) holding ``device_id`` — the earliest inserted match — or None.
-
-        Without ``resource_name`` the look-up spans all resources, as upstream; give it when
-        two plugins may export the same ID.
-        """
+        """(pod UID, container) of the earliest inserted entry holding ``device_id``, or None;
+        give ``resource_name`` when two plugins may export the same ID."""
         dev = validate.text(device_id, "device_id")
         if resource_name is None:
             rows = self._rows(q.OWNER_OF_DEVICE, (dev,))
@@ -423,16 +374,12 @@ class PodStore:
         cdi_devices: bool = True,
         cdi_annotations: bool = False,
     ) -> DeviceRunContainerOptions | None:
-        """Runtime settings merged from all plugin responses of a container; None if unknown.
-
-        ``cdi_devices=False`` leaves CDI devices out (kubelet 1.28–1.31 with the gate off);
-        ``cdi_annotations=True`` adds the ``cdi.k8s.io/…`` annotation of kubelet 1.28–1.31.
-        """
+        """Runtime settings merged from the container's plugin responses; None if unknown.
+        The ``cdi_*`` flags mimic kubelet 1.28–1.31 (docs/api.md)."""
         pod = validate.text(pod_uid, "pod_uid")
         container = validate.text(container_name, "container_name")
-        # The container's stored responses, one indexed look-up, merged in Python: 4x faster
-        # than the SQL merge over the decoded rows (views.RUN_OPTIONS_FOR_CONTAINER), which
-        # gives the same result (tests/test_audit_run_options.py) and serves the audit views.
+        # Merged in Python: 4x faster than the audit views' SQL merge, which gives the same
+        # result (tests/test_audit_run_options.py).
         rows = self._rows(q.CONTAINER_RESPONSES, (pod, container))
         if not rows:
             return None
@@ -452,9 +399,8 @@ class PodStore:
             ]
 
     def pod_entries(self, pod_uid: str) -> list[PodDevicesEntry]:
-        """Every entry of one pod, in position order, with the stored response bytes — also
-        the entries without a response (``alloc_resp`` None), which a checkpoint leaves out.
-        An unknown pod gives []."""
+        """Every entry of one pod in position order, those without a response too
+        (``alloc_resp`` None); [] for an unknown pod."""
         uid = validate.text(pod_uid, "pod_uid")
         with self._sessions.snapshot() as conn:
             return [
@@ -482,16 +428,8 @@ class PodStore:
         progress: Callable[[int, int], None] | None = None,
         allow_all_skipped: bool = True,
     ) -> ImportReport:
-        """Load a ``kubelet_internal_checkpoint`` file, all or nothing, in one transaction.
-
-        Verified first (the store is unchanged on error). Without ``merge`` the file replaces every
-        entry and the registered devices; with it, its entries go over the existing ones and its
-        registered devices replace those of the same resources. Entries whose AllocResp does not
-        decode are skipped and reported, as kubelet does (``strict=True``: refused). Files over
-        ``max_bytes`` (default 256 MiB) are refused; ``progress(done, total)`` follows the decoding;
-        ``allow_all_skipped=False`` refuses (ImportRefusedError) a replacing import whose every
-        entry was skipped while the store holds entries it would drop.
-        """
+        """Load a verified ``kubelet_internal_checkpoint`` in one transaction (docs/api.md).
+        Raises the checkpoint errors or ImportRefusedError; the store is unchanged then."""
         from podstore.storage import transfer
 
         # Parse and verify before taking the write lock: a large file must not stall writers.
@@ -506,14 +444,8 @@ class PodStore:
     def sync_checkpoint(
         self, path: str | os.PathLike[str], *, max_bytes: int | None = None
     ) -> SyncReport:
-        """Bring the store to a ``kubelet_internal_checkpoint`` file's content, writing only what
-        differs, in one transaction (``podstore watch`` on every rewrite).
-
-        Read and verified as :meth:`import_checkpoint` reads it. Each entry added, changed (device
-        map or decoded response) or dropped gets one ``insert``, ``replace`` or ``delete`` event,
-        each changed registered resource a ``registered`` or ``unregistered`` one; order alone is
-        never a change. Raises what import raises; the store is unchanged then.
-        """
+        """Bring the store to a checkpoint file's content, writing only what differs
+        (docs/api.md). Raises what import raises; the store is unchanged then."""
         from podstore.storage import sync
 
         return sync.sync_file(self._sessions, path, max_bytes=max_bytes)
@@ -525,10 +457,7 @@ class PodStore:
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ExportReport:
-        """Write the store as a ``kubelet_internal_checkpoint`` kubelet accepts, atomically, mode
-        0600; the report counts the entries written and names those left out (no response: kubelet
-        writes only entries with one). ``boot_id`` adds the (unmerged upstream) BootID field.
-        """
+        """Write the store as a ``kubelet_internal_checkpoint``, atomically, 0600 (docs/api.md)."""
         from podstore.storage import transfer
 
         if boot_id is not None:
@@ -547,25 +476,16 @@ class PodStore:
         kind: str = "auto",
         max_bytes: int | None = None,
     ) -> NodeSyncReport:
-        """Bring the CPU, memory or DRA manager state to a checkpoint file's content (``kind``:
-        ``cpu``, ``memory``, ``dra``, or ``auto``), in one transaction, one history event per item
-        that is new, differs or went (``podstore watch --kubelet-dir`` on every rewrite).
-
-        Verified first by its version's rule (docs/node-files.md); a file that fails changes
-        nothing. Raises what ``read_node_checkpoint`` raises, and InvalidInputError for a device
-        manager checkpoint or values the store cannot hold.
-        """
+        """Bring the CPU, memory or DRA manager state to a file's. Raises what
+        ``read_node_checkpoint`` raises, or InvalidInputError; nothing changes then."""
         from podstore.storage.node import sync as node_sync
 
         prepared = node_sync.prepare(path, kind, max_bytes=max_bytes)
         return self._apply_node(prepared)
 
     def export_node_checkpoint(self, path: str | os.PathLike[str], kind: str) -> int:
-        """Write the store's ``kind`` (``cpu``, ``memory``, ``dra``) as kubelet would, atomically
-        (mode 0600), in the loaded file's format (CPU v1 as v2, DRA v1 as data: kubelet writes
-        neither any more); returns its entries. InvalidInputError when the store holds no such
-        checkpoint or what the format cannot carry.
-        """
+        """Write the store's ``kind`` as kubelet would, atomically, 0600; returns its entries.
+        InvalidInputError when the store holds none or what the format cannot carry."""
         from podstore.checkpoint.files import write_checkpoint_file
         from podstore.checkpoint.kinds import read_node_checkpoint
 
@@ -582,8 +502,7 @@ class PodStore:
             return node_export.export_bytes(conn, _node_kind(kind))
 
     def cpu_state(self) -> CPUManagerState | None:
-        """The CPU manager state the store holds, as ``read_cpu_state`` gives a file's (None:
-        no CPU manager checkpoint was loaded). ``checksum`` is 0: export computes it."""
+        """The CPU manager state held (None: none loaded); ``checksum`` 0: export computes it."""
         from podstore.storage.node import cpu as node_cpu
 
         with self._sessions.snapshot() as conn:
@@ -602,8 +521,7 @@ class PodStore:
             return node_dra.read_state(conn)
 
     def set_cpu_state(self, state: CPUManagerState) -> NodeSyncReport:
-        """Bring the CPU manager state to ``state`` (as :meth:`import_node_checkpoint` does
-        for a file's). Raises InvalidInputError for a value of the wrong type."""
+        """Bring the CPU manager state to ``state``; InvalidInputError for a wrong value."""
         return self._set_node_state("cpu", state)
 
     def set_memory_state(self, state: MemoryManagerState) -> NodeSyncReport:
@@ -675,14 +593,8 @@ class PodStore:
         pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
         max_bytes: int | None = None,
     ) -> NodeImportReport:
-        """Load every checkpoint present in ``kubelet_dir``, the NUMA topology under ``sysfs`` and
-        the pod names under ``pod_logs``, in one transaction, each writing only what differs.
-
-        Every present file is verified first; one that fails raises and nothing changes. An absent
-        kind is left as it was (``report.absent``); none present: CheckpointNotFoundError. A
-        ``sysfs`` that is no sysfs or a missing ``pod_logs`` leaves the stored topology or names as
-        they were (a typo must not delete them).
-        """
+        """Load the node's checkpoints, topology and pod names in one transaction (docs/api.md).
+        Raises what a failing file raises, or CheckpointNotFoundError; nothing changes then."""
         from podstore.storage.node import import_dir
 
         prepared = import_dir.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
@@ -690,15 +602,12 @@ class PodStore:
             return import_dir.apply(conn, prepared)
 
     def topology(self) -> list[NumaUsage]:
-        """The node's picture per NUMA node: CPUs (exclusive by container, the shared pool),
-        memory by type, devices by resource and DRA devices by driver, with their holders
-        (``podstore topology``)."""
+        """The node's picture per NUMA node, with holders (``podstore topology``)."""
         with self._sessions.snapshot() as conn:
             return node_topology.summary(conn)
 
     def node_pods(self) -> list[NodePodSummary]:
-        """Every pod holding exclusive CPUs, memory blocks or DRA claims, in uid order, with
-        its containers of every manager."""
+        """Every pod holding exclusive CPUs, memory or DRA claims, in uid order."""
         return [
             NodePodSummary(str(p), int(c), int(m), int(d), int(n))
             for p, c, m, d, n in self._rows(node_read_sql.NODE_PODS)
@@ -723,9 +632,8 @@ class PodStore:
             return node_read.pod_claims(conn, uid)
 
     def dra_owners(self, device: str) -> list[DRAOwner]:
-        """Who uses the DRA device named ``driver/pool/device`` now: one row per pod and claim
-        (a claim no pod uses: ``pod_uid`` None). Raises InvalidInputError for a name that is
-        not ``driver/pool/device``."""
+        """Who uses the DRA device ``driver/pool/device`` now, per pod and claim; raises
+        InvalidInputError for another form of name."""
         parts = node_dra.split_device_key(validate.text(device, "device"))
         if parts is None:
             raise InvalidInputError(f"device: expected driver/pool/device, got {device!r}")
@@ -734,8 +642,7 @@ class PodStore:
         return [DRAOwner(*r) for r in self._rows(node_read_sql.DRA_OWNERS, params)]
 
     def dra_owners_at(self, device: str, when: TimeArg) -> list[DRAOwner]:
-        """Who used the DRA device ``driver/pool/device`` at the instant ``when``, from the
-        history (as :meth:`owners_at` answers for device plugins)."""
+        """Who used the DRA device ``driver/pool/device`` at ``when``, from the history."""
         name = validate.text(device, "device")
         if node_dra.split_device_key(name) is None:
             raise InvalidInputError(f"device: expected driver/pool/device, got {device!r}")
@@ -744,8 +651,7 @@ class PodStore:
             return [DRAOwner(*r) for r in node_read.dra_owners_at(conn, name, cut)]
 
     def pod_names(self, *, past: bool = False) -> dict[str, PodName]:
-        """Pod UID → namespace and name, for the pods whose names are known; ``past=True``
-        adds the last name the history recorded for pods no longer named (deleted pods)."""
+        """Pod UID → name where known; ``past=True`` adds the last recorded of deleted pods."""
         with self._sessions.snapshot() as conn:
             names = numa_and_names.read_names(conn).pods
             if past:
@@ -753,9 +659,7 @@ class PodStore:
             return names
 
     def container_numa(self, *, misaligned: bool = False) -> list[ContainerNuma]:
-        """Per container, the NUMA nodes of its devices, exclusive CPUs and memory and
-        whether they agree (``v_container_numa``; ``misaligned=True``: ``v_numa_misaligned``),
-        sorted by pod and container."""
+        """The rows of ``v_container_numa`` (``misaligned=True``: ``v_numa_misaligned``)."""
         sql = node_read_sql.MISALIGNED if misaligned else node_read_sql.CONTAINER_NUMA
         return [node_read.container_numa(r) for r in self._rows(sql)]
 
@@ -768,16 +672,14 @@ class PodStore:
         since: TimeArg | None = None,
         until: TimeArg | None = None,
     ) -> list[AllocationEvent]:
-        """Events of the allocation history, oldest first: of one pod, naming one device, or in
-        [since, until) (datetimes, naive = UTC, or ISO 8601 strings).
-        """
+        """History events, oldest first, filtered by pod, device and [since, until) (datetimes,
+        naive = UTC, or ISO 8601)."""
         sql, params = history_query(pod_uid, device_id, since, until)
         return [events.to_event(r) for r in self._rows(sql, params)]
 
     def owners_at(self, device_id: str, when: TimeArg) -> list[tuple[str, str, str]]:
-        """(pod UID, container, resource) of every entry listing ``device_id`` at ``when``, sorted;
-        from the history, so exact back to the oldest kept event.
-        """
+        """(pod UID, container, resource) of every entry listing ``device_id`` at ``when``,
+        sorted, from the history."""
         params = {
             "device_id": validate.text(device_id, "device_id"),
             "when": parse_time(when, "when"),
@@ -785,20 +687,14 @@ class PodStore:
         return [(r[0], r[1], r[2]) for r in self._rows(events_sql.OWNERS_AT, params)]
 
     def prune_history(self, before: TimeArg) -> int:
-        """Remove history events older than ``before``; returns how many went.
-
-        Per entry and registered resource, the latest event before the cut stays while the entry
-        existed then: replay still gives the current state, ``owners_at`` stays exact from the cut
-        on.
-        """
+        """Remove history events older than ``before``, but the latest per live entry and
+        registered resource (docs/api.md); returns how many went."""
         cut = parse_time(before, "before")
         with self._sessions.write() as conn:
             return events.prune(conn, cut)
 
     def verify_history(self) -> HistoryReport:
-        """Check the history's hash chain (read-only): ``report.ok``, else ``report.breaks`` names
-        the first broken seqs and what is wrong (docs/api.md, "Tamper-evident history").
-        """
+        """Check the history's hash chain (read-only): ``report.ok``, else ``report.breaks``."""
         with self._sessions.snapshot() as conn:
             return history_chain.verify(conn)
 
@@ -810,21 +706,15 @@ class PodStore:
         timeout: float | None = None,
         max_rows: int | None = None,
     ) -> QueryResult:
-        """Run one read-only SQL statement and return its columns and rows.
-
-        On a connection of its own that can only read (committed data, not an open transaction's):
-        a statement that would write raises ReadOnlyStoreError, bad SQL InvalidInputError.
-        ``timeout`` (seconds of SQLite's work) and ``max_rows`` raise QueryLimitError past them.
-        """
+        """Run one read-only statement on committed data. Raises ReadOnlyStoreError for a write,
+        InvalidInputError for bad SQL, QueryLimitError past ``timeout`` or ``max_rows``."""
         limits = Limits(timeout, max_rows)
         self._check_open()
         return readonly_sql.run(self._sessions.options, sql, params, limits)
 
     def reader(self, *, timeout: float | None = None, max_rows: int | None = None) -> Reader:
-        """A read-only snapshot on a connection of its own (use it in ``with``), as of its first
-        read, whose statements stream their rows; ``timeout`` (SQLite's seconds over all its
-        statements) and ``max_rows`` (per statement) raise QueryLimitError past them.
-        """
+        """A read-only snapshot (use it in ``with``) whose statements stream their rows;
+        QueryLimitError past ``timeout`` (all its statements) or ``max_rows`` (each)."""
         limits = Limits(timeout, max_rows)
         self._check_open()
         return Reader(self._sessions.options, limits)
@@ -837,9 +727,8 @@ class PodStore:
         timeout: float | None = None,
         max_rows: int | None = None,
     ) -> RowStream[tuple[Any, ...]]:
-        """:meth:`query` streamed: a RowStream (``.columns``, iterate for the rows, ``with``
-        to close) on a reader of its own, closed with the stream. Same errors as
-        :meth:`query`, QueryLimitError also while iterating."""
+        """:meth:`query` streamed (a RowStream to close); its errors, QueryLimitError also
+        while iterating."""
         limits = Limits(timeout, max_rows)
         self._check_open()
         reader = Guarded(self._sessions.options, limits, snapshot=False)
@@ -856,15 +745,13 @@ class PodStore:
             raise PodStoreError("the store is closed")
 
     def stats(self) -> StoreStats:
-        """Counts: pods and their containers (of every manager: a pod holds device entries,
-        exclusive CPUs, memory blocks or DRA claims), allocations, device rows, distinct
-        devices, registered resources."""
+        """The store's counts (:class:`StoreStats`)."""
         return StoreStats(*self._rows(q.COUNTS)[0])
 
 
 def sessions_of(store: PodStore) -> Sessions:
-    """The store's connections, for the syncs a follower owns (``watch/``): they write
-    through storage/ directly, never back through the facade."""
+    """The store's connections, for a follower's syncs (``watch/``), which write through
+    storage/ directly."""
     return store._sessions
 
 

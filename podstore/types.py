@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,12 +20,9 @@ DevicesPerNUMA = dict[int, list[str] | None]
 
 @dataclass(slots=True)
 class PodDevicesEntry:
-    """One (pod, container, resource) allocation as it appears in a kubelet checkpoint.
-
-    ``device_ids`` maps NUMA id to the device IDs listed under it (``-1``: no topology).
-    ``None`` stands for JSON ``null`` wherever the checkpoint tells null from empty.
-    ``alloc_resp`` is the raw serialized ``ContainerAllocateResponse``.
-    """
+    """One (pod, container, resource) allocation as in a kubelet checkpoint: ``device_ids``
+    maps NUMA id (-1: no topology) to device IDs, None is JSON null, ``alloc_resp`` the raw
+    serialized ``ContainerAllocateResponse``."""
 
     pod_uid: str
     container_name: str
@@ -41,8 +39,7 @@ class EnvVar:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeMount:
-    """A mount handed to the container runtime (kubelet's ``kubecontainer.Mount``); the
-    plugin's protobuf ``Mount`` is ``podstore.deviceplugin.Mount``."""
+    """kubelet's ``kubecontainer.Mount`` (the plugin's protobuf one: deviceplugin.Mount)."""
 
     name: str
     container_path: str
@@ -66,14 +63,12 @@ class Annotation:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeCDIDevice:
-    """A CDI device handed to the container runtime (kubelet's ``kubecontainer.CDIDevice``);
-    the plugin's protobuf ``CDIDevice`` is ``podstore.deviceplugin.CDIDevice``."""
+    """kubelet's ``kubecontainer.CDIDevice`` (the plugin's protobuf one: deviceplugin.CDIDevice)."""
 
     name: str
 
 
-#: The contract's names (docs/api.md): ``podstore.Mount`` and ``podstore.CDIDevice`` are the
-#: runtime-side types. Code that needs both sides uses the unambiguous names above.
+#: The contract's names (docs/api.md); code that needs both sides uses the names above.
 Mount = RuntimeMount
 CDIDevice = RuntimeCDIDevice
 
@@ -94,24 +89,11 @@ class ResourceDeviceInstances(dict[str, dict[str, "Device"]]):
 
     def clone(self) -> ResourceDeviceInstances:
         """Copy both map levels and the ``Device`` messages, so the copy shares nothing."""
-        from podstore.deviceplugin import Device
-
-        out = ResourceDeviceInstances()
-        for resource, instances in self.items():
-            copied: dict[str, Device] = {}
-            for device_id, device in instances.items():
-                dup = Device()
-                dup.CopyFrom(device)
-                copied[device_id] = dup
-            out[resource] = copied
-        return out
+        return copy.deepcopy(self)
 
     def filter(self, cond: Mapping[str, set[str] | frozenset[str]]) -> ResourceDeviceInstances:
-        """Keep, per resource named in ``cond``, only the devices whose ID ``cond`` lists.
-
-        As upstream: iterates ``cond``; a resource absent here is skipped, a resource absent
-        from ``cond`` is dropped, and every kept resource gets an entry even if it ends empty.
-        """
+        """Per resource named in ``cond``, only the devices it lists; as upstream, resources
+        missing on either side are dropped and a kept resource may end empty."""
         out = ResourceDeviceInstances()
         for resource, wanted in cond.items():
             instances = self.get(resource)
@@ -123,9 +105,7 @@ class ResourceDeviceInstances(dict[str, dict[str, "Device"]]):
 
 @dataclass(frozen=True, slots=True)
 class SkippedEntry:
-    """A checkpoint entry that was not imported, or a stored entry not exported (``index``:
-    its position among the file's or the store's entries), and why (kubelet skips these
-    silently)."""
+    """An entry not imported or not exported, with its ``index`` in the file or store, and why."""
 
     index: int
     pod_uid: str
@@ -152,9 +132,8 @@ class ImportReport:
 
 @dataclass(frozen=True, slots=True)
 class ExportReport:
-    """What ``PodStore.export_checkpoint`` wrote: ``entries`` written to ``path``, and the
-    stored entries ``left_out`` of the file because they hold no allocation response (kubelet
-    writes only entries with one, so the file is the bytes kubelet would write)."""
+    """What ``PodStore.export_checkpoint`` wrote to ``path``: ``entries``, and those
+    ``left_out`` for lack of a response (kubelet writes none of those)."""
 
     path: str
     entries: int
@@ -163,10 +142,8 @@ class ExportReport:
 
 @dataclass(frozen=True, slots=True)
 class SyncReport:
-    """What ``PodStore.sync_checkpoint`` changed: one history event per entry or registered resource
-    that differed (``inserted`` … ``unregistered``); ``shape_changed`` when only the file's
-    null-vs-empty form changed (kept for export, no event); ``entries`` the file's entries,
-    ``skipped`` those kubelet would skip."""
+    """What ``PodStore.sync_checkpoint`` changed: events by kind; ``shape_changed``: only the
+    file's null-vs-empty form changed (kept for export, no event) (docs/api.md)."""
 
     path: str
     version: int
@@ -199,10 +176,8 @@ class SyncReport:
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """Counts of a store (``podstore status``): ``pods`` holding device entries, exclusive
-    CPUs, memory blocks or DRA claims, and their ``containers`` (every manager's, as ``podstore
-    pods`` lists them); the device plugins' allocations, device rows, distinct devices and
-    registered resources."""
+    """Counts of a store (``podstore status``); ``pods`` and ``containers`` of every manager
+    (docs/api.md)."""
 
     pods: int
     containers: int
@@ -214,9 +189,8 @@ class StoreStats:
 
 @dataclass(frozen=True, slots=True)
 class PodSummary:
-    """One pod of ``Reader.pods()`` (``podstore pods``): how many containers and entries it
-    has, the distinct (resource, device) pairs it holds, and its resources in code point
-    order."""
+    """One pod of ``Reader.pods()``: containers, entries, distinct (resource, device) pairs,
+    resources in code point order."""
 
     pod_uid: str
     containers: int
@@ -227,9 +201,8 @@ class PodSummary:
 
 @dataclass(frozen=True, slots=True)
 class DeviceHolding:
-    """One row of ``Reader.devices()`` (``podstore devices``): a held device once per holder,
-    with the NUMA ids its entry lists it under (-1: no topology); or a registered device
-    nobody holds (``pod_uid`` and ``container`` None, ``numa_nodes`` empty)."""
+    """One row of ``Reader.devices()``: a held device per holder with its NUMA ids, or a
+    registered device nobody holds (``pod_uid``, ``container`` None, ``numa_nodes`` empty)."""
 
     resource: str
     device_id: str
@@ -250,14 +223,11 @@ class DeviceOwner:
 
 @dataclass(frozen=True, slots=True)
 class AllocationEvent:
-    """One change in the allocation history (``PodStore.history``; the ops and JSON: docs/sql.md).
+    """One change in the allocation history (ops and JSON: docs/sql.md).
 
-    Entry events carry ``pod_uid``, ``container_name`` and ``resource_name`` and the entry's NUMA
-    map in ``device_ids`` (a delete: what it had); ``registered``/``unregistered`` events the
-    resource's list, with no pod or container. ``timestamp`` is an aware UTC datetime; ``seq`` is
-    never reused. ``released``: what the event took from an entry that held it before, sorted (empty
-    for events before revision 0005). The node's other managers' events (``cpu-set`` …
-    ``node-delete``) carry the item's value in ``payload``; ``manager`` says which.
+    ``device_ids``: an entry event's NUMA map (a delete: what it had), a registration event's
+    list. ``timestamp`` is aware UTC; ``seq`` is never reused. ``released``: what the event
+    took from the entry, sorted (empty before revision 0005).
     """
 
     seq: int
@@ -268,14 +238,13 @@ class AllocationEvent:
     resource_name: str
     device_ids: DevicesPerNUMA | list[str] | None
     released: list[str] = field(default_factory=list)
-    #: Events of the node's other managers (``cpu-set`` … ``node-delete``): the item's value
-    #: as its JSON says (docs/sql.md); their ``device_ids`` are the DRA devices they name.
+    #: The other managers' events (``cpu-set`` … ``node-delete``): the item's value
+    #: (docs/sql.md); their ``device_ids`` are the DRA devices they name.
     payload: Any = None
 
     @property
     def manager(self) -> str:
-        """What the event is about: ``devices`` (the device manager's entries and registered
-        devices), ``cpu``, ``memory``, ``dra``, or ``node`` (topology, pod names)."""
+        """``devices``, ``cpu``, ``memory``, ``dra`` or ``node`` (topology, pod names)."""
         family, dash, _verb = self.op.partition("-")
         return family if dash else "devices"
 
@@ -292,16 +261,8 @@ class AllocationEvent:
 
 @dataclass(frozen=True, slots=True)
 class ChainBreak:
-    """One place where the history's hash chain does not hold (``HistoryReport.breaks``).
-
-    ``kind``: ``"edited"`` (the event's content no longer gives its hash), ``"hash-edited"``
-    (its hash was changed: the next event chains from the recomputed one), ``"genesis"`` (the
-    first event does not chain from the genesis of the store_id: the store_id or event 1 was
-    changed), ``"removed"`` (the events before ``seq`` are missing and no link records their
-    hash), ``"link-forged"`` (a link where the predecessor is kept, or beyond the newest seq),
-    ``"link-wrong"`` (the event does not chain from its link), ``"head"`` (the newest seq
-    handed out is neither kept nor recorded by a link).
-    """
+    """Where the history's hash chain breaks; ``kind``: ``edited``, ``hash-edited``,
+    ``genesis``, ``removed``, ``link-forged``, ``link-wrong``, ``head`` (docs/sql.md)."""
 
     seq: int
     kind: str
@@ -310,12 +271,9 @@ class ChainBreak:
 
 @dataclass(frozen=True, slots=True)
 class HistoryReport:
-    """What ``PodStore.verify_history`` found: the chain is intact when ``breaks`` is empty.
-
-    ``head_seq``/``head_hash``: the newest seq ever handed out and the hash the chain stands
-    at there (what the fleet database compares with). ``breaks``: the first breaks in seq
-    order (at most ``MAX_BREAKS`` of them; ``break_count`` counts all).
-    """
+    """What ``PodStore.verify_history`` found: intact when ``breaks`` (the first
+    ``MAX_BREAKS``, in seq order; ``break_count`` counts all) is empty. ``head_seq`` and
+    ``head_hash``: the newest seq handed out and the chain's hash there."""
 
     store_id: str
     events: int
@@ -348,14 +306,10 @@ class QueryResult:
 
 @dataclass(frozen=True, slots=True)
 class NodeSyncReport:
-    """What bringing one kind of the node's state to a source changed (docs/api.md).
-
-    ``kind``: ``cpu``, ``memory``, ``dra``, ``topology`` or ``names``; ``path`` None for a state
-    given in Python; ``version``, ``checksum``, ``verified`` None for topology and names. ``items``:
-    what the source holds; ``written``/``deleted``: history events for items new or changed, and
-    gone; ``form_changed``: only the file's form changed (kept for export, no event); ``skipped``:
-    what reading the topology or names skipped, with why.
-    """
+    """What bringing one ``kind`` of the node's state to a source changed (docs/api.md):
+    ``written``/``deleted`` events; ``form_changed``: only the file's form changed (no event);
+    ``path`` None for a state given in Python; ``version``, ``checksum`` None for topology
+    and names."""
 
     kind: str
     path: str | None
@@ -385,10 +339,8 @@ class NodeSyncReport:
 
 @dataclass(frozen=True, slots=True)
 class NodeImportReport:
-    """What ``PodStore.import_node`` did, in one transaction: per checkpoint kind whose file
-    was there, its report (``SyncReport`` for devices); the kinds whose file was absent (left
-    as they were); and the topology and names reports (None: the source was not there — no
-    sysfs, no pod log directory — and what the store held is left as it was)."""
+    """What ``PodStore.import_node`` did: a report per kind whose file was there, the
+    ``absent`` kinds, and the topology and names reports (None: no source) (docs/api.md)."""
 
     kubelet_dir: str
     checkpoints: dict[str, SyncReport | NodeSyncReport]
@@ -411,11 +363,9 @@ class NodeImportReport:
 
 @dataclass(frozen=True, slots=True)
 class ContainerNuma:
-    """One row of ``v_container_numa`` (``PodStore.container_numa``): the NUMA nodes of a
-    container's devices (device plugins, NUMA -1 left out), exclusive CPUs (through the
-    topology) and memory blocks — each sorted, None when that kind gives no NUMA information —
-    and whether they agree: True when every known set is the same, False when two differ,
-    None when fewer than two are known."""
+    """One row of ``v_container_numa``: the sorted NUMA nodes of a container's devices (-1 left
+    out), exclusive CPUs and memory (None: unknown); ``aligned`` None when fewer than two are
+    known, else whether they are all the same."""
 
     pod_uid: str
     namespace: str | None
@@ -454,9 +404,8 @@ class NumaUsage:
 
 @dataclass(frozen=True, slots=True)
 class NodePodSummary:
-    """What one pod holds from the CPU, memory and DRA managers (``PodStore.node_pods``):
-    its containers' exclusive CPUs, memory bytes of its containers' blocks, DRA claims; and
-    its containers, of every manager (device plugins included)."""
+    """What one pod holds from the CPU, memory and DRA managers, and its containers of every
+    manager (``PodStore.node_pods``)."""
 
     pod_uid: str
     cpus: int
@@ -467,8 +416,7 @@ class NodePodSummary:
 
 @dataclass(frozen=True, slots=True)
 class DRAOwner:
-    """A pod using a DRA device through a claim (``PodStore.dra_owners``); ``pod_uid`` is None
-    for a prepared claim no pod uses any more."""
+    """A pod using a DRA device through a claim (``pod_uid`` None: a claim no pod uses)."""
 
     pod_uid: str | None
     namespace: str

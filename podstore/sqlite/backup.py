@@ -1,9 +1,6 @@
-"""A copy of a store taken while it is in use: SQLite's online backup API, into a new file.
-
-``podstore migrate --backup FILE`` takes one before changing the schema. The copy is one
-consistent snapshot (the backup restarts by itself if another connection writes meanwhile),
-is written to a temporary file beside FILE, made self-contained (rollback journal, no -wal
-to lose), fsynced, and only then given its name — never over an existing file.
+"""An online copy of a store (``podstore migrate --backup FILE``): one consistent snapshot,
+written beside FILE, made self-contained (no -wal), fsynced, then linked to its name, never
+over an existing file.
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ STEP_PAGES = 1024
 def online_backup(
     options: ConnectOptions, dest: str, progress: Callable[[int, int], None] | None = None
 ) -> int:
-    """Copy the store to the new file ``dest`` (mode 0600); returns the pages copied.
-
-    ``progress(done, total)`` is called after each step of :data:`STEP_PAGES` pages.
-    Raises InvalidInputError when ``dest`` exists, what opening the store raises, and
-    ReadOnlyStoreError / StoreFullError when ``dest`` cannot be written.
+    """Copy the store to the new file ``dest`` (0600), calling ``progress(done, total)`` per
+    step; returns the pages copied. Raises InvalidInputError when ``dest`` exists, what
+    opening raises, ReadOnlyStoreError / StoreFullError when ``dest`` cannot be written.
     """
     target = os.path.abspath(dest)
     if os.path.lexists(target):

@@ -1,8 +1,5 @@
-"""How long a writer waits for another writer's lock: the default and the bound.
-
-Apart from ``connection.py`` so that the command line can declare ``--busy-timeout`` without
-loading the connection code (``podstore --version`` and ``--help`` never connect).
-"""
+"""The busy timeout's default and bound, apart so the command line's ``--help`` loads no
+connection code."""
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 # SQLite takes the busy timeout as an int of milliseconds.

@@ -1,8 +1,5 @@
-"""SQLite connections: options, pragmas, BEGIN IMMEDIATE.
-
-Every connection podstore makes goes through :func:`connect`, so the settings below hold for
-the store's own connections, for Alembic's, and for the command line's.
-"""
+"""SQLite connections: options, pragmas, BEGIN IMMEDIATE. Every connection podstore makes
+(the store's, Alembic's, the command line's) goes through :func:`connect`."""
 
 from __future__ import annotations
 
@@ -27,13 +24,12 @@ from podstore.errors import (
 from podstore.sqlite import forking, posixlocks
 from podstore.sqlite.busy import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from podstore.sqlite.busy import MAX_BUSY_TIMEOUT as MAX_BUSY_TIMEOUT
-from podstore.sqlite.files import check_readable_store_file, prepare_file
+from podstore.sqlite.files import check_readable_store_file, prepare_file, wal_size
 from podstore.sqlite.forking import STATE
 from podstore.sqlite.translate import translate, translated_errors
 
 if TYPE_CHECKING:
-    # SQLAlchemy is only needed for migrations and URL parsing; importing it costs ~120 ms of
-    # every process start (docs/performance.md), so it is imported where it is used.
+    # Imported where used: it costs ~120 ms of every process start (docs/performance.md).
     import sqlalchemy
     from sqlalchemy.engine import Engine
 
@@ -41,26 +37,22 @@ log = logging.getLogger("podstore")
 
 Durability = Literal["full", "normal"]
 
-#: The WAL is truncated to this size when SQLite restarts it from the beginning (the first
-#: commit after a checkpoint that copied every frame). Without a limit a WAL that grew while a
-#: long read held its snapshot (or for one big import) keeps that size for ever. Twice the
-#: steady state of ``wal_autocheckpoint`` (1,000 pages plus the last commit's, about 4.2 MB
-#: with 4 KiB pages), so ordinary commits never pay for a truncate and a re-extension;
-#: tests/test_reliability_wal.py shows the bound.
+#: The size SQLite truncates the WAL to when it restarts it; without it a WAL grown under a long
+#: read or a big import keeps that size for ever. Twice ``wal_autocheckpoint``'s steady state
+#: (~4.2 MB with 4 KiB pages), so ordinary commits never truncate and re-extend it
+#: (tests/test_reliability_wal.py).
 JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
-#: The ``PRAGMA application_id`` of a podstore store (the ASCII bytes "PDST" at offset 68 of
-#: the file header), set when a store is created or upgraded and when an older store without
-#: one is opened writable. A file carrying another application's id is never opened, even when
-#: it holds no tables (docs/design.md, "Whose file it is").
+#: ``PRAGMA application_id`` of a podstore store ("PDST"), set at create, upgrade and a
+#: writable open of an older store; a file with another application's id is never opened
+#: (docs/design.md, "Whose file it is").
 APPLICATION_ID = 0x50445354
 
-#: SQLite's own checkpoint, run by the committing connection once the WAL holds this many
-#: pages (SQLite's usual default, set explicitly in case a build changed it: 0 would never
-#: checkpoint and the WAL would grow without bound).
+#: WAL pages that trigger SQLite's own checkpoint: its default, set in case a build changed
+#: it (0 would let the WAL grow without bound).
 WAL_AUTOCHECKPOINT = 1000
 
-# Settings of every new connection, set and then read back (``_configure``).
-# journal_mode is persistent in the file and needs write access, so it is handled apart.
+# Set on every new connection and read back (``_configure``); journal_mode, persistent and
+# needing write access, is handled apart.
 _PRAGMAS: dict[str, int] = {
     # ON DELETE CASCADE from pods down to device rows depends on this.
     "foreign_keys": 1,
@@ -72,12 +64,7 @@ _PRAGMAS: dict[str, int] = {
 # synchronous: FULL fsyncs the WAL at every commit, so a returned call survives power loss;
 # NORMAL may lose the last commits (never corrupts) and is opt-in.
 _SYNCHRONOUS = {"full": 2, "normal": 1}
-# The effective values, read back in one statement (table-valued pragma functions).
-_READ_BACK = (
-    "SELECT (SELECT * FROM pragma_journal_mode), (SELECT * FROM pragma_synchronous), "
-    "(SELECT * FROM pragma_foreign_keys), (SELECT * FROM pragma_temp_store), "
-    "(SELECT * FROM pragma_journal_size_limit), (SELECT * FROM pragma_busy_timeout)"
-)
+# Read back in one statement through the table-valued pragma functions.
 _READ_BACK_NAMES = (
     "journal_mode",
     "synchronous",
@@ -86,6 +73,7 @@ _READ_BACK_NAMES = (
     "journal_size_limit",
     "busy_timeout",
 )
+_READ_BACK = "SELECT " + ", ".join(f"(SELECT * FROM pragma_{n})" for n in _READ_BACK_NAMES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +86,7 @@ class ConnectOptions:
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
 
     def __post_init__(self) -> None:
-        # NaN passes a ``< 0`` check and infinity overflows int(): both would escape as
-        # ValueError/OverflowError from deep inside connect (tests/test_reliability_fuzz.py).
+        # NaN passes ``< 0`` and infinity overflows int() deep inside connect.
         timeout = self.busy_timeout
         if (
             isinstance(timeout, bool)
@@ -113,12 +100,8 @@ class ConnectOptions:
 
 
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
-    """Turn a file path or an ``sqlite:///`` SQLAlchemy URL into a file path.
-
-    Raises InvalidInputError for other databases, for a URL with options (``?...``), and for
-    in-memory SQLite, which could not survive a crash and is not shared between podstore's
-    per-thread connections.
-    """
+    """The file path of a path or ``sqlite:///`` URL. Raises InvalidInputError for other
+    databases, URL options (``?...``) and in-memory SQLite (neither durable nor shared)."""
     if isinstance(path_or_url, os.PathLike):
         path_or_url = os.fspath(path_or_url)
     if not isinstance(path_or_url, str) or not path_or_url:
@@ -137,8 +120,7 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
             )
         if "?" in path_or_url:
             query = path_or_url.split("?", 1)[1]
-            # SQLAlchemy keeps the query apart from the database name (and drops a bare
-            # ``?x``): honoured nowhere, it would open (or create) a file named without it.
+            # Honoured nowhere, it would silently open a file named without it.
             raise InvalidInputError(
                 f"database: {path_or_url!r}: podstore takes no URL options (?{query}); give "
                 "the file alone, and set modes as arguments of PodStore.open (readonly=, "
@@ -158,11 +140,8 @@ def database_url(path_or_url: str | os.PathLike[str]) -> str:
 
 
 def connect(options: ConnectOptions) -> sqlite3.Connection:
-    """Open one configured connection.
-
-    isolation_level=None stops pysqlite from issuing its own BEGINs; podstore issues every
-    BEGIN itself so that writers take the lock up front (BEGIN IMMEDIATE).
-    """
+    """Open one configured connection (isolation_level=None: podstore issues every BEGIN,
+    so writers take the lock up front)."""
     if STATE.generation:  # a forked child: a file it may not use is refused before opening
         forking.check_usable(options.path)
     with translated_errors():
@@ -187,18 +166,16 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
 
 
 def _verify_child_lock(conn: sqlite3.Connection, options: ConnectOptions) -> None:
-    """In a forked child, check that this connection really holds its lock (see
-    sqlite/forking.py): after a read, a connection to a WAL database keeps a SHARED lock."""
+    """In a forked child, check this connection holds its lock (sqlite/forking.py)."""
     if isinstance(conn, ImmutableConnection):
-        return  # takes no locks at all
+        return  # takes no locks
     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
     forking.verify_locks(os.path.abspath(options.path), wal)
 
 
 def foreign_reason(conn: sqlite3.Connection) -> str | None:
-    """Why the database ``conn`` reads is not a podstore store (another application's
-    ``application_id``, or tables without podstore's version table), or None. Reads only."""
+    """Why ``conn``'s database is not a podstore store, or None (reads only)."""
     app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
     if app_id not in (0, APPLICATION_ID):
         return f"it belongs to another application (application_id {app_id & 0xFFFFFFFF:#010x})"
@@ -214,13 +191,11 @@ def foreign_reason(conn: sqlite3.Connection) -> str | None:
 
 
 def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
-    """A read-only connection, also where neither the file nor its directory is writable.
+    """A read-only connection, also without write access to the file or directory.
 
-    A WAL database needs its -shm file. If it exists (a writer has it open, or crashed),
-    SQLite reads through it even without write access. If it is missing and cannot be
-    created (read-only directory or mount), the file is opened ``immutable=1`` — but only
-    when there is no -wal with content: immutable ignores the WAL, and would silently show
-    an old state (https://sqlite.org/wal.html#readonly; tests/test_reliability_security.py).
+    Without a -shm that can be found or made, the file opens ``immutable=1``, but only when
+    the -wal is empty: immutable ignores the WAL and would show an old state
+    (https://sqlite.org/wal.html#readonly).
     """
     path = os.path.abspath(options.path)
     check_readable_store_file(options.path)
@@ -236,11 +211,7 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
         name = str(getattr(exc, "sqlite_errorname", ""))
         if not (name.startswith("SQLITE_READONLY") or name.startswith("SQLITE_CANTOPEN")):
             raise
-        try:
-            wal_size = os.path.getsize(path + "-wal")
-        except FileNotFoundError:
-            wal_size = 0
-        if wal_size > 0:
+        if wal_size(path) > 0:
             raise ReadOnlyStoreError(
                 f"{options.path} has a write-ahead log (-wal) with changes not yet in the main "
                 "file, and its -shm file can neither be found nor created, so it cannot be "
@@ -262,17 +233,13 @@ class ImmutableConnection(sqlite3.Connection):
 
 
 def journal_mode(conn: sqlite3.Connection) -> str:
-    """The database's journal mode as stored in the file ('wal', 'delete', ...).
-
-    ``PRAGMA journal_mode`` answers 'delete' on an immutable connection whatever the file
-    says, so there the file header is read instead (bytes 18-19 are 2 for WAL).
-    """
+    """The journal mode stored in the file; on an immutable connection (where the pragma
+    always says 'delete') from the header (bytes 18-19 are 2 for WAL)."""
     mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
     if not isinstance(conn, ImmutableConnection):
         return mode
     path = next((str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "")
-    # Closing a descriptor of the file drops every POSIX lock this process holds on it
-    # (sqlite/posixlocks.py): read it only when there is none to drop.
+    # Closing a descriptor drops the process's POSIX locks on the file (sqlite/posixlocks.py).
     if not path or posixlocks.holds_locks(path):
         return mode
     try:
@@ -284,11 +251,8 @@ def journal_mode(conn: sqlite3.Connection) -> str:
 
 
 def expected_settings(options: ConnectOptions) -> dict[str, int | str]:
-    """The settings a connection made with ``options`` must run with, as SQLite reports them.
-
-    A read-only connection never writes, so its journal mode and synchronous setting do not
-    matter (a file opened ``immutable=1`` even reports ``delete``); they are left out.
-    """
+    """The settings a connection with ``options`` must report (read-only: journal mode and
+    synchronous left out, as it never writes)."""
     wanted: dict[str, int | str] = dict(_PRAGMAS)
     wanted["busy_timeout"] = int(options.busy_timeout * 1000)
     if not options.readonly:
@@ -298,7 +262,7 @@ def expected_settings(options: ConnectOptions) -> dict[str, int | str]:
 
 
 def effective_settings(conn: sqlite3.Connection) -> dict[str, int | str]:
-    """The settings ``conn`` runs with now, read from SQLite (not from what was asked)."""
+    """The settings ``conn`` runs with, as SQLite reports them."""
     row = conn.execute(_READ_BACK).fetchone()
     out: dict[str, int | str] = dict(zip(_READ_BACK_NAMES, row, strict=True))
     out["journal_mode"] = str(out["journal_mode"]).lower()
@@ -308,13 +272,9 @@ def effective_settings(conn: sqlite3.Connection) -> dict[str, int | str]:
 
 
 def check_settings(conn: sqlite3.Connection, options: ConnectOptions) -> None:
-    """Raise PodStoreError unless ``conn`` runs with every setting podstore relies on.
-
-    Setting a pragma is no proof that it holds: SQLite ignores some silently (foreign_keys
-    inside a transaction), a build may swap in its own defaults (SQLITE_DEFAULT_WAL_SYNCHRONOUS
-    turns FULL into NORMAL when a file is found in WAL mode, unless synchronous was set
-    explicitly), and a weaker setting is invisible until a power cut. So podstore refuses to
-    run with one rather than run without saying so.
+    """Raise PodStoreError unless ``conn`` runs with every setting podstore relies on:
+    SQLite ignores some silently (foreign_keys in a transaction), a build may change defaults
+    (SQLITE_DEFAULT_WAL_SYNCHRONOUS), and a weaker setting shows only at a power cut.
     """
     wanted = expected_settings(options)
     got = effective_settings(conn)
@@ -327,23 +287,17 @@ def check_settings(conn: sqlite3.Connection, options: ConnectOptions) -> None:
 
 
 def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
-    """Apply podstore's settings to a new connection, then read them back (check_settings).
-
-    The journal mode comes first: it reads the file, which is when a build's WAL default for
-    synchronous would apply. synchronous is then always set explicitly, which SQLite never
-    overrides, and the read-back that follows sees the value that commits will use.
+    """Apply podstore's settings, then check them. The journal mode comes first (reading the
+    file applies a build's WAL default for synchronous), then synchronous is set explicitly.
     """
     if not options.readonly:
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal":
-            # Switching writes the file header: never on a file podstore then refuses
-            # (another application's database stays exactly as it was).
+            # Switching writes the header: never on another application's file.
             reason = foreign_reason(conn)
             if reason is not None:
                 raise SchemaError(f"not a podstore database: {options.path}: {reason}")
-            # WAL: readers never block the writer and a commit is one sequential append.
-            # Processes opening a new file at once race to switch it (tests/
-            # test_reliability_concurrency.py); the loser is told busy without waiting.
+            # Processes opening a new file race to switch it; the loser is told busy at once.
             switch = _retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
             got = switch.fetchone()[0]
             if str(got).lower() != "wal":
@@ -361,12 +315,8 @@ def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
 
 
 def _retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
-    """Run ``sql``, retried until busy_timeout when SQLite answers busy at once.
-
-    The busy handler normally waits inside the call, but SQLite returns SQLITE_BUSY without
-    waiting in some cases (while another connection recovers the WAL; two connections of a new
-    file switching it to WAL at once, where waiting could deadlock), so a bounded retry loop
-    sits on top; past the deadline the caller gets StoreBusyError.
+    """Run ``sql``, retried until busy_timeout (then StoreBusyError): SQLite answers busy
+    without waiting while another connection recovers the WAL, or switches a new file to WAL.
     """
     deadline = time.monotonic() + busy_timeout
     delay = 0.001
@@ -384,11 +334,8 @@ def _retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqli
 
 
 def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) -> Engine:
-    """An SQLAlchemy engine over podstore's own connections (used by Alembic and admin code).
-
-    Transactions begun through it start with BEGIN IMMEDIATE, so a migration holds the write
-    lock from its first statement and DDL is rolled back as a whole on failure.
-    """
+    """An SQLAlchemy engine over podstore's connections (Alembic, admin code) whose
+    transactions begin IMMEDIATE: a migration holds the lock from its first statement."""
     opts = options or ConnectOptions(path=database_path(url))
     import sqlalchemy
     from sqlalchemy import event

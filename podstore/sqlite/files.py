@@ -22,13 +22,9 @@ from podstore.fsutil import fsync_directory
 
 
 def prepare_file(path: str) -> None:
-    """Create the database file 0600 (and missing parents 0700) before SQLite touches it.
-
-    A created file and directory are fsynced together with their parent, so a store created
-    and written survives power loss even where fsync of a file does not persist its name
-    (SQLite syncs the directory only for the journal and WAL it creates itself).
-    Raises ReadOnlyStoreError when the file or its directory cannot be written, StoreFullError
-    when the disk is full.
+    """Create the database file 0600 (missing parents 0700), fsynced into its parent (SQLite
+    syncs the directory only for its journal and WAL). Raises ReadOnlyStoreError when the
+    file or directory is not writable, StoreFullError when the disk is full.
     """
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
@@ -50,13 +46,9 @@ def prepare_file(path: str) -> None:
 
 
 def check_readable_store_file(path: str) -> None:
-    """What a read-only open needs before SQLite sees the path: an existing regular file
-    holding something. Nothing is created, whatever the answer.
-
-    Raises InvalidInputError for a missing path or one that is not a regular file (a device
-    such as /dev/null, a directory: SQLite would read it as an empty database, and a writable
-    open would create ``-journal`` or ``-wal`` files next to it), SchemaError for an empty
-    file (no database in it, and a read-only open never creates one).
+    """Check, creating nothing, that a read-only open finds a non-empty regular file: raises
+    InvalidInputError for a missing path or another kind of file (SQLite would read
+    /dev/null as an empty database), SchemaError for an empty file.
     """
     full = os.path.abspath(path)
     try:
@@ -86,8 +78,7 @@ def _check_regular(full: str, shown: str, mode: int | None = None) -> None:
 
 
 def _make_private_dirs(directory: str) -> None:
-    """os.makedirs with every created level 0700 (makedirs gives intermediate levels the
-    default mode), each one fsynced into its parent."""
+    """os.makedirs with every created level 0700 (not only the last), each fsynced."""
     if os.path.isdir(directory):
         return
     parent = os.path.dirname(directory)
@@ -122,15 +113,12 @@ def _os_error(exc: OSError, path: str, action: str = "create") -> PodStoreError:
 
 
 def warn_if_writable_by_others(path: str) -> None:
-    """Warn (UserWarning, attributed to the caller outside podstore) when group or other
-    users may write the database file or its WAL."""
+    """UserWarning (at the caller outside podstore) when others may write the file or WAL."""
     for candidate in (path, path + "-wal"):
         try:
             mode = os.stat(candidate).st_mode
         except OSError:
             continue
-        # Only a store file can be rewritten through; a device such as /dev/null is refused
-        # at open, with its own error.
         if stat.S_ISREG(mode) and mode & (stat.S_IWOTH | stat.S_IWGRP):
             warnings.warn(
                 f"{candidate} is writable by other users (mode {stat.S_IMODE(mode):o}); anyone "
@@ -142,7 +130,6 @@ def warn_if_writable_by_others(path: str) -> None:
 
 def _caller_stacklevel() -> int:
     """The warnings stacklevel of the first frame outside the podstore package."""
-    # This module is podstore/sqlite/files.py: the package is two levels up.
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame = sys._getframe(1)
     level = 1
@@ -163,17 +150,13 @@ def wal_size(path: str) -> int:
 
 
 def release_side_files(path: str) -> None:
-    """Remove the empty ``-wal`` and the ``-shm`` that reading made SQLite create, when no
-    connection of any process has the store open (``PodStore.close`` of a read-only store).
+    """Remove the empty ``-wal`` and ``-shm`` a read-only store made SQLite create, when no
+    process has the store open.
 
-    To read a WAL database safely beside writers a connection needs the shared-memory index
-    (``-shm``) and the log (``-wal``); SQLite creates both, also for a read-only connection,
-    and only a writable connection's last close removes them. So, with the log empty, a plain
-    writable connection reads one row and closes: SQLite itself then takes the exclusive lock
-    — granted only when no other connection anywhere has the file open —, finds nothing to
-    checkpoint, and deletes both files. Nothing is done when the log holds frames (a
-    writer's, live or crashed: not a reader's to checkpoint) or when the file or its
-    directory is not writable.
+    Only a writable connection's last close removes them, so one reads a row and closes:
+    SQLite takes the exclusive lock (only if nobody else has the file open) and deletes both.
+    Nothing is done when the log holds frames (a writer's to checkpoint) or when the file or
+    its directory is not writable.
     """
     full = os.path.abspath(path)
     try:

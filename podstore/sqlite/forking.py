@@ -1,42 +1,24 @@
 """fork() safety for every connection podstore holds (docs/api.md, "Threads, processes and
-fork"; docs/design.md has the reasoning).
+fork"; docs/design.md, "fork() is made safe, or refused").
 
-SQLite's locks are POSIX locks: they belong to the process, and SQLite keeps one shared
-record per file of which of the process's connections holds what. A forked child inherits
-those records but none of the locks. A connection the child opens while an inherited one is
-still open therefore takes no lock in the kernel at all: the parent's last close then
-checkpoints and deletes the WAL the child is writing to, an inherited write lock is never
-released, an inherited read mark pins the WAL for ever. And SQLite's mutexes (its memory
-allocator's, each connection's) are copied in whatever state the other threads left them: a
-child forked while another thread was inside SQLite can hang on its first call.
+A child inherits SQLite's per-process record of its POSIX locks but not the locks, so its
+connection beside an inherited one takes no kernel lock (the parent's last close then deletes
+the WAL it writes to); and SQLite's mutexes are copied as other threads left them (a child
+forked while a thread was inside SQLite can hang).
 
-So podstore makes sure a child inherits no thread inside SQLite and no connection in use:
+- Before the fork, calls count themselves in their thread's :class:`Counter`; new ones wait,
+  the background check is interrupted, and the fork waits for calls in flight (at most the
+  longest busy_timeout). The parent keeps its connections: closing the idle ones made the
+  fork 0.7 ms slower and the next call reconnect (3.1 ms instead of 0.9 ms).
+- In the child, connections no thread was using are closed (that releases no kernel lock,
+  and SQLite checkpoints at close only under a real exclusive lock, which the parent
+  refuses). One in use is abandoned, never closed (its rollback could rewrite the WAL index
+  the parent's writer uses) and its file refused.
+- In any child the first connection to a file is checked against the kernel's locks
+  (``sqlite/posixlocks.py``): none means an unmanaged connection was open; the file is refused.
 
-- **Before the fork** (``os.register_at_fork``): every podstore call that touches SQLite
-  counts itself in its thread's :class:`Counter`; calls that have not started wait; a
-  background integrity check is interrupted (and started again afterwards); the fork waits
-  for the other threads' calls and ``transaction()`` blocks in flight to end (at most the
-  longest ``busy_timeout`` of the open stores). The parent keeps its connections: closing
-  its idle ones too (as podstore did) bought nothing the child's own close does not, and made
-  the fork 0.7 ms slower and each thread's next call reconnect (3.1 ms instead of 0.9 ms).
-- **In the child**, whatever was still open at the fork is dealt with by its owner before
-  any code of the child runs: a connection no thread was using (a thread's, an idle one, a
-  ``reader()`` kept open, the check's) is closed — that releases nothing in the kernel, since
-  the child holds no lock, and SQLite only checkpoints at a close after taking a real
-  exclusive lock, which the parent's own connections refuse. The child's SQLite records then
-  start empty, and its own connections take real locks.
-- A connection **in use at the fork** (a fork from within ``transaction()``, or a block that
-  outlasted the wait) is abandoned in the child: never used, never closed — closing it would
-  roll back, which can rewrite the WAL index the parent's writer is using — and kept alive
-  for good (a garbage-collected connection is closed). Its file is refused in the child:
-  every use raises PodStoreError.
-- **In any child**, the first connection to a file is checked against the kernel's lock
-  table (``sqlite/posixlocks.py``): if it holds no lock, something podstore does not manage
-  (another library's connection, a raw one) was open at the fork, and the file is refused.
-
-The hand-off between the forking thread and the others relies on the GIL: a thread raises
-its count and then looks at :attr:`State.pending`; the forking thread sets
-:attr:`State.pending` and then looks at the counts; so at least one sees the other.
+The hand-off relies on the GIL: a thread raises its count then reads :attr:`State.pending`;
+the forking thread sets it then reads the counts; at least one sees the other.
 """
 
 from __future__ import annotations
@@ -53,15 +35,13 @@ from podstore.sqlite import posixlocks
 
 log = logging.getLogger("podstore")
 
-#: How long a fork waits at most for calls in flight in other threads when no open store names
-#: its busy_timeout.
+#: A fork's longest wait for calls in flight when no open store names a busy_timeout.
 DEFAULT_WAIT = 10.0
 
 
 class State:
-    """What every use of a store looks at: ``generation`` counts the forks between the process
-    that opened the store and this one (a connection made in another generation belongs to
-    another process); ``pending`` is set while a fork is being prepared."""
+    """``generation``: forks since start (a connection of another generation is another
+    process's); ``pending``: a fork is being prepared."""
 
     __slots__ = ("generation", "pending")
 
@@ -80,8 +60,7 @@ class Participant(Protocol):
         """How long a fork may wait for calls in flight on its connections (busy_timeout)."""
 
     def fork_writing(self, thread: int) -> object:
-        """The file (:func:`file_key`) whose write lock ``thread`` holds through this owner
-        (it is inside a transaction), or None."""
+        """The file (:func:`file_key`) whose write lock ``thread`` holds here, or None."""
 
     def fork_quiesce(self) -> None:
         """Before the fork: stop long work (the background check) that would hold it up."""
@@ -94,9 +73,8 @@ class Participant(Protocol):
 
 
 class Counter:
-    """How many podstore calls one thread is inside (``n``): a fork waits for every other
-    thread's to reach 0, and a thread at 0 does not start one while a fork is prepared.
-    ``waits_for``: the file (:func:`file_key`) whose write lock the thread is waiting for."""
+    """``n``: the podstore calls one thread is inside (a fork waits for other threads' to
+    reach 0); ``waits_for``: the file whose write lock the thread waits for."""
 
     __slots__ = ("__weakref__", "n", "waits_for")
 
@@ -120,8 +98,7 @@ def counter() -> Counter:
 
 
 def enter(c: Counter) -> None:
-    """Count one call of this thread (``c`` is its counter). A call nested in another one
-    never waits; an outer one waits while a fork is being prepared."""
+    """Count one call of this thread; an outer one waits while a fork is being prepared."""
     if c.n:
         c.n += 1
         return
@@ -195,8 +172,7 @@ def notify() -> None:
 
 
 def abandon(conn: object) -> None:
-    """Keep ``conn`` alive for the rest of the process, whatever happens to its owner — also
-    through interpreter shutdown, which would otherwise close it."""
+    """Keep ``conn`` alive for the rest of the process, through interpreter shutdown too."""
     import ctypes
 
     _abandoned.append(conn)
@@ -238,9 +214,8 @@ def check_usable(path: str) -> None:
 
 
 def verify_locks(path: str, has_lock: bool) -> None:
-    """In a forked child: after a connection to ``path`` has read (``has_lock``: SQLite keeps
-    a SHARED lock then), check that the process holds a lock on it in the kernel. If not, a
-    connection podstore does not manage was open at the fork; the file is refused."""
+    """In a forked child, after a connection read ``path`` (``has_lock``: WAL keeps a SHARED
+    lock): no kernel lock means an unmanaged connection was open at the fork; refuse it."""
     key = file_key(path)
     if key is None or key in _verified or not has_lock:
         return
@@ -253,9 +228,8 @@ def verify_locks(path: str, has_lock: bool) -> None:
 
 
 def _busy_elsewhere(me: int, held: set[object]) -> bool:
-    """Whether a thread other than ``me`` is inside a podstore call the fork must wait for:
-    not one that is itself forking, nor one waiting for a write lock ``me`` holds (it cannot
-    go on before the fork does; the child refuses that store anyway)."""
+    """Whether another thread is in a call the fork must wait for: not one forking itself,
+    nor one waiting for a write lock ``me`` holds (the child refuses that store anyway)."""
     with _registry_lock:
         counters = list(_counters.items())
     return any(
@@ -280,8 +254,7 @@ def _before() -> None:
     started = time.monotonic()
     with _cond:
         while _busy_elsewhere(me, held):
-            # Again on every round: an interrupt reaches only a statement already running,
-            # and the check's thread may have been just about to start its own.
+            # Every round: an interrupt reaches only a statement already running.
             for p in participants:
                 p.fork_quiesce()
             remaining = limit - (time.monotonic() - started)
@@ -330,10 +303,9 @@ def _after_in_child() -> None:
             log.debug("fork: error in a child's clean-up", exc_info=True)
 
 
-# concurrent.futures' own before-fork handler takes the lock every executor's submit() takes
-# and holds it until after the fork. Handlers run in reverse order of registration: imported
-# first, its handler runs after podstore's, so the wait above never holds that lock — an
-# asyncio loop goes on handing calls to workers, and the blocks being waited for can end.
+# concurrent.futures' before-fork handler holds every executor's submit() lock until after the
+# fork. Handlers run in reverse order of registration: imported first, it runs after ours, so
+# our wait never holds that lock and the blocks waited for can still end.
 import concurrent.futures.thread  # noqa: E402,F401
 
 if hasattr(os, "register_at_fork"):

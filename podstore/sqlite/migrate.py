@@ -1,8 +1,5 @@
-"""Migrate-on-open and the schema revision, with Alembic loaded only when a migration runs.
-
-The Alembic scripts ship inside the package as ``podstore.migrations`` (the top-level
-``migrations/`` folder). Opening a store already at :data:`HEAD_REVISION` never imports
-Alembic.
+"""Migrate-on-open and the schema revision. The Alembic scripts ship as
+``podstore.migrations``; a store already at :data:`HEAD_REVISION` opens without Alembic.
 """
 
 from __future__ import annotations
@@ -57,8 +54,7 @@ def head_of(scripts: Any) -> str:
 
 @functools.cache
 def migrations_dir() -> str:
-    """Where the Alembic scripts are: podstore.migrations (the top-level migrations/ folder).
-    Looked up once per process: a process that dropped privileges may no longer see it."""
+    """Where podstore.migrations is, looked up once (after dropping privileges it may be hidden)."""
     return scripts_location("podstore.migrations")
 
 
@@ -87,11 +83,8 @@ BASE = "base"
 
 
 def current_revision(conn: sqlite3.Connection) -> str | None:
-    """The stored revision; None for an empty database, BASE when the schema was downgraded
-    to nothing (the version table is left, empty).
-
-    Raises SchemaError when the file holds tables but no Alembic version (not podstore's).
-    """
+    """The stored revision; None for an empty database, BASE when downgraded to nothing.
+    Raises SchemaError for tables without an Alembic version (not podstore's)."""
     with translated_errors():
         names = {
             r[0]
@@ -109,10 +102,8 @@ def current_revision(conn: sqlite3.Connection) -> str | None:
     return BASE if row is None else str(row[0])
 
 
-#: The newest revision under migrations/versions. A store already at this revision opens
-#: without loading Alembic, whose import and script scan cost ~140 ms per process start
-#: (docs/performance.md, "open-to-first-answer"). Bump it with every new migration; a test
-#: pins it to Alembic's head: assert HEAD_REVISION == head_revision().
+#: The newest revision: a store at it opens without Alembic (~140 ms per process start,
+#: docs/performance.md). Bump it with every migration; a test pins it to Alembic's head.
 HEAD_REVISION = "0008"
 
 
@@ -122,7 +113,7 @@ def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", 
     if rev == HEAD_REVISION:
         return "current"
     if rev == BASE:
-        # Downgraded on purpose: an old schema, so upgrade=False must refuse it.
+        # Downgraded on purpose: old, so upgrade=False refuses it.
         return "old"
     if rev == head_revision():
         return "current"
@@ -136,20 +127,14 @@ def classify_revision(rev: str | None) -> Literal["current", "old", "new-file", 
 def ensure_schema(
     options: ConnectOptions, *, upgrade: bool, check: bool = True
 ) -> tuple[bool, sqlite3.Connection | None]:
-    """Bring the file to the head revision (or check it is there), as PodStore.open promises.
-    Returns whether the store still lacks podstore's ``application_id`` (a store made before
-    podstore set one, opened writable): the caller sets it with its first write — not here,
-    since the background check may not have passed yet, and no write lands on a file not yet
-    checked; and, for a store already current, the connection that looked, for the caller to
-    keep (a connection costs about a millisecond, most of it SQLite parsing the schema).
+    """Bring the file to head (or check it is there), as PodStore.open promises. Returns
+    whether the store lacks podstore's ``application_id`` (the caller's first write sets it:
+    no write before the background check passes) and, for a current store, the connection
+    that looked, to keep (a connection costs about a millisecond).
 
-    ``check`` runs the full ``quick_check`` first (sqlite/integrity.py); a file that needs a
-    migration gets it before it is migrated, whatever ``check`` says, since a migration
-    writes. A file that is not podstore's (another application's ``application_id``, or
-    tables without podstore's version table) raises SchemaError before anything is written to
-    it. The upgrade runs on a connection inside BEGIN IMMEDIATE with transactional DDL: a
-    failed migration leaves the previous schema, and two processes opening a new file at once
-    migrate it exactly once.
+    ``check`` runs ``quick_check`` first; a file to migrate gets it anyway. A file not
+    podstore's raises SchemaError before any write. The upgrade runs in BEGIN IMMEDIATE with
+    transactional DDL: a failure leaves the old schema, racing openers migrate once.
     """
     warn_if_writable_by_others(os.path.abspath(options.path))
     probe = connect(options)
@@ -159,8 +144,7 @@ def ensure_schema(
             reason = foreign_reason(probe)
         if reason is not None:
             probe.close()
-            # A read-only connection leaves the -wal and -shm its read made (a writable one
-            # removes them at its close): not even those stay beside a file podstore refuses.
+            # A read-only connection leaves the -wal and -shm its read made: remove them.
             if options.readonly:
                 release_side_files(options.path)
             raise SchemaError(f"not a podstore database: {options.path}: {reason}")
@@ -202,7 +186,9 @@ def ensure_schema(
 
 def run_upgrade(options: ConnectOptions, target: str) -> None:
     def upgrade(cfg: Any) -> None:
-        _alembic_command("upgrade")(cfg, target)
+        from alembic import command
+
+        command.upgrade(cfg, target)
         # In the migration's transaction: the store is podstore's exactly when it has a schema.
         cfg.attributes["connection"].exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
 
@@ -210,14 +196,12 @@ def run_upgrade(options: ConnectOptions, target: str) -> None:
 
 
 def run_downgrade(options: ConnectOptions, target: str) -> None:
-    _run_alembic(options, lambda cfg: _alembic_command("downgrade")(cfg, target))
+    def downgrade(cfg: Any) -> None:
+        from alembic import command
 
+        command.downgrade(cfg, target)
 
-def _alembic_command(name: str) -> Callable[..., None]:
-    from alembic import command
-
-    fn: Callable[..., None] = getattr(command, name)
-    return fn
+    _run_alembic(options, downgrade)
 
 
 def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None:

@@ -1,22 +1,10 @@
-"""The POSIX record locks this process holds on a file, as the kernel sees them (/proc/locks).
+"""The POSIX locks this process holds on a file, as the kernel sees them (/proc/locks).
 
-SQLite's unix VFS takes POSIX (fcntl) locks, which belong to the process, and keeps its own
-count of which of the process's connections holds what. Two consequences make the kernel's
-view worth reading:
-
-- Closing *any* descriptor of a file releases every POSIX lock the process holds on it.
-  SQLite never closes a descriptor of a locked file itself, but a plain ``open()`` and
-  ``close()`` of the database by podstore would silently drop the locks of every other
-  connection of the process — after which another process's last close could checkpoint and
-  delete the WAL under them. podstore reads the file itself (the journal mode of a file
-  opened ``immutable=1``, ``sqlite/connection.py``) only when the process holds no lock on it
-  (:func:`holds_locks`). Reading /proc/locks costs milliseconds on a busy host, so nothing on
-  the path of an ordinary open reads it.
-- A forked child inherits SQLite's counts but none of the locks: a child's connection made
-  while inherited ones were open believes it holds locks it does not hold. podstore checks, in
-  a forked child, that its connection's lock is really there (``sqlite/forking.py``).
-
-Linux only: elsewhere the answer is "unknown" (None), and callers assume the worst.
+SQLite's POSIX locks belong to the process: closing *any* descriptor of the file drops them
+all, so podstore reads the file itself only when it holds none (:func:`holds_locks`); and a
+forked child inherits SQLite's record of them but not the locks (``sqlite/forking.py``).
+Reading /proc/locks costs milliseconds on a busy host: no ordinary open does. Linux only:
+elsewhere the answer is None ("unknown") and callers assume the worst.
 """
 
 from __future__ import annotations
@@ -27,16 +15,12 @@ _PROC_LOCKS = "/proc/locks"
 
 
 def held(path: str) -> list[tuple[int, int]] | None:
-    """(start, end) of every POSIX lock this process holds on ``path`` (end -1: to EOF); None
-    where the kernel's lock table cannot be read.
-
-    Matched by inode number alone: /proc/locks names the device of the file system, which on
-    some (btrfs subvolumes, overlays) differs from ``st_dev``.
-    """
+    """(start, end) of every POSIX lock this process holds on ``path`` (end -1: to EOF);
+    None where /proc/locks cannot be read. Matched by inode alone: its device differs from
+    ``st_dev`` on btrfs subvolumes and overlays."""
     try:
         ino = os.stat(path).st_ino
-        # Bytes: no codec is looked up (a process that dropped privileges may no longer be
-        # able to import one).
+        # Bytes: a process that dropped privileges may not import a codec.
         with open(_PROC_LOCKS, "rb") as f:
             lines = f.read().splitlines()
     except OSError:

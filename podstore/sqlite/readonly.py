@@ -1,27 +1,12 @@
-"""Read-only SQL for audits (``PodStore.query`` and ``podstore sql``): any write is refused.
+"""Read-only SQL for audits (``PodStore.query``, ``podstore sql``) behind three independent
+locks (docs/sql.md): ``mode=ro``, ``PRAGMA query_only``, and an authorizer allowing only reads
+(ATTACH is denied: it would create a file, and ``VACUUM INTO`` writes one even read-only).
 
-Three independent locks, so that no single mistake opens a way to write:
+Eponymous virtual tables (``json_each``) announce themselves as an UPDATE of ``sqlite_master``;
+that is allowed (a real one still fails: ``writable_schema`` is a PRAGMA write, refused).
 
-1. the file is opened ``mode=ro`` (SQLite refuses to write it at all);
-2. ``PRAGMA query_only = ON`` (SQLite refuses any statement that would change a database);
-3. an authorizer that allows only reading: SELECT, reads of tables and views, functions (but
-   ``load_extension``), recursive CTEs and PRAGMAs that only read. It denies ATTACH and DETACH
-   (``ATTACH`` would create a file, and ``VACUUM INTO`` writes a new one, even on a read-only
-   connection), every INSERT/UPDATE/DELETE/CREATE/DROP/ALTER, transactions and savepoints, and
-   every PRAGMA given a value (``PRAGMA query_only = OFF`` included) other than the few that
-   take an argument to read something (``table_info(t)``, ...).
-
-Eponymous virtual tables (``json_each``, ``pragma_table_info``) announce themselves to the
-authorizer as an UPDATE of ``sqlite_master`` while SQLite sets them up; that one action is
-allowed (a real ``UPDATE sqlite_master`` still fails: the schema table is not writable without
-``writable_schema``, a PRAGMA the authorizer refuses).
-
-Limits (:class:`Limits`): a time limit counts only the time SQLite spends computing rows —
-enforced by a progress handler that interrupts the statement — not the time the caller takes
-between rows, so a slow reader of a pipe is never cut off; a row limit stops a statement at
-its first row past the limit; and no statement may build a string or blob larger than
-:data:`MAX_VALUE_BYTES`. Each raises QueryLimitError. Rows are fetched in pages, so a
-caller that streams holds one page at a time, however large the answer.
+The time limit counts only SQLite's work (a progress handler), not the caller's time between
+rows, so a slow reader of a pipe is never cut off. Rows are fetched in pages.
 """
 
 from __future__ import annotations
@@ -47,16 +32,12 @@ R = TypeVar("R")
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 
-# Rows fetched per call into SQLite: large enough that the Python overhead per row is small,
-# small enough that a page of wide rows stays a few hundred kB.
+# Rows per fetch: small Python overhead per row, a page of wide rows a few hundred kB.
 PAGE_ROWS = 256
-#: The largest string or blob a guarded statement may build (SQLITE_LIMIT_LENGTH; SQLite's own
-#: default is 1 GB). Stored values are far smaller — a response is a few hundred bytes, the
-#: history's largest row a registered-device list — while a runaway ``s || s`` doubles its
-#: value in a single step, too fast for any time limit to catch.
+#: The largest string or blob a guarded statement may build (SQLite's default: 1 GB). Stored
+#: values are far smaller; a runaway ``s || s`` doubles in one step, too fast for a time limit.
 MAX_VALUE_BYTES = 32 << 20
-# The progress handler runs every this many virtual-machine instructions (a few hundred µs):
-# fine enough for a timely stop, coarse enough to cost nothing measurable.
+# VM instructions between progress calls (a few hundred µs): timely, and costs nothing measurable.
 _PROGRESS_STEPS = 10_000
 
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
@@ -104,11 +85,8 @@ def _authorize(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """How long a guarded connection's statements may run and how many rows one may return.
-
-    ``timeout``: seconds of SQLite's own work (None: no limit). ``max_rows``: rows one
-    statement may return (None: no limit). Raises InvalidInputError for a bad value.
-    """
+    """``timeout``: seconds of SQLite's work; ``max_rows``: rows per statement (None: no
+    limit). Raises InvalidInputError for a bad value."""
 
     timeout: float | None = None
     max_rows: int | None = None
@@ -125,12 +103,9 @@ class Limits:
 
 
 class Guarded:
-    """One guarded read-only connection (see the module docstring) with its limits.
-
-    With ``snapshot=True`` every statement run on it reads the same committed state (one read
-    transaction, begun before the authorizer that refuses transactions is installed).
-    Raises what :func:`podstore.sqlite.connection.connect` raises for a file it cannot open.
-    """
+    """One guarded read-only connection with its limits; ``snapshot=True``: one read
+    transaction (begun before the authorizer refuses transactions). Raises what ``connect``
+    raises."""
 
     def __init__(self, options: ConnectOptions, limits: Limits, *, snapshot: bool) -> None:
         self.limits = limits
@@ -139,9 +114,8 @@ class Guarded:
         self._interrupted = False
         self._forked = False
         self._pid = os.getpid()
-        # The thread inside a call now: the connection and the time counted are one thread's
-        # at a time. (Not a lock: an interrupt between taking it and the try that gives it
-        # back would leave the reader refusing every later call.)
+        # The thread inside a call now. Not a lock: an interrupt between taking it and the try
+        # that gives it back would leave the reader refusing every later call.
         self._user: int | None = None
         with forking.activity():  # a fork waits, so its child has this one to close
             self.conn: sqlite3.Connection | None = self._open(options, limits, snapshot=snapshot)
@@ -165,10 +139,8 @@ class Guarded:
             raise
         return conn
 
-    # fork (sqlite/forking.py): a fork waits for a statement or page fetch in flight (each
-    # counts as an activity), never for a reader merely held open; the child's copy is
-    # closed at once — it only ever read, so closing it releases nothing the parent holds —
-    # and refuses any further use.
+    # fork (sqlite/forking.py): waits for a statement or fetch in flight, not for an open
+    # reader; the child closes its copy (it only read: that releases nothing of the parent's).
     def fork_timeout(self) -> float | None:
         return None
 
@@ -206,8 +178,7 @@ class Guarded:
         return 0
 
     def call(self, fn: Callable[[], R]) -> R:
-        """Run ``fn`` (a call into SQLite) with its time counted against the limit and its
-        errors turned into podstore's."""
+        """Run ``fn`` (into SQLite), timed against the limit, errors made podstore's."""
         if self.conn is None:
             raise self._closed_error()
         me, user = threading.get_ident(), self._user
@@ -260,11 +231,8 @@ class Guarded:
         return mapped
 
     def rows(self, sql: str, params: Params = None) -> RowStream[tuple[Any, ...]]:
-        """Start one statement; its rows stream from the returned RowStream.
-
-        Raises ReadOnlyStoreError for a statement that would write (or is otherwise refused),
-        InvalidInputError for bad SQL or parameters, QueryLimitError past a limit.
-        """
+        """Start one statement; its rows stream from the returned RowStream. Raises
+        ReadOnlyStoreError (refused), InvalidInputError (bad SQL), QueryLimitError."""
         if not isinstance(sql, str):
             raise InvalidInputError(f"sql: expected str, got {type(sql).__name__}")
         conn = self.conn
@@ -274,25 +242,20 @@ class Guarded:
         return RowStream(self, cur, tuple)
 
     def close(self) -> None:
-        # Inside the activity from the moment the connection leaves self.conn: a fork
-        # between the two would leave the child a connection that nobody closes.
+        # Inside the activity: a fork in between would leave the child a connection to close.
         with forking.activity():
             conn, self.conn = self.conn, None
             if conn is not None:
                 conn.close()
 
     def __del__(self) -> None:
-        # A reader dropped without close(): close its connection now. (A sqlite3 connection
-        # is kept alive by a reference cycle with its statement cache, so it would stay open
-        # until the cyclic collector ran — and one that a forked child inherits that way, its
-        # owner already gone when the child's clean-up runs, would keep SQLite's records of
-        # the parent's locks alive in the child.)
+        # A sqlite3 connection lives in a cycle with its statement cache until the collector
+        # runs; a forked child would meanwhile keep SQLite's records of the parent's locks.
         if getattr(self, "conn", None) is None:
             return
         try:
             if os.getpid() != self._pid:
-                # A forked child freeing the parent's threads (before its clean-up runs):
-                # the connection was idle, the fork waited for that.
+                # A forked child before its clean-up: the fork waited, so it was idle.
                 conn, self.conn = self.conn, None
                 if conn is not None:
                     conn.close()
@@ -303,12 +266,9 @@ class Guarded:
 
 
 class RowStream(Generic[T]):
-    """The rows of one statement, fetched page by page as they are iterated.
-
-    ``columns`` are the statement's column names. Iterate it (once) for the rows; ``close()``
-    (or a ``with`` block) ends it early. Iteration raises QueryLimitError when the reader's
-    time limit runs out or the statement returns more than ``max_rows`` rows; the rows
-    already returned stay valid.
+    """The rows of one statement (``columns``: their names), fetched a page at a time;
+    iterate once, ``close()`` or ``with`` ends it early. Iteration raises QueryLimitError
+    past a limit (rows returned stay valid).
     """
 
     def __init__(
@@ -388,11 +348,8 @@ class RowStream(Generic[T]):
 def run(
     options: ConnectOptions, sql: str, params: Params = None, limits: Limits | None = None
 ) -> QueryResult:
-    """Run one statement on a new guarded connection and fetch every row (``PodStore.query``).
-
-    Raises ReadOnlyStoreError for a statement that would write (or is otherwise refused),
-    InvalidInputError for bad SQL or parameters, QueryLimitError past a limit.
-    """
+    """Every row of one statement on a new guarded connection (``PodStore.query``); raises as
+    :meth:`Guarded.rows`."""
     guarded = Guarded(options, limits or Limits(), snapshot=False)
     try:
         with guarded.rows(sql, params) as rows:

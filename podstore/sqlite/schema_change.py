@@ -1,10 +1,6 @@
-"""Schema changes run by hand (``podstore migrate``) made safe: the target is checked before
-anything runs, a downgrade is first tried and rolled back to learn what it would drop, and the
-steps run one by one inside one transaction so that a progress bar can follow them.
-
-Nothing here knows a podstore table: what a downgrade drops is found by comparing the tables,
-their columns and their row counts before and after it, inside a transaction that is then
-rolled back.
+"""``podstore migrate`` made safe: the target is checked first, the steps run one by one in one
+transaction (for a progress bar), and a downgrade is first tried and rolled back to learn what
+it drops, by comparing tables, columns and row counts (nothing here knows a podstore table).
 """
 
 from __future__ import annotations
@@ -48,10 +44,7 @@ def revisions() -> list[str]:
 
 
 def resolve(name: str) -> str:
-    """The revision a name means: ``head``, ``base`` or a revision id.
-
-    Raises InvalidInputError for a name that is none of them.
-    """
+    """The revision ``head``, ``base`` or an id means; InvalidInputError for another name."""
     known = revisions()
     if name in ("head", "heads"):
         return known[-1]
@@ -64,8 +57,8 @@ def resolve(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A checked schema change: from ``current`` to ``target`` through ``steps`` (the revision
-    reached after each step, in order; empty when the schema is already at the target)."""
+    """A checked schema change from ``current`` to ``target``; ``steps``: the revision reached
+    after each step."""
 
     direction: Direction
     current: str
@@ -74,9 +67,8 @@ class Plan:
 
 
 def stored_revision(options: ConnectOptions) -> str:
-    """The store's revision (BASE for an empty or downgraded-to-base file), read without
-    writing. Raises InvalidInputError for a missing file, SchemaError for a revision this
-    podstore does not know or a database that is not podstore's."""
+    """The store's revision (BASE: empty), read without writing. Raises InvalidInputError for
+    a missing file, SchemaError for an unknown revision or a database not podstore's."""
     with forking.activity():
         conn = connect(dataclasses.replace(options, readonly=True))
         try:
@@ -95,11 +87,9 @@ def stored_revision(options: ConnectOptions) -> str:
 
 
 def plan(options: ConnectOptions, direction: Direction, target_name: str) -> Plan:
-    """Check a change to ``target_name`` in ``direction`` against the store's revision.
-
-    ``upgrade`` of a missing file plans from BASE (the upgrade creates the store). Raises
-    InvalidInputError for an unknown target or one on the wrong side of the current revision,
-    SchemaError for a store whose revision is unknown.
+    """Check a change to ``target_name`` against the store's revision (a missing file
+    upgrades from BASE). Raises InvalidInputError for an unknown target or one on the wrong
+    side, SchemaError for an unknown store revision.
     """
     target = resolve(target_name)
     if direction == "upgrade" and not os.path.exists(options.path):
@@ -136,9 +126,8 @@ def run(options: ConnectOptions, change: Plan, on_step: OnStep | None = None) ->
 
 @dataclass(frozen=True, slots=True)
 class Loss:
-    """Something a downgrade drops: a ``table`` with its rows, some ``rows`` of a table that
-    stays (``keys``: their primary keys, when few), a ``column`` with its values, or a
-    ``view`` (no data of its own)."""
+    """What a downgrade drops: a ``table``, ``rows`` of a kept table (``keys`` when few), a
+    ``column`` or a ``view``."""
 
     kind: Literal["table", "rows", "column", "view"]
     name: str
@@ -153,15 +142,11 @@ class Loss:
         if self.kind == "table":
             return f"table {self.name} ({_rows(self.count)})"
         if self.kind == "rows":
-            named = f": {self.keys_text}" if self.keys else ""
+            named = f": {', '.join(self.keys)}" if self.keys else ""
             return f"{_rows(self.count)} of table {self.name}{named}"
         if self.kind == "column":
             return f"column {self.name} ({self.count} non-null values)"
         return f"view {self.name}"
-
-    @property
-    def keys_text(self) -> str:
-        return ", ".join(self.keys)
 
 
 def _rows(n: int) -> str:
@@ -169,8 +154,7 @@ def _rows(n: int) -> str:
 
 
 def losses(options: ConnectOptions, change: Plan) -> list[Loss]:
-    """What ``change`` would drop, found by applying it in a transaction that is rolled back
-    (the store is left as it was)."""
+    """What ``change`` would drop (applied in a transaction rolled back)."""
     return _steps(options, change, None, dry_run=True)
 
 

@@ -1,23 +1,15 @@
 """The connections of one open store, and what each thread and task does with them.
 
-- **A connection per thread, given back when the thread ends.** A thread's first call takes a
-  connection (an idle one, or a new one) and keeps it; when the thread ends its connection
-  goes back to the store — kept idle for the next thread (up to :data:`MAX_IDLE`), else
-  closed. So a thread per request leaves no connection behind, and closing one never
-  checkpoints or deletes the WAL: the store keeps at least one open.
-- **Write transactions belong to one thread, and to one asyncio task.** Calls of the same
-  thread inside ``transaction()`` join it (as savepoints). A call from another task on the
-  same thread raises instead of joining it silently; so does a write from another thread
-  whose context was copied from inside the block (``asyncio.to_thread``), which would wait for
-  the block's lock while the block waits for it.
-- **Writers queue in the process.** A write transaction first takes its file's
-  :class:`WriterQueue` (first come, first served), then SQLite's write lock: the threads of
-  one process take turns instead of racing SQLite's busy handler, which polls at growing
-  intervals and let some of 64 threads wait past the busy timeout while others wrote 35
-  times as often. SQLite's lock still keeps processes apart.
-- **fork()**: the store takes part in ``sqlite/forking.py``: in the child, inherited
-  connections are closed (idle) or abandoned (in use at the fork).
-- **The background integrity check** (``open(verify="auto"|"background")``).
+- A connection per thread, kept idle for the next thread when it ends (up to :data:`MAX_IDLE`)
+  or closed: the store keeps one open, so closing one never checkpoints or deletes the WAL.
+- A write transaction belongs to one thread and one asyncio task: same-thread calls join it
+  (savepoints); another task's call, or a write from a thread whose context was copied from
+  inside the block (``asyncio.to_thread``, which would deadlock on the lock), raises.
+- Writers take their file's :class:`WriterQueue` (first come, first served) before SQLite's
+  lock: racing SQLite's busy handler (growing poll intervals) let some of 64 threads time
+  out while others wrote 35 times as often.
+- fork(): inherited connections are closed (idle) or abandoned (in use): ``sqlite/forking.py``.
+- The background integrity check (``open(verify="auto"|"background")``).
 """
 
 from __future__ import annotations
@@ -33,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Generic, NoReturn, TypeVar
 
@@ -43,28 +35,24 @@ from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, begin_imm
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.forking import STATE
 from podstore.sqlite.integrity import quick_check
-from podstore.sqlite.translate import translate, translated_errors
+from podstore.sqlite.translate import translate
 
 log = logging.getLogger("podstore")
 
 T = TypeVar("T")
 
-#: Connections kept open for the next thread after the thread that used them ended (beyond
-#: those that live threads hold). A thread-per-request server reuses these instead of opening
-#: one per request; more are closed as their threads end.
+#: Connections of ended threads kept idle for the next thread (a thread per request reuses them).
 MAX_IDLE = 4
 
-# The write transactions open in this context (weak references to the slots holding them), so
-# that a thread running in a copy of the context (asyncio.to_thread) can tell that its write
-# would wait for a transaction of the caller that waits for it.
+# The write transactions open in this context (weak refs to their slots): a thread running in a
+# copy of it (asyncio.to_thread) can tell that its write would deadlock on the caller's.
 _OPEN: contextvars.ContextVar[tuple[weakref.ref[_Slot], ...]] = contextvars.ContextVar(
     "podstore_open_transactions", default=()
 )
 
 
 def current_task() -> object:
-    """The asyncio task running on this thread, or None (no loop runs here). asyncio is not
-    imported for this: a process that never imported it runs no task."""
+    """The asyncio task running on this thread, or None (asyncio is not imported for this)."""
     aio = sys.modules.get("asyncio")
     if aio is None:
         return None
@@ -79,9 +67,8 @@ _PLUMBING = frozenset({__file__, contextlib.__file__})
 
 
 def _with_frame() -> FrameType | None:
-    """In the main thread (the only one where a signal handler raises), the frame whose
-    ``with`` (or ExitStack) holds the use starting now: the first caller outside this module
-    and contextlib."""
+    """In the main thread (where signal handlers raise), the first caller frame outside this
+    module and contextlib: the one whose ``with`` holds the use starting now."""
     if threading.get_ident() != signals.MAIN:
         return None
     frame: FrameType | None = sys._getframe(2)
@@ -101,8 +88,8 @@ def _running(frame: FrameType) -> bool:
 
 
 class WriterQueue:
-    """The turn of this process's writers to one store file, handed over first come, first
-    served (every waiter has a lock of its own, released by the writer before it)."""
+    """This process's writers' turn at one store file, first come, first served (each waiter
+    has a lock of its own, released by the writer before it)."""
 
     __slots__ = ("__weakref__", "_held", "_holder", "_lock", "_waiters")
 
@@ -142,10 +129,9 @@ class WriterQueue:
                 self._held, self._holder = False, None
 
 
-# One queue per store file, shared by the stores of the process open on it. A forked child
-# inherits them as they were: a fork waits for every call in flight, so no thread holds one
-# at the fork — but the forking thread's own transaction, or a call that outlasted the wait,
-# and the child refuses that file anyway (sqlite/forking.py).
+# One queue per store file, shared by the process's stores on it. A forked child inherits them
+# as they were: only a transaction still open at the fork can hold one, and the child refuses
+# that file anyway (sqlite/forking.py).
 _queues: weakref.WeakValueDictionary[object, WriterQueue] = weakref.WeakValueDictionary()
 _queues_lock = threading.Lock()
 
@@ -160,8 +146,7 @@ def _queue_for(file: object) -> WriterQueue:
 
 class _Slot:
     """One thread's use of one store: its connection, the open write transaction (``depth``
-    savepoint levels deep, begun by ``owner``, an asyncio task or None), and ``busy``, how
-    many calls of the thread are using the connection right now."""
+    levels, begun by ``owner``: a task or None) and ``busy``, the calls using it now."""
 
     __slots__ = (
         "__weakref__",
@@ -186,17 +171,14 @@ class _Slot:
         self.busy = 0
         self.depth = 0
         self.owner: object = None
-        # The writer queue whose turn the open write transaction holds.
-        self.queue: WriterQueue | None = None
-        # The frame whose ``with`` holds the outermost use now (main thread only: see
-        # Sessions._unwind).
+        self.queue: WriterQueue | None = None  # whose turn the open write holds
+        # The frame whose ``with`` holds the outermost use (main thread only: Sessions._unwind).
         self.outer: FrameType | None = None
 
 
 class _ThreadEnd:
-    """Held by the thread-local state alone: dropped as the thread ends, it gives the
-    thread's connection back. Not the slot itself, which an exception's frames may keep
-    (a traceback cycle) until a garbage collection."""
+    """Held by the thread-local alone, so it drops as the thread ends and gives the connection
+    back (the slot may outlive the thread in a traceback cycle)."""
 
     __slots__ = ("slot",)
 
@@ -214,13 +196,9 @@ class _ThreadEnd:
 
 
 class _Checker:
-    """The background check's thread, started without waiting for it to run.
-
-    ``threading.Thread.start`` blocks until the new thread has been scheduled and has taken
-    the GIL, which on a loaded machine is most of an open (docs/performance.md, "Start-up and
-    open"); ``_thread.start_new_thread`` returns at once. ``is_alive`` and ``join`` answer as
-    a daemon Thread's would.
-    """
+    """The background check's thread, as a daemon Thread but started without waiting for it:
+    ``Thread.start`` waits until the thread holds the GIL, on a loaded machine most of an open
+    (docs/performance.md, "Start-up and open")."""
 
     def __init__(self, target: Callable[[sqlite3.Connection], None], conn: sqlite3.Connection):
         self._ended = threading.Event()
@@ -275,7 +253,6 @@ class Sessions:
         self._gate_writes = False
         # The store lacks podstore's application_id: the first write sets it (migrate.py).
         self.unmarked = False
-        self._on_fork_child: list[weakref.WeakMethod[Callable[[], None]]] = []
         forking.register(self)
 
     @property
@@ -333,10 +310,9 @@ class Sessions:
             forking.leave(slot.counter)
 
     def _unwind(self, slot: _Slot) -> None:
-        """The outermost use of ``slot`` was never ended, and the frame of its ``with`` is
-        gone: an interrupt came as the ``with`` called ``__exit__``, before its first
-        instruction (no signal block can cover that). Roll back what it left open, so that
-        this call does not join it."""
+        """The outermost use of ``slot`` never ended and its ``with`` frame is gone (an
+        interrupt before ``__exit__``'s first instruction, which no signal block covers):
+        roll back what it left open so this call does not join it."""
         conn = slot.conn
         try:
             if conn is not None and slot.gen == STATE.generation and conn.in_transaction:
@@ -358,8 +334,8 @@ class Sessions:
         _close_quietly(conn)
 
     def _begin_write(self, slot: _Slot, conn: sqlite3.Connection) -> None:
-        """Take this process's turn to write the file, then SQLite's write lock (BEGIN
-        IMMEDIATE); each wait is bounded by busy_timeout. Raises StoreBusyError."""
+        """Take this process's turn, then BEGIN IMMEDIATE, each within busy_timeout; raises
+        StoreBusyError."""
         timeout = self.options.busy_timeout
         if not self._queue.acquire(timeout, slot):
             raise StoreBusyError(
@@ -409,10 +385,9 @@ class Sessions:
         raise trouble
 
     def _check_same_file(self) -> None:
-        """Refuse a new connection where the store's path no longer names the file the store
-        opened: SQLite would open (or create, and podstore migrate) another store there, and
-        this store's writes would go to two files by thread. Checked before connecting (so
-        nothing is created) and after (the path could change in between)."""
+        """Refuse a connection where the path no longer names the opened file (writes would
+        split between two files by thread); checked before connecting (nothing is created)
+        and after (the path may change in between)."""
         found = forking.file_key(self.options.path)
         if self._file_id is None:
             self._file_id = found  # the first connection creates the file
@@ -452,16 +427,14 @@ class Sessions:
         _close_quietly(conn)
 
     def adopt(self, conn: sqlite3.Connection) -> None:
-        """Keep ``conn``, made with this store's options (the open's first look at the file),
-        for the first thread that needs one, rather than connecting again."""
+        """Keep ``conn`` (the open's first connection) idle for the first thread."""
         with self._lock:
             self._conns.add(conn)
             self._idle.append(conn)
 
     def conn(self) -> sqlite3.Connection:
-        """This thread's connection (made on first use) for a statement run right away.
-        Raises PodStoreError once closed, and the damage the background check found once it
-        found some. Prefer :meth:`use`, which also keeps a fork from closing it meanwhile."""
+        """This thread's connection, for a statement run at once (prefer :meth:`use`, which also
+        holds off a fork). Raises PodStoreError once closed, or the damage found."""
         with self.use() as conn:
             return conn
 
@@ -471,14 +444,11 @@ class Sessions:
         return _Use(self)
 
     def close(self) -> None:
-        """Close every connection; a running background check is stopped first. A connection
-        another thread is using right now is closed when that call ends (its next one raises
-        PodStoreError). A read-only store removes the empty ``-wal`` and ``-shm`` SQLite made
-        for reading, when nothing else has the store open."""
+        """Stop the background check and close every connection (one in use: when its call
+        ends). A read-only store removes the empty ``-wal``/``-shm`` if nothing else has it open."""
         self._closed = True
         self._stop_check()
-        # Connections leave self._conns inside the activity: a fork in between would leave
-        # the child connections nobody closes.
+        # Inside the activity: a fork in between would leave the child connections nobody closes.
         with forking.activity():
             with self._lock:
                 self._trouble = PodStoreError("the store is closed")
@@ -489,16 +459,12 @@ class Sessions:
     # ---- transactions ----------------------------------------------------------------------
 
     def write(self) -> _Write[sqlite3.Connection]:
-        """One atomic write: BEGIN IMMEDIATE … COMMIT, or a SAVEPOINT inside an open one.
-
-        Use as ``with sessions.write() as conn:``; sqlite3 errors inside become podstore
-        errors, and any exception rolls the write back.
-        """
+        """``with sessions.write() as conn:`` — BEGIN IMMEDIATE … COMMIT (a SAVEPOINT inside an
+        open one); an exception rolls it back, sqlite3 errors become podstore's."""
         return self._write(None)
 
     def transaction(self, value: T) -> _Write[T]:
-        """:meth:`write` whose ``with`` gives ``value`` (not None) rather than the connection:
-        no wrapper between the ``with`` and the write, where an interrupt could fall."""
+        """:meth:`write` whose ``with`` gives ``value``: no wrapper for an interrupt to fall in."""
         return self._write(value)
 
     def _write(self, value: Any) -> _Write[Any]:
@@ -508,20 +474,13 @@ class Sessions:
             self._wait_for_check()
         return _Write(self, value)
 
-    def in_write(self) -> bool:
-        """Whether this thread has a write transaction open: a :meth:`write` now joins it (as
-        a savepoint) and is committed, or rolled back, only with it."""
-        slot: _Slot | None = getattr(self._local, "slot", None)
-        return slot is not None and slot.depth > 0
-
     def snapshot(self) -> _Snapshot:
         """A consistent read over several statements (or the open write transaction)."""
         return _Snapshot(self)
 
     def _joined_elsewhere(self) -> None:
-        """Raise when this context is inside a write transaction of this store that another
-        thread holds (the context was copied from inside the block): a write here would wait
-        for that transaction's lock, and the transaction for this call."""
+        """Raise when this context was copied from inside another thread's write transaction
+        of this store: a write here and that transaction would wait for each other."""
         for ref in _OPEN.get():
             other = ref()
             if (
@@ -553,8 +512,8 @@ class Sessions:
         return None
 
     def fork_quiesce(self) -> None:
-        # The background check may read for seconds: it is stopped (an interrupt) rather
-        # than waited for, and started again after the fork (fork_parent).
+        # The check may read for seconds: interrupted rather than waited for, restarted by
+        # fork_parent.
         checker = self._checker
         if checker is not None and checker.is_alive():
             self._paused = True
@@ -575,8 +534,7 @@ class Sessions:
             log.warning("%s: could not restart the integrity check: %s", self.options.path, exc)
 
     def _close_unused(self) -> None:
-        """Close every connection no thread is using: the idle ones, and those of threads
-        that are not inside a call (they take a new one on their next call)."""
+        """Close the idle connections and those of threads not inside a call."""
         with self._lock:
             unused, self._idle = self._idle, []
             for slot in list(self._slots):
@@ -616,25 +574,15 @@ class Sessions:
             forking.refuse(self.options.path, reason)
             if not self._closed:
                 self._trouble = forking.forked_error(self.options.path, reason)
-        for ref in self._on_fork_child:
-            callback = ref()
-            if callback is not None:
-                callback()
-
-    def on_fork_child(self, callback: Callable[[], None]) -> None:
-        """Call the bound method ``callback`` in a forked child (held weakly)."""
-        self._on_fork_child.append(weakref.WeakMethod(callback))
 
     # ---- the background integrity check (open(verify="background")) ------------------------
 
     def start_background_check(self, *, gate_writes: bool = False) -> None:
-        """Run ``quick_check`` on a connection of its own, in a daemon thread; with
-        ``gate_writes`` every write first waits for it to pass (and raises what it found).
+        """Run ``quick_check`` on a connection of its own in a daemon thread; with
+        ``gate_writes`` every write first waits for it to pass (or raises what it found).
 
-        The connection is made here, so that the thread goes straight into SQLite (which
-        runs without the GIL) and does not compete with the caller's first calls for it: made
-        in the thread, its Python steps between SQLite calls held the GIL while the caller
-        waited for it, and open + first answer took 4-8 ms longer (docs/performance.md).
+        The connection is made here so the thread goes straight into SQLite (no GIL): made
+        there, it took the GIL from the caller, and open + first answer took 4-8 ms longer.
         """
         conn = connect(self.options)  # raises like the store's own connection would
         self._gate_writes = gate_writes
@@ -674,10 +622,8 @@ class Sessions:
                 self._trouble = damage
 
     def _stop_check(self) -> None:
-        """Stop a running background check and wait for its thread. An interrupt reaches
-        only a statement already running, and the thread may be just about to start its
-        own, so it is repeated until the thread is gone (the thread also looks at the closed
-        flag before it starts)."""
+        """Stop the background check and wait for its thread; the interrupt is repeated, as it
+        reaches only a statement already running."""
         checker = self._checker
         if checker is None or checker.is_current():
             return
@@ -696,9 +642,7 @@ class Sessions:
         self._gate_writes = False  # passed: later writes need not look again
 
     def _join_check(self, timeout: float | None) -> bool:
-        """Wait for the background check to end with a verdict (False: ``timeout`` seconds
-        passed first). A fork interrupts the check and starts a new thread for it: that one
-        is waited for then."""
+        """Wait for the check's verdict (False: timed out), across a fork's restart of it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._check_done and not self._closed:
             checker = self._checker
@@ -724,8 +668,7 @@ class Sessions:
                 raise
 
     def wait_checked(self, timeout: float | None) -> bool:
-        """True once the background check passed (at once when none runs), False on timeout;
-        raises what it found."""
+        """True once the check passed (or none runs), False on timeout; raises what it found."""
         if self._check_here:
             self._check_in_this_process()
         if not self._join_check(timeout):
@@ -772,8 +715,7 @@ class _Use:
 
 
 class _Snapshot:
-    """The context of :meth:`Sessions.snapshot`: one read transaction, unless a transaction
-    is already open on the connection."""
+    """The context of :meth:`Sessions.snapshot`: a read transaction unless one is open."""
 
     __slots__ = ("__weakref__", "_began", "_conn", "_gen", "_sessions", "_slot")
 
@@ -829,12 +771,11 @@ class _Snapshot:
 
 
 class _Write(Generic[T]):
-    """The context of :meth:`Sessions.write`: a class rather than a generator-based context
-    manager, since every insert passes through it (fewer Python calls per write).
+    """The context of :meth:`Sessions.write` (a class: fewer Python calls per insert).
 
-    Its steps run with signal handlers held off (``sqlite/signals.py``): an interrupt that
-    comes while it begins is raised before the block with nothing open; one that comes while
-    it commits is raised after the commit, noted as committed (:func:`signals.committed`)."""
+    Signal handlers are held off in its steps (``sqlite/signals.py``): an interrupt while it
+    begins is raised before the block with nothing open; one while it commits, after the
+    commit, noted as committed (:func:`signals.committed`)."""
 
     __slots__ = (
         "__weakref__",
@@ -908,9 +849,8 @@ class _Write(Generic[T]):
         return conn
 
     def _undo_begin(self, slot: _Slot, conn: sqlite3.Connection, outer: bool) -> None:
-        """An error, or an interrupt the signal block did not keep out (one the kernel gave
-        another thread of the process, which does not block it, is run in the main thread
-        at once), came while the write began: undo what of it was done."""
+        """Undo a begun write after an error, or an interrupt the block did not keep out (one
+        delivered to a thread that does not block it runs in the main thread at once)."""
         try:
             if outer and slot.queue is not None and conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -1027,19 +967,6 @@ def _close_quietly(conn: sqlite3.Connection) -> None:
         conn.close()
     except sqlite3.Error:  # pragma: no cover - close errors have nothing to undo
         log.debug("error closing a connection", exc_info=True)
-
-
-@contextlib.contextmanager
-def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One read transaction on ``conn`` (a consistent view over several statements); sqlite3
-    errors inside become podstore errors."""
-    with translated_errors():
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
 
 
 def _raise_translated(exc: sqlite3.Error) -> NoReturn:

@@ -15,12 +15,9 @@ from podstore.errors import (
     StoreFullError,
 )
 
-# IOERR subcodes that mean a write did not reach the disk. SQLite reports ENOSPC as SQLITE_FULL
-# for plain writes, but as one of these when it happens while growing the WAL, the -shm file or
-# during a checkpoint (seen on a full tmpfs, tests/test_reliability_diskfull.py).
+# IOERR subcodes of a write that did not reach the disk: ENOSPC while growing the WAL or -shm,
+# or in a checkpoint, comes as one of these, not SQLITE_FULL (tests/test_reliability_diskfull.py).
 _WRITE_IOERRS = ("WRITE", "FSYNC", "TRUNCATE", "SHMSIZE", "SHMMAP", "FALLOCATE", "DIR_FSYNC")
-# What a full disk means for the caller: SQLite rolled the write back, and nothing recovers
-# by itself while the disk stays full (every write needs room in the WAL).
 _FULL = (
     "the disk holding the store is full (or the store reached its size limit): the write "
     "was rolled back and the store is unchanged; free space on that filesystem, then retry "
@@ -31,13 +28,8 @@ _READ_IOERRS = ("READ", "SHORT_READ", "CORRUPTFS", "DATA")
 
 
 def translate(exc: BaseException) -> PodStoreError | None:
-    """The podstore error for a sqlite3 (or SQLAlchemy-wrapped) error, or None if not one.
-
-    Every sqlite3 error maps to some PodStoreError: the specific subclass where the cause is
-    known (busy, full, corrupt, read-only, too big), else the PodStoreError base naming
-    SQLite's error code, so that no raw ``sqlite3`` exception reaches a caller
-    (tests/test_reliability_fuzz.py pins this).
-    """
+    """The podstore error for a sqlite3 (or SQLAlchemy-wrapped) error, or None if not one:
+    the specific subclass where the cause is known, else PodStoreError naming SQLite's code."""
     orig = getattr(exc, "orig", exc)
     if not isinstance(orig, sqlite3.Error):
         return None
@@ -71,15 +63,11 @@ def translate(exc: BaseException) -> PodStoreError | None:
 
 @contextmanager
 def translated_errors() -> Iterator[None]:
-    """Re-raise sqlite3 errors as podstore's own, ``from None`` as in diskcache.
-
-    An error without a specific podstore meaning keeps the sqlite3 error as its cause, for
-    debugging.
-    """
+    """Re-raise sqlite3 errors as podstore's, ``from None`` (a plain PodStoreError keeps the
+    sqlite3 error as its cause, for debugging)."""
     try:
         yield
     except Exception as exc:
-        # sqlite3 errors, and the same wrapped by SQLAlchemy (which need not be imported).
         if not isinstance(exc, sqlite3.Error) and not isinstance(
             getattr(exc, "orig", None), sqlite3.Error
         ):
