@@ -28,7 +28,6 @@ import os
 import threading
 import time
 import weakref
-from typing import Protocol
 
 from podstore.errors import PodStoreError
 from podstore.sqlite import posixlocks
@@ -53,14 +52,17 @@ class State:
 STATE = State()
 
 
-class Participant(Protocol):
-    """An owner of connections (a store's sessions, a reader) taking part in forks."""
+class Participant:
+    """An owner of connections (a store's sessions, a reader) taking part in forks; by
+    default it holds no fork up and has nothing to resume."""
 
     def fork_timeout(self) -> float | None:
         """How long a fork may wait for calls in flight on its connections (busy_timeout)."""
+        return None
 
     def fork_writing(self, thread: int) -> object:
         """The file (:func:`file_key`) whose write lock ``thread`` holds here, or None."""
+        return None
 
     def fork_quiesce(self) -> None:
         """Before the fork: stop long work (the background check) that would hold it up."""

@@ -102,7 +102,7 @@ class Limits:
             raise InvalidInputError(f"max_rows: expected an int >= 0 or None, got {m!r}")
 
 
-class Guarded:
+class Guarded(forking.Participant):
     """One guarded read-only connection with its limits; ``snapshot=True``: one read
     transaction (begun before the authorizer refuses transactions). Raises what ``connect``
     raises."""
@@ -141,18 +141,6 @@ class Guarded:
 
     # fork (sqlite/forking.py): waits for a statement or fetch in flight, not for an open
     # reader; the child closes its copy (it only read: that releases nothing of the parent's).
-    def fork_timeout(self) -> float | None:
-        return None
-
-    def fork_writing(self, thread: int) -> object:
-        return None
-
-    def fork_quiesce(self) -> None:
-        pass
-
-    def fork_parent(self) -> None:
-        pass
-
     def fork_child(self, thread: int) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:

@@ -223,7 +223,7 @@ class _Checker:
         return self._ident == threading.get_ident()
 
 
-class Sessions:
+class Sessions(forking.Participant):
     """The connections of one open store (see the module docstring)."""
 
     def __init__(self, options: ConnectOptions) -> None:
@@ -306,7 +306,7 @@ class Sessions:
         if not slot.busy:
             slot.outer = None
             if self._closed and slot.conn is not None and slot.gen == STATE.generation:
-                self._close_after_use(slot)
+                self._give_back(slot)  # close() came while this thread used it: closed now
             forking.leave(slot.counter)
 
     def _unwind(self, slot: _Slot) -> None:
@@ -323,15 +323,6 @@ class Sessions:
             self._end_write(slot)
             slot.depth, slot.owner, slot.busy = 0, None, 0
             forking.leave(slot.counter)
-
-    def _close_after_use(self, slot: _Slot) -> None:
-        """close() came while this thread was using its connection: close it now."""
-        with self._lock:
-            conn, slot.conn = slot.conn, None
-            if conn is None or conn not in self._conns:
-                return
-            self._conns.discard(conn)
-        _close_quietly(conn)
 
     def _begin_write(self, slot: _Slot, conn: sqlite3.Connection) -> None:
         """Take this process's turn, then BEGIN IMMEDIATE, each within busy_timeout; raises
@@ -408,6 +399,7 @@ class Sessions:
             self._give_back(slot)
 
     def _give_back(self, slot: _Slot) -> None:
+        """Keep ``slot``'s connection idle for another thread, or close it (once closed)."""
         with self._lock:
             conn, slot.conn = slot.conn, None
             if conn is None or conn not in self._conns:
@@ -471,7 +463,8 @@ class Sessions:
         if self.options.readonly:
             raise ReadOnlyStoreError("the store was opened read-only")
         if self._gate_writes:
-            self._wait_for_check()
+            self.wait_checked(None)
+            self._gate_writes = False  # passed: later writes need not look again
         return _Write(self, value)
 
     def snapshot(self) -> _Snapshot:
@@ -632,14 +625,6 @@ class Sessions:
                 if self._checker_conn is not None:
                     self._checker_conn.interrupt()
             checker.join(0.002)
-
-    def _wait_for_check(self) -> None:
-        if self._check_here:
-            self._check_in_this_process()
-        self._join_check(None)
-        if self._damage is not None:
-            raise self._damage
-        self._gate_writes = False  # passed: later writes need not look again
 
     def _join_check(self, timeout: float | None) -> bool:
         """Wait for the check's verdict (False: timed out), across a fork's restart of it."""
