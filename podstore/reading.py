@@ -60,14 +60,6 @@ class Reader:
     def __init__(self, options: ConnectOptions, limits: Limits, *, snapshot: bool = True) -> None:
         self._guarded = Guarded(options, limits, snapshot=snapshot)
 
-    @property
-    def timeout(self) -> float | None:
-        return self._guarded.limits.timeout
-
-    @property
-    def max_rows(self) -> int | None:
-        return self._guarded.limits.max_rows
-
     def stream(self, sql: str, params: Params = None) -> RowStream[tuple[Any, ...]]:
         """The rows of one read-only statement, streamed; raises as ``PodStore.stream``."""
         return self._guarded.rows(sql, params)

@@ -20,6 +20,7 @@ from podstore.sqlite.connection import (
     create_sqlalchemy_engine,
     database_url,
     foreign_reason,
+    table_names,
 )
 from podstore.sqlite.files import release_side_files, warn_if_writable_by_others
 from podstore.sqlite.integrity import quick_check
@@ -86,12 +87,7 @@ def current_revision(conn: sqlite3.Connection) -> str | None:
     """The stored revision; None for an empty database, BASE when downgraded to nothing.
     Raises SchemaError for tables without an Alembic version (not podstore's)."""
     with translated_errors():
-        names = {
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
+        names = table_names(conn)
         if not names:
             return None
         if "alembic_version" not in names:

@@ -16,7 +16,13 @@ from typing import Any, Literal
 
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.pure import alloc_resp
-from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
+from podstore.sqlite.connection import (
+    ConnectOptions,
+    connect,
+    database_path,
+    journal_mode,
+    table_names,
+)
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import HEAD_REVISION
 from podstore.sqlite.translate import translate
@@ -87,7 +93,7 @@ def check_connection(conn: sqlite3.Connection, *, quick: bool = False) -> list[F
             # Invariant queries over a damaged b-tree may fail or mislead; the damage is the
             # finding that matters.
             return findings
-        findings.extend(_schema(conn, _tables(conn)))
+        findings.extend(_schema(conn, table_names(conn)))
         for name, check in _INVARIANTS:
             try:
                 findings.extend(check(conn))
@@ -129,15 +135,6 @@ def _integrity(conn: sqlite3.Connection, quick: bool) -> list[Finding]:
     if rows == ["ok"]:
         return []
     return [Finding("error", pragma, row) for row in rows]
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {
-        str(r[0])
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
 
 
 _STORE_TABLES = (
