@@ -77,18 +77,6 @@ class StoreSpec:
     file_id: tuple[int, int]
 
 
-def spec_of(store: PodStore) -> StoreSpec:
-    options = store._sessions.options
-    st = os.stat(options.path)
-    return StoreSpec(
-        options.path,
-        options.readonly,
-        options.durability,
-        options.busy_timeout,
-        (st.st_dev, st.st_ino),
-    )
-
-
 def _size(path: object) -> int:
     """The size of the file at ``path``; 0 if none (the thread then raises for it)."""
     if not isinstance(path, str | bytes | os.PathLike):
@@ -149,7 +137,15 @@ class ProcessWorker:
 
     def __init__(self, store: PodStore) -> None:
         self._store = store
-        self._spec = spec_of(store)
+        options = store._sessions.options
+        st = os.stat(options.path)
+        self._spec = StoreSpec(
+            options.path,
+            options.readonly,
+            options.durability,
+            options.busy_timeout,
+            (st.st_dev, st.st_ino),
+        )
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None

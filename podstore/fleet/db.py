@@ -121,10 +121,9 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
         broken = FleetUnavailableError(f"cannot reach the {where}: {first}")
         broken.pooled_connection_died = True  # type: ignore[attr-defined]
         return broken
-    if sqlstate.startswith(_UNAVAILABLE_CLASSES):
-        return FleetUnavailableError(f"cannot reach the {where}: {first}")
-    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate:
-        # No SQLSTATE: the client could not connect or lost the connection.
+    # No SQLSTATE on a driver error: the client could not connect or lost the connection.
+    lost = isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate
+    if lost or sqlstate.startswith(_UNAVAILABLE_CLASSES):
         return FleetUnavailableError(f"cannot reach the {where}: {first}")
     if sqlstate == _PERMISSION:
         return FleetRefusedError("permission", f"{where}: refused: {first}")

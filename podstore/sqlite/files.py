@@ -58,13 +58,9 @@ def check_readable_store_file(path: str) -> None:
     except OSError as exc:
         raise _os_error(exc, full, "open") from None
     _check_regular(full, path, st.st_mode)
-    if st.st_size == 0:
-        try:
-            wal = os.path.getsize(full + "-wal")
-        except OSError:
-            wal = 0
-        if wal == 0:  # a new store's pages may all be in its WAL still
-            raise SchemaError(f"database: {path} is an empty file, not a podstore store")
+    # A new store's pages may all be in its WAL still.
+    if st.st_size == 0 and wal_size(full) == 0:
+        raise SchemaError(f"database: {path} is an empty file, not a podstore store")
 
 
 def _check_regular(full: str, shown: str, mode: int | None = None) -> None:

@@ -8,7 +8,6 @@ import functools
 import importlib.util
 import os
 import sqlite3
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from podstore.errors import PodStoreError, SchemaError
@@ -181,29 +180,25 @@ def ensure_schema(
 
 
 def run_upgrade(options: ConnectOptions, target: str) -> None:
-    def upgrade(cfg: Any) -> None:
-        from alembic import command
-
-        command.upgrade(cfg, target)
-        # In the migration's transaction: the store is podstore's exactly when it has a schema.
-        cfg.attributes["connection"].exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
-
-    _run_alembic(options, upgrade)
+    _run_alembic(options, "upgrade", target)
 
 
 def run_downgrade(options: ConnectOptions, target: str) -> None:
-    def downgrade(cfg: Any) -> None:
-        from alembic import command
-
-        command.downgrade(cfg, target)
-
-    _run_alembic(options, downgrade)
+    _run_alembic(options, "downgrade", target)
 
 
-def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None:
+def _run_alembic(
+    options: ConnectOptions, direction: Literal["upgrade", "downgrade"], target: str
+) -> None:
+    from alembic import command
+
     engine = create_sqlalchemy_engine(database_url(options.path), options)
     try:
         with forking.activity(), translated_errors(), engine.begin() as connection:
-            action(alembic_config(connection))
+            getattr(command, direction)(alembic_config(connection), target)
+            if direction == "upgrade":
+                # In the migration's transaction: the store is podstore's exactly when it has
+                # a schema.
+                connection.exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
     finally:
         engine.dispose()
