@@ -467,9 +467,9 @@ class Sessions(forking.Participant):
             self._gate_writes = False  # passed: later writes need not look again
         return _Write(self, value)
 
-    def snapshot(self) -> _Snapshot:
+    def snapshot(self) -> _Use:
         """A consistent read over several statements (or the open write transaction)."""
-        return _Snapshot(self)
+        return _Use(self, snapshot=True)
 
     def _joined_elsewhere(self) -> None:
         """Raise when this context was copied from inside another thread's write transaction
@@ -664,48 +664,14 @@ class Sessions(forking.Participant):
 
 
 class _Use:
-    """The context of :meth:`Sessions.use` (a class: every read passes through it)."""
+    """The context of :meth:`Sessions.use` and, with ``snapshot``, :meth:`Sessions.snapshot`:
+    a read transaction unless one is open (a class: every read passes through it)."""
 
-    __slots__ = ("__weakref__", "_sessions", "_slot")
+    __slots__ = ("__weakref__", "_began", "_conn", "_gen", "_sessions", "_slot", "_snapshot")
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: Sessions, snapshot: bool = False) -> None:
         self._sessions = sessions
-
-    def __enter__(self) -> sqlite3.Connection:
-        held = signals.hold()
-        try:
-            slot = self._slot = self._sessions._enter()
-        except BaseException:
-            signals.release(held)
-            raise
-        try:
-            signals.release(held)  # an interrupt due meanwhile is raised here
-            conn = slot.conn
-            assert conn is not None
-            return conn
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        held = signals.hold()
-        try:
-            self._sessions._exit(self._slot)
-        finally:
-            signals.release(held)
-        if isinstance(exc, sqlite3.Error):
-            _raise_translated(exc)
-
-
-class _Snapshot:
-    """The context of :meth:`Sessions.snapshot`: a read transaction unless one is open."""
-
-    __slots__ = ("__weakref__", "_began", "_conn", "_gen", "_sessions", "_slot")
-
-    def __init__(self, sessions: Sessions) -> None:
-        self._sessions = sessions
+        self._snapshot = snapshot
         self._began = False
 
     def __enter__(self) -> sqlite3.Connection:
@@ -715,7 +681,7 @@ class _Snapshot:
             slot = self._slot = sessions._enter()
             conn = slot.conn
             assert conn is not None
-            if not slot.depth and not conn.in_transaction:
+            if self._snapshot and not slot.depth and not conn.in_transaction:
                 try:
                     conn.execute("BEGIN")
                 except sqlite3.Error as exc:
@@ -727,7 +693,7 @@ class _Snapshot:
             signals.release(held)
             raise
         try:
-            signals.release(held)
+            signals.release(held)  # an interrupt due meanwhile is raised here
             return conn
         except BaseException:
             self.__exit__(None, None, None)
@@ -739,7 +705,8 @@ class _Snapshot:
         sessions, slot = self._sessions, self._slot
         held = signals.hold()
         try:
-            if self._gen != STATE.generation:  # forked inside: the connection is the parent's
+            if self._snapshot and self._gen != STATE.generation:
+                # Forked inside: the connection is the parent's.
                 sessions._exit(slot)
                 raise sessions._forked_inside()
             try:
