@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -480,8 +481,6 @@ async def _outcome(
 
 def _leave_if_entered(block: Any) -> None:
     """Roll back a transaction() whose BEGIN finished after its task was cancelled."""
-    import contextlib
-
     with contextlib.suppress(Exception):
         block.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None)
 

@@ -272,14 +272,8 @@ def ship(
     except PodStoreError as exc:
         if status is not None:
             known = totals.last if totals.last is not None else status.snapshot().last_seq
-            lag, age = _lag(store, known)
-            status.failed(
-                str(exc),
-                lag,
-                age,
-                refused=isinstance(exc, FleetRefusedError),
-                last_seq=totals.last,
-            )
+            refused = isinstance(exc, FleetRefusedError)
+            status.failed(str(exc), *_lag(store, known), refused=refused, last_seq=totals.last)
         raise
     last = totals.last if totals.last is not None else 0
     if status is not None:

@@ -149,12 +149,7 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
             conn = _connect_readonly(options)
         else:
             prepare_file(options.path)
-            conn = sqlite3.connect(
-                options.path,
-                timeout=options.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            conn = _sqlite_connect(options.path, options)
         try:
             _configure(conn, options)
             if STATE.generation:
@@ -201,9 +196,7 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
     path = os.path.abspath(options.path)
     check_readable_store_file(options.path)
     uri = "file:" + quote(path) + "?mode=ro"
-    conn = sqlite3.connect(
-        uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
-    )
+    conn = _sqlite_connect(uri, options, uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
@@ -219,13 +212,19 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
                 "read without write access to its directory; open it writable once (which "
                 "checkpoints the log) or restore the -shm file"
             ) from None
+    return _sqlite_connect(uri + "&immutable=1", options, uri=True, factory=ImmutableConnection)
+
+
+def _sqlite_connect(
+    target: str,
+    options: ConnectOptions,
+    uri: bool = False,
+    factory: type[sqlite3.Connection] = sqlite3.Connection,
+) -> sqlite3.Connection:
+    # isolation_level=None: podstore issues every BEGIN itself.
+    timeout = options.busy_timeout
     return sqlite3.connect(
-        uri + "&immutable=1",
-        uri=True,
-        timeout=options.busy_timeout,
-        isolation_level=None,
-        check_same_thread=False,
-        factory=ImmutableConnection,
+        target, timeout, isolation_level=None, check_same_thread=False, uri=uri, factory=factory
     )
 
 

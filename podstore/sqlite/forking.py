@@ -109,13 +109,16 @@ def enter(c: Counter) -> None:
         if not STATE.pending:
             return
         c.n = 0
-        wait_while_pending()
+        with _cond:  # until the fork being prepared has happened
+            while STATE.pending:
+                _cond.wait(0.05)
 
 
 def leave(c: Counter) -> None:
     c.n -= 1
     if STATE.pending and not c.n:
-        notify()
+        with _cond:  # a use ended: the forking thread looks again
+            _cond.notify_all()
 
 
 class activity:  # lower case: used like contextlib.suppress
@@ -158,19 +161,6 @@ def register(participant: Participant) -> None:
 def _participants() -> list[Participant]:
     with _registry_lock:
         return list(_registry)
-
-
-def wait_while_pending() -> None:
-    """Block the calling thread until the fork being prepared has happened."""
-    with _cond:
-        while STATE.pending:
-            _cond.wait(0.05)
-
-
-def notify() -> None:
-    """A use ended while a fork is being prepared: let the forking thread look again."""
-    with _cond:
-        _cond.notify_all()
 
 
 def abandon(conn: object) -> None:
