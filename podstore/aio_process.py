@@ -249,17 +249,14 @@ class ProcessWorker:
         self._stop()  # it is gone already: the wait returns at once
         return None if proc is None else proc.returncode
 
-    def _forget_in_child(self) -> None:
-        # A forked child starts its own worker; closing its copy of the socket leaves the parent's.
-        self._lock = threading.Lock()
-        if self._conn is not None:
-            self._conn.close()
-        self._conn, self._proc = None, None
-
 
 def _forget_all_in_child() -> None:
+    # A forked child starts its own worker; closing its copy of the socket leaves the parent's.
     for worker in list(_LIVE):
-        worker._forget_in_child()
+        worker._lock = threading.Lock()
+        if worker._conn is not None:
+            worker._conn.close()
+        worker._conn, worker._proc = None, None
 
 
 os.register_at_fork(after_in_child=_forget_all_in_child)

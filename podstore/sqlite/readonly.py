@@ -209,12 +209,12 @@ class Guarded(forking.Participant):
             return ReadOnlyStoreError(
                 f"refused: this connection is read-only and allows only reading ({text})"
             )
-        if isinstance(exc, (sqlite3.Warning, sqlite3.ProgrammingError)):
-            return InvalidInputError(f"sql: {text}")  # e.g. two statements, wrong bindings
-        if isinstance(exc, sqlite3.OperationalError) and name in ("", "SQLITE_ERROR"):
-            return InvalidInputError(f"sql: {text}")  # bad SQL: syntax, no such table, ...
         mapped = translate(exc)
-        if mapped is None or type(mapped) is PodStoreError:
+        # Two statements, wrong bindings, bad SQL (syntax, no such table) …
+        bad_sql = isinstance(exc, (sqlite3.Warning, sqlite3.ProgrammingError)) or (
+            isinstance(exc, sqlite3.OperationalError) and name in ("", "SQLITE_ERROR")
+        )
+        if bad_sql or mapped is None or type(mapped) is PodStoreError:
             return InvalidInputError(f"sql: {text}")
         return mapped
 
@@ -244,9 +244,7 @@ class Guarded(forking.Participant):
         try:
             if os.getpid() != self._pid:
                 # A forked child before its clean-up: the fork waited, so it was idle.
-                conn, self.conn = self.conn, None
-                if conn is not None:
-                    conn.close()
+                self.fork_child(0)
             else:
                 self.close()
         except Exception:  # pragma: no cover - at interpreter shutdown anything may be gone
