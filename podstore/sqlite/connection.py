@@ -149,7 +149,12 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
             conn = _connect_readonly(options)
         else:
             prepare_file(options.path)
-            conn = _sqlite_connect(options.path, options)
+            conn = sqlite3.connect(
+                options.path,
+                timeout=options.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
         try:
             _configure(conn, options)
             if STATE.generation:
@@ -196,7 +201,9 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
     path = os.path.abspath(options.path)
     check_readable_store_file(options.path)
     uri = "file:" + quote(path) + "?mode=ro"
-    conn = _sqlite_connect(uri, options, uri=True)
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=options.busy_timeout, isolation_level=None, check_same_thread=False
+    )
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
@@ -212,19 +219,13 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
                 "read without write access to its directory; open it writable once (which "
                 "checkpoints the log) or restore the -shm file"
             ) from None
-    return _sqlite_connect(uri + "&immutable=1", options, uri=True, factory=ImmutableConnection)
-
-
-def _sqlite_connect(
-    target: str,
-    options: ConnectOptions,
-    uri: bool = False,
-    factory: type[sqlite3.Connection] = sqlite3.Connection,
-) -> sqlite3.Connection:
-    # isolation_level=None: podstore issues every BEGIN itself.
-    timeout = options.busy_timeout
     return sqlite3.connect(
-        target, timeout, isolation_level=None, check_same_thread=False, uri=uri, factory=factory
+        uri + "&immutable=1",
+        uri=True,
+        timeout=options.busy_timeout,
+        isolation_level=None,
+        check_same_thread=False,
+        factory=ImmutableConnection,
     )
 
 
