@@ -73,13 +73,8 @@ def _double_quoted(text: str) -> str:
             out.append(ch)
         else:
             code = ord(ch)
-            out.append(
-                f"\\x{code:02X}"
-                if code < 0x100
-                else f"\\u{code:04X}"
-                if code < 0x10000
-                else f"\\U{code:08X}"
-            )
+            letter, width = ("x", 2) if code < 0x100 else ("u", 4) if code < 0x10000 else ("U", 8)
+            out.append(f"\\{letter}{code:0{width}X}")
     out.append('"')
     return "".join(out)
 

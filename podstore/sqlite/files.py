@@ -33,7 +33,7 @@ def prepare_file(path: str) -> None:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
         except FileExistsError:
-            _check_regular(path, path)
+            _check_regular(path, os.stat(path).st_mode)
             _check_writable(path)
             return
         try:
@@ -57,18 +57,13 @@ def check_readable_store_file(path: str) -> None:
         raise InvalidInputError(f"database: {path} does not exist (opened read-only)") from None
     except OSError as exc:
         raise _os_error(exc, full, "open") from None
-    _check_regular(full, path, st.st_mode)
+    _check_regular(path, st.st_mode)
     # A new store's pages may all be in its WAL still.
     if st.st_size == 0 and wal_size(full) == 0:
         raise SchemaError(f"database: {path} is an empty file, not a podstore store")
 
 
-def _check_regular(full: str, shown: str, mode: int | None = None) -> None:
-    if mode is None:
-        try:
-            mode = os.stat(full).st_mode
-        except OSError as exc:
-            raise _os_error(exc, full, "open") from None
+def _check_regular(shown: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
         raise InvalidInputError(f"database: {shown} is not a regular file")
 
