@@ -20,7 +20,7 @@ from podstore.fleet.sql import (
     VERSION_TABLE_EXISTS,
 )
 from podstore.fleet.urls import FleetURL, resolve
-from podstore.sqlite.migrate import head_of, scripts_at, scripts_location
+from podstore.sqlite.migrate import scripts_at, scripts_location
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -45,7 +45,7 @@ HEAD_REVISION = "f0006"
 
 def head_revision() -> str:
     """The newest central schema revision, from the scripts (loads Alembic)."""
-    return head_of(scripts_at(migrations_dir()))
+    return str(scripts_at(migrations_dir()).get_current_head())
 
 
 def current_revision(conn: sqlalchemy.Connection) -> str | None:

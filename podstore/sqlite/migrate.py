@@ -45,13 +45,6 @@ def scripts_at(location: str) -> Any:
     return ScriptDirectory(location)
 
 
-def head_of(scripts: Any) -> str:
-    """The single head revision of a ScriptDirectory."""
-    head = scripts.get_current_head()
-    assert isinstance(head, str)
-    return head
-
-
 @functools.cache
 def migrations_dir() -> str:
     """Where podstore.migrations is, looked up once (after dropping privileges it may be hidden)."""
@@ -64,7 +57,7 @@ def script_directory() -> Any:
 
 def head_revision() -> str:
     """The newest schema revision this podstore knows."""
-    return head_of(script_directory())
+    return str(script_directory().get_current_head())
 
 
 def alembic_config(connection: sqlalchemy.Connection | None = None) -> Any:
