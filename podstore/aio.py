@@ -91,7 +91,7 @@ class AsyncPodStore:
         self.sync = store
         self._workers = _executor(workers)
         self._worker_count = workers
-        self._tx_threads = _TransactionThreads.of(self)
+        self._tx_threads = _TransactionThreads(self)
         self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
         self._process = aio_process.ProcessWorker(store)
@@ -273,7 +273,7 @@ def _executor(workers: int) -> ThreadPoolExecutor:
 def _new_workers_in_child() -> None:
     for astore in list(_LIVE):
         astore._workers = _executor(astore._worker_count)
-        astore._tx_threads = _TransactionThreads.of(astore)
+        astore._tx_threads = _TransactionThreads(astore)
 
 
 os.register_at_fork(after_in_child=_new_workers_in_child)
@@ -317,9 +317,11 @@ _Call = tuple[Callable[[], Any], concurrent.futures.Future[Any]]
 
 class _TransactionThreads:
     """Up to TRANSACTION_THREADS kept threads, one block each at a time; a block waits in
-    line for one. Daemons: one held by an abandoned block must not block exit."""
+    line for one. Daemons: one held by an abandoned block must not block exit. They end with
+    ``astore``, closed or collected."""
 
-    def __init__(self) -> None:
+    def __init__(self, astore: AsyncPodStore) -> None:
+        weakref.finalize(astore, self.close)
         self._waiting: queue.SimpleQueue[_BlockCalls | None] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
@@ -334,13 +336,6 @@ class _TransactionThreads:
                     self._threads += 1
                     threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
         return calls
-
-    @classmethod
-    def of(cls, astore: AsyncPodStore) -> _TransactionThreads:
-        """The threads of ``astore``, ending with it, closed or collected."""
-        threads = cls()
-        weakref.finalize(astore, threads.close)
-        return threads
 
     def close(self) -> None:
         """Each thread ends once the blocks in line before this are done."""

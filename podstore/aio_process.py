@@ -124,9 +124,6 @@ def process_request(
 class RemoteTraceback(Exception):
     """The ``__cause__`` of an error raised in the worker process: its traceback there."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
 
 # Workers to forget in a forked child: the socket would be shared with the parent's calls.
 _LIVE: weakref.WeakSet[ProcessWorker] = weakref.WeakSet()
