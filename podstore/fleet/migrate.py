@@ -61,11 +61,6 @@ def current_revision(conn: sqlalchemy.Connection) -> str | None:
 _checked: set[tuple[int, str]] = set()
 
 
-def forget_schema(url: FleetURL) -> None:
-    """Ask again next time (the schema of ``url`` was just changed)."""
-    _checked.discard((os.getpid(), url.url))
-
-
 def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
     """Raise FleetError unless the central schema is at this podstore's head revision; asked
     once per process and database (a schema changed later makes the statements fail)."""
@@ -153,7 +148,7 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
             "SELECT pg_terminate_backend(pid) (by the role that granted the node, or a "
             "superuser); then run fleet init again"
         ) from None
-    forget_schema(url)
+    _checked.discard((os.getpid(), url.url))  # just changed: asked again next time
     return InitReport(before, after, warnings)
 
 

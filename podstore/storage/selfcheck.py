@@ -176,16 +176,13 @@ def _schema(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     triggers = {str(r[0]) for r in conn.execute(sql.TRIGGER_NAMES)}
     # The hash chain still catches an edit made without the trigger; the guard against
     # making one is what is gone.
-    for name, _create in views_sql.TRIGGERS:
-        if name not in triggers:
-            out.append(
-                Finding(
-                    "warning",
-                    "schema",
-                    f"trigger {name} is missing: nothing stops an UPDATE of the history "
-                    "(the history-chain check still finds one)",
-                )
-            )
+    missing_trigger = "is missing: nothing stops an UPDATE of the history (the history-chain "
+    missing_trigger += "check still finds one)"
+    out.extend(
+        Finding("warning", "schema", f"trigger {name} {missing_trigger}")
+        for name, _create in views_sql.TRIGGERS
+        if name not in triggers
+    )
     return out
 
 
