@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from podstore import aio_process
 from podstore.errors import PodStoreError, StoreBusyError
@@ -48,6 +48,19 @@ TRANSACTION_THREADS = 4
 _OPEN: contextvars.ContextVar[tuple[_Transaction, ...]] = contextvars.ContextVar(
     "podstore_async_transactions", default=()
 )
+
+
+class _ClosedAfterWith:
+    """``async with x:`` gives ``x`` and closes it after the block."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class _InWorker(Generic[P, R]):
@@ -82,7 +95,7 @@ class _InWorker(Generic[P, R]):
         return call
 
 
-class AsyncPodStore:
+class AsyncPodStore(_ClosedAfterWith):
     """PodStore's methods as coroutines run in worker threads. ``await
     AsyncPodStore.open(path, ...)`` or ``AsyncPodStore(store)``; close with ``await
     astore.close()`` or ``async with``."""
@@ -144,12 +157,6 @@ class AsyncPodStore:
         finally:
             self._workers.shutdown(wait=False)
             self._tx_threads.close()
-
-    async def __aenter__(self) -> AsyncPodStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # ---- running calls ---------------------------------------------------------------------
 
@@ -480,7 +487,7 @@ def _leave_if_entered(block: Any) -> None:
         block.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None)
 
 
-class AsyncRowStream(Generic[T]):
+class AsyncRowStream(_ClosedAfterWith, Generic[T]):
     """A RowStream read ``async for``: rows are fetched a page at a time in a worker."""
 
     def __init__(self, astore: AsyncPodStore, rows: RowStream[T]) -> None:
@@ -507,18 +514,14 @@ class AsyncRowStream(Generic[T]):
             self._page = page
         return self._page.pop()
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         self._done, self._page = True, []
         await self._astore._release(self._rows.close)
 
-    async def __aenter__(self) -> AsyncRowStream[T]:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    aclose = close
 
 
-class AsyncReader:
+class AsyncReader(_ClosedAfterWith):
     """A Reader for asyncio (``AsyncPodStore.reader()``); use it ``async with``."""
 
     def __init__(self, astore: AsyncPodStore, reader: Reader) -> None:
@@ -541,9 +544,3 @@ class AsyncReader:
 
     async def close(self) -> None:
         await self._astore._release(self.sync.close)
-
-    async def __aenter__(self) -> AsyncReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
