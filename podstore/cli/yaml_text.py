@@ -37,14 +37,8 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./(][A-Za-z0-9_./()+=@:~^$-]*\Z")
 def _resolves_to_other(text: str) -> bool:
     """True when PyYAML would read ``text`` unquoted as a number, bool, null, timestamp …"""
     resolvers = _resolvers()
-    candidates = resolvers.get(text[0] if text else "")
-    any_first = resolvers.get(None, [])
-    if candidates is None and not any_first:
-        return False  # e.g. any text starting with a capital G
-    for tag, regexp in (candidates or []) + any_first:
-        if tag != _STR_TAG and regexp.match(text):
-            return True
-    return False
+    candidates = resolvers.get(text[0] if text else "", []) + resolvers.get(None, [])
+    return any(tag != _STR_TAG and regexp.match(text) for tag, regexp in candidates)
 
 
 def _yaml_printable(ch: str) -> bool:

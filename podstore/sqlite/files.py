@@ -34,7 +34,15 @@ def prepare_file(path: str) -> None:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
         except FileExistsError:
             _check_regular(path, os.stat(path).st_mode)
-            _check_writable(path)
+            # A writable open needs the file and its directory (for -wal and -shm) writable.
+            targets = [(path, "file")]
+            if not all(os.path.exists(path + suffix) for suffix in ("-wal", "-shm")):
+                targets.append((parent, "directory"))
+            for target, what in targets:
+                if not os.access(target, os.W_OK):
+                    raise ReadOnlyStoreError(
+                        f"the database {what} {target} is not writable; open it with readonly=True"
+                    ) from None
             return
         try:
             os.fsync(fd)
@@ -81,18 +89,6 @@ def _make_private_dirs(directory: str) -> None:
         return
     os.chmod(directory, 0o700)  # the umask may have taken bits away, never added them
     fsync_directory(parent)
-
-
-def _check_writable(path: str) -> None:
-    """A writable open needs the file and its directory (for -wal and -shm) writable."""
-    targets = [(path, "file")]
-    if not all(os.path.exists(path + suffix) for suffix in ("-wal", "-shm")):
-        targets.append((os.path.dirname(path), "directory"))
-    for target, what in targets:
-        if not os.access(target, os.W_OK):
-            raise ReadOnlyStoreError(
-                f"the database {what} {target} is not writable; open it with readonly=True"
-            )
 
 
 def _os_error(exc: OSError, path: str, action: str = "create") -> PodStoreError:
