@@ -77,11 +77,6 @@ def resolve(url: str | FleetURL | None) -> FleetURL:
     )
 
 
-def scrub(text: str, url: FleetURL) -> str:
-    """``text`` without the URL's password anywhere in it (and any URL in it masked)."""
-    return secrets.scrub(text, url.password)
-
-
 #: The largest URL file read (a URL is a line; anything bigger is not one).
 MAX_URL_FILE = 64 << 10
 

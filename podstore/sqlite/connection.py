@@ -157,21 +157,15 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
             )
         try:
             _configure(conn, options)
-            if STATE.generation:
-                _verify_child_lock(conn, options)
+            if STATE.generation and not isinstance(conn, ImmutableConnection):
+                # A forked child: this connection must hold its lock (sqlite/forking.py).
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+                forking.verify_locks(os.path.abspath(options.path), wal)
         except BaseException:
             conn.close()
             raise
     return conn
-
-
-def _verify_child_lock(conn: sqlite3.Connection, options: ConnectOptions) -> None:
-    """In a forked child, check this connection holds its lock (sqlite/forking.py)."""
-    if isinstance(conn, ImmutableConnection):
-        return  # takes no locks
-    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
-    forking.verify_locks(os.path.abspath(options.path), wal)
 
 
 def table_names(conn: sqlite3.Connection) -> set[str]:
@@ -286,7 +280,7 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
             if reason is not None:
                 raise SchemaError(f"not a podstore database: {options.path}: {reason}")
             # Processes opening a new file race to switch it; the loser is told busy at once.
-            switch = _retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
+            switch = retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
             got = switch.fetchone()[0]
             if str(got).lower() != "wal":
                 raise StoreCorruptError(f"could not switch {options.path} to WAL (got {got})")
@@ -297,12 +291,7 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
     check_settings(conn, options)
 
 
-def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once."""
-    _retry_busy(conn, "BEGIN IMMEDIATE", busy_timeout)
-
-
-def _retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
+def retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
     """Run ``sql``, retried until busy_timeout (then StoreBusyError): SQLite answers busy
     without waiting while another connection recovers the WAL, or switches a new file to WAL.
     """
@@ -340,6 +329,6 @@ def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) ->
             return
         raw = conn.connection.dbapi_connection
         assert isinstance(raw, sqlite3.Connection)
-        begin_immediate(raw, opts.busy_timeout)  # the migration's lock, with the busy retry
+        retry_busy(raw, "BEGIN IMMEDIATE", opts.busy_timeout)  # the migration's lock
 
     return engine

@@ -31,7 +31,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreBusyError, StoreCorruptError
 from podstore.sqlite import forking, signals
-from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, begin_immediate, connect
+from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, connect, retry_busy
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.forking import STATE
 from podstore.sqlite.integrity import quick_check
@@ -336,7 +336,7 @@ class Sessions(forking.Participant):
             )
         slot.queue = self._queue
         try:
-            begin_immediate(conn, timeout)
+            retry_busy(conn, "BEGIN IMMEDIATE", timeout)
         except BaseException:
             self._end_write(slot)
             raise
