@@ -119,10 +119,6 @@ def scalar(value: Any) -> str:
     return string(value if isinstance(value, str) else str(value))
 
 
-def _is_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple))
-
-
 def _mapping_lines(value: Mapping[Any, Any], indent: str, out: list[str]) -> None:
     for key, item in value.items():
         head = indent + scalar(key) + ":"
@@ -142,7 +138,7 @@ def _value_after(item: Any, head: str, indent: str, out: list[str]) -> None:
             return
         out.append(head)
         _mapping_lines(item, indent + "  ", out)
-    elif _is_list(item):
+    elif isinstance(item, (list, tuple)):
         if not item:
             out.append(head + " []")
             return
@@ -159,13 +155,13 @@ def _sequence_lines(items: Any, indent: str, out: list[str]) -> None:
             start = len(out)
             _mapping_lines(item, indent + "  ", out)
             out[start] = indent + "- " + out[start][len(indent) + 2 :]
-        elif _is_list(item) and item:
+        elif isinstance(item, (list, tuple)) and item:
             start = len(out)
             _sequence_lines(item, indent + "  ", out)
             out[start] = indent + "- " + out[start][len(indent) + 2 :]
         elif isinstance(item, Mapping):
             out.append(indent + "- {}")
-        elif _is_list(item):
+        elif isinstance(item, (list, tuple)):
             out.append(indent + "- []")
         else:
             out.append(indent + "- " + scalar(item))
