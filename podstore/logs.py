@@ -131,6 +131,5 @@ def say(level: str, message: str, **fields: Any) -> None:
         line = json_line(level, LOGGER, message, fields, time.time())
     else:
         line = f"podstore: {level}: {message}"
-    stream = sys.stderr
-    stream.write(line + "\n")
-    stream.flush()
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

@@ -24,8 +24,6 @@ MAX_BREAKS = 10
 #: Events read per statement.
 CHUNK = 5000
 
-_Fields = tuple[str, str, str | None, str | None, str, str | None, str | None]
-
 
 def _events(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
     """Every kept event (``sql.CHAIN_ROWS`` columns), in seq order, a chunk at a time."""
@@ -98,7 +96,7 @@ def verify(conn: sqlite3.Connection) -> HistoryReport:
     events = 0
     for row in _events(conn):
         seq = int(row[0])
-        fields: _Fields = row[1:8]
+        fields = row[1:8]  # what the hash covers besides the seq
         stored = bytes(row[8])
         events += 1
         # Links below this event belong to no kept event.
