@@ -151,9 +151,9 @@ class AsyncPodStore(_ClosedAfterWith):
         self._closed = True
         try:
             try:
-                await self._in_pool(self._process.close)
+                await _outcome(self._workers.submit(self._process.close))
             finally:
-                await self._in_pool(self.sync.close)
+                await _outcome(self._workers.submit(self.sync.close))
         finally:
             self._workers.shutdown(wait=False)
             self._tx_threads.close()
@@ -190,15 +190,12 @@ class AsyncPodStore(_ClosedAfterWith):
     async def _pool(self, fn: Callable[[], R]) -> R:
         if self._closed:
             raise PodStoreError("the store is closed")
-        return await self._in_pool(fn)
+        return await _outcome(self._workers.submit(fn))
 
     async def _release(self, close: Callable[[], None]) -> None:
         """Close a stream or reader; nothing to do once the store is closed (that closed it)."""
         if not self._closed:
-            await self._in_pool(close)
-
-    async def _in_pool(self, fn: Callable[[], R]) -> R:
-        return await _outcome(self._workers.submit(fn))
+            await _outcome(self._workers.submit(close))
 
     def transaction(self) -> _Transaction:
         """``async with astore.transaction():`` — the entering task's calls commit as one, or
