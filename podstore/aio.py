@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -19,7 +20,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from podstore import aio_process
 from podstore.errors import PodStoreError, StoreBusyError
@@ -47,6 +48,19 @@ TRANSACTION_THREADS = 4
 _OPEN: contextvars.ContextVar[tuple[_Transaction, ...]] = contextvars.ContextVar(
     "podstore_async_transactions", default=()
 )
+
+
+class _ClosedAfterWith:
+    """``async with x:`` gives ``x`` and closes it after the block."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class _InWorker(Generic[P, R]):
@@ -81,7 +95,7 @@ class _InWorker(Generic[P, R]):
         return call
 
 
-class AsyncPodStore:
+class AsyncPodStore(_ClosedAfterWith):
     """PodStore's methods as coroutines run in worker threads. ``await
     AsyncPodStore.open(path, ...)`` or ``AsyncPodStore(store)``; close with ``await
     astore.close()`` or ``async with``."""
@@ -90,7 +104,7 @@ class AsyncPodStore:
         self.sync = store
         self._workers = _executor(workers)
         self._worker_count = workers
-        self._tx_threads = _TransactionThreads.of(self)
+        self._tx_threads = _TransactionThreads(self)
         self._busy_timeout = store._sessions.options.busy_timeout
         _LIVE.add(self)
         self._process = aio_process.ProcessWorker(store)
@@ -137,18 +151,12 @@ class AsyncPodStore:
         self._closed = True
         try:
             try:
-                await self._in_pool(self._process.close)
+                await _outcome(self._workers.submit(self._process.close))
             finally:
-                await self._in_pool(self.sync.close)
+                await _outcome(self._workers.submit(self.sync.close))
         finally:
             self._workers.shutdown(wait=False)
             self._tx_threads.close()
-
-    async def __aenter__(self) -> AsyncPodStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # ---- running calls ---------------------------------------------------------------------
 
@@ -182,15 +190,12 @@ class AsyncPodStore:
     async def _pool(self, fn: Callable[[], R]) -> R:
         if self._closed:
             raise PodStoreError("the store is closed")
-        return await self._in_pool(fn)
+        return await _outcome(self._workers.submit(fn))
 
     async def _release(self, close: Callable[[], None]) -> None:
         """Close a stream or reader; nothing to do once the store is closed (that closed it)."""
         if not self._closed:
-            await self._in_pool(close)
-
-    async def _in_pool(self, fn: Callable[[], R]) -> R:
-        return await _outcome(self._workers.submit(fn))
+            await _outcome(self._workers.submit(close))
 
     def transaction(self) -> _Transaction:
         """``async with astore.transaction():`` — the entering task's calls commit as one, or
@@ -272,7 +277,7 @@ def _executor(workers: int) -> ThreadPoolExecutor:
 def _new_workers_in_child() -> None:
     for astore in list(_LIVE):
         astore._workers = _executor(astore._worker_count)
-        astore._tx_threads = _TransactionThreads.of(astore)
+        astore._tx_threads = _TransactionThreads(astore)
 
 
 os.register_at_fork(after_in_child=_new_workers_in_child)
@@ -316,9 +321,11 @@ _Call = tuple[Callable[[], Any], concurrent.futures.Future[Any]]
 
 class _TransactionThreads:
     """Up to TRANSACTION_THREADS kept threads, one block each at a time; a block waits in
-    line for one. Daemons: one held by an abandoned block must not block exit."""
+    line for one. Daemons: one held by an abandoned block must not block exit. They end with
+    ``astore``, closed or collected."""
 
-    def __init__(self) -> None:
+    def __init__(self, astore: AsyncPodStore) -> None:
+        weakref.finalize(astore, self.close)
         self._waiting: queue.SimpleQueue[_BlockCalls | None] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
@@ -333,13 +340,6 @@ class _TransactionThreads:
                     self._threads += 1
                     threading.Thread(target=self._serve, name="podstore-tx", daemon=True).start()
         return calls
-
-    @classmethod
-    def of(cls, astore: AsyncPodStore) -> _TransactionThreads:
-        """The threads of ``astore``, ending with it, closed or collected."""
-        threads = cls()
-        weakref.finalize(astore, threads.close)
-        return threads
 
     def close(self) -> None:
         """Each thread ends once the blocks in line before this are done."""
@@ -480,13 +480,11 @@ async def _outcome(
 
 def _leave_if_entered(block: Any) -> None:
     """Roll back a transaction() whose BEGIN finished after its task was cancelled."""
-    import contextlib
-
     with contextlib.suppress(Exception):
         block.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None)
 
 
-class AsyncRowStream(Generic[T]):
+class AsyncRowStream(_ClosedAfterWith, Generic[T]):
     """A RowStream read ``async for``: rows are fetched a page at a time in a worker."""
 
     def __init__(self, astore: AsyncPodStore, rows: RowStream[T]) -> None:
@@ -513,18 +511,14 @@ class AsyncRowStream(Generic[T]):
             self._page = page
         return self._page.pop()
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         self._done, self._page = True, []
         await self._astore._release(self._rows.close)
 
-    async def __aenter__(self) -> AsyncRowStream[T]:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    aclose = close
 
 
-class AsyncReader:
+class AsyncReader(_ClosedAfterWith):
     """A Reader for asyncio (``AsyncPodStore.reader()``); use it ``async with``."""
 
     def __init__(self, astore: AsyncPodStore, reader: Reader) -> None:
@@ -547,9 +541,3 @@ class AsyncReader:
 
     async def close(self) -> None:
         await self._astore._release(self.sync.close)
-
-    async def __aenter__(self) -> AsyncReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -77,18 +77,6 @@ class StoreSpec:
     file_id: tuple[int, int]
 
 
-def spec_of(store: PodStore) -> StoreSpec:
-    options = store._sessions.options
-    st = os.stat(options.path)
-    return StoreSpec(
-        options.path,
-        options.readonly,
-        options.durability,
-        options.busy_timeout,
-        (st.st_dev, st.st_ino),
-    )
-
-
 def _size(path: object) -> int:
     """The size of the file at ``path``; 0 if none (the thread then raises for it)."""
     if not isinstance(path, str | bytes | os.PathLike):
@@ -136,9 +124,6 @@ def process_request(
 class RemoteTraceback(Exception):
     """The ``__cause__`` of an error raised in the worker process: its traceback there."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
 
 # Workers to forget in a forked child: the socket would be shared with the parent's calls.
 _LIVE: weakref.WeakSet[ProcessWorker] = weakref.WeakSet()
@@ -149,7 +134,15 @@ class ProcessWorker:
 
     def __init__(self, store: PodStore) -> None:
         self._store = store
-        self._spec = spec_of(store)
+        options = store._sessions.options
+        st = os.stat(options.path)
+        self._spec = StoreSpec(
+            options.path,
+            options.readonly,
+            options.durability,
+            options.busy_timeout,
+            (st.st_dev, st.st_ino),
+        )
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
@@ -253,17 +246,14 @@ class ProcessWorker:
         self._stop()  # it is gone already: the wait returns at once
         return None if proc is None else proc.returncode
 
-    def _forget_in_child(self) -> None:
-        # A forked child starts its own worker; closing its copy of the socket leaves the parent's.
-        self._lock = threading.Lock()
-        if self._conn is not None:
-            self._conn.close()
-        self._conn, self._proc = None, None
-
 
 def _forget_all_in_child() -> None:
+    # A forked child starts its own worker; closing its copy of the socket leaves the parent's.
     for worker in list(_LIVE):
-        worker._forget_in_child()
+        worker._lock = threading.Lock()
+        if worker._conn is not None:
+            worker._conn.close()
+        worker._conn, worker._proc = None, None
 
 
 os.register_at_fork(after_in_child=_forget_all_in_child)

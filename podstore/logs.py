@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any
 
 #: The values of ``--log-format``.
 FORMATS = ("text", "json")
@@ -98,17 +98,13 @@ def _formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT)
 
 
-def configure(
-    fmt: str | None = None, *, level: int = logging.INFO, stream: TextIO | None = None
-) -> None:
-    """Send the ``podstore`` logger's records at ``level`` and above to ``stream`` (stderr) in
-    ``fmt`` (default: the one chosen), replacing this function's earlier handler; records stop
-    propagating to the root logger, so an application does not print them twice."""
-    if fmt is not None:
-        set_format(fmt)
+def configure(*, level: int = logging.INFO) -> None:
+    """Send the ``podstore`` logger's records at ``level`` and above to stderr in the chosen
+    format, replacing this function's earlier handler; records stop propagating to the root
+    logger, so an application does not print them twice."""
     unconfigure()
     logger = logging.getLogger(LOGGER)
-    handler = _Handler(stream if stream is not None else sys.stderr)
+    handler = _Handler(sys.stderr)
     handler.setFormatter(_formatter(_format))
     logger.addHandler(handler)
     logger.setLevel(level)
@@ -135,6 +131,5 @@ def say(level: str, message: str, **fields: Any) -> None:
         line = json_line(level, LOGGER, message, fields, time.time())
     else:
         line = f"podstore: {level}: {message}"
-    stream = sys.stderr
-    stream.write(line + "\n")
-    stream.flush()
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from operator import itemgetter
@@ -59,14 +58,6 @@ class Reader:
 
     def __init__(self, options: ConnectOptions, limits: Limits, *, snapshot: bool = True) -> None:
         self._guarded = Guarded(options, limits, snapshot=snapshot)
-
-    @property
-    def timeout(self) -> float | None:
-        return self._guarded.limits.timeout
-
-    @property
-    def max_rows(self) -> int | None:
-        return self._guarded.limits.max_rows
 
     def stream(self, sql: str, params: Params = None) -> RowStream[tuple[Any, ...]]:
         """The rows of one read-only statement, streamed; raises as ``PodStore.stream``."""
@@ -152,7 +143,7 @@ class Reader:
                 for e in entry_store.read_entries(conn)
             ]
             registered = [
-                (resource, None if ids is None else _JSON.encode(list(ids)))
+                (resource, None if ids is None else events.JSON.encode(list(ids)))
                 for resource, ids in entry_store.current_registered(conn).items()
             ]
             return entries, registered
@@ -183,9 +174,6 @@ class Reader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _event_row(row: tuple[Any, ...]) -> EventRow:

@@ -149,8 +149,7 @@ def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
         size = 0
 
     for row in rows:
-        texts = [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
-        line = [t if t.isprintable() else escape_controls(t) for t in texts]
+        line = [t if t.isprintable() else escape_controls(t) for t in _cells(row, columns)]
         window.append(line)
         size += sum(len(c) for c in line)
         count += 1
@@ -161,6 +160,10 @@ def _table(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     if not count:
         out.write("(none)\n")
     return count
+
+
+def _cells(row: Row, columns: list[str]) -> list[str]:
+    return [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
 
 
 def _line(cells: list[str], cell_widths: list[int], widths: list[int]) -> str:
@@ -235,10 +238,7 @@ def _csv(rows: Iterator[Row], columns: list[str], out: TextIO) -> int:
     writer.writerow(columns)
     count = 0
     for batch in _batches(rows):
-        writer.writerows(
-            [v if type(v) is str else cell(v) for v in [row.get(c) for c in columns]]
-            for row in batch
-        )
+        writer.writerows(_cells(row, columns) for row in batch)
         count += len(batch)
     return count
 

@@ -37,14 +37,8 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./(][A-Za-z0-9_./()+=@:~^$-]*\Z")
 def _resolves_to_other(text: str) -> bool:
     """True when PyYAML would read ``text`` unquoted as a number, bool, null, timestamp …"""
     resolvers = _resolvers()
-    candidates = resolvers.get(text[0] if text else "")
-    any_first = resolvers.get(None, [])
-    if candidates is None and not any_first:
-        return False  # e.g. any text starting with a capital G
-    for tag, regexp in (candidates or []) + any_first:
-        if tag != _STR_TAG and regexp.match(text):
-            return True
-    return False
+    candidates = resolvers.get(text[0] if text else "", []) + resolvers.get(None, [])
+    return any(tag != _STR_TAG and regexp.match(text) for tag, regexp in candidates)
 
 
 def _yaml_printable(ch: str) -> bool:
@@ -73,13 +67,8 @@ def _double_quoted(text: str) -> str:
             out.append(ch)
         else:
             code = ord(ch)
-            out.append(
-                f"\\x{code:02X}"
-                if code < 0x100
-                else f"\\u{code:04X}"
-                if code < 0x10000
-                else f"\\U{code:08X}"
-            )
+            letter, width = ("x", 2) if code < 0x100 else ("u", 4) if code < 0x10000 else ("U", 8)
+            out.append(f"\\{letter}{code:0{width}X}")
     out.append('"')
     return "".join(out)
 
@@ -130,10 +119,6 @@ def scalar(value: Any) -> str:
     return string(value if isinstance(value, str) else str(value))
 
 
-def _is_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple))
-
-
 def _mapping_lines(value: Mapping[Any, Any], indent: str, out: list[str]) -> None:
     for key, item in value.items():
         head = indent + scalar(key) + ":"
@@ -153,7 +138,7 @@ def _value_after(item: Any, head: str, indent: str, out: list[str]) -> None:
             return
         out.append(head)
         _mapping_lines(item, indent + "  ", out)
-    elif _is_list(item):
+    elif isinstance(item, (list, tuple)):
         if not item:
             out.append(head + " []")
             return
@@ -170,13 +155,13 @@ def _sequence_lines(items: Any, indent: str, out: list[str]) -> None:
             start = len(out)
             _mapping_lines(item, indent + "  ", out)
             out[start] = indent + "- " + out[start][len(indent) + 2 :]
-        elif _is_list(item) and item:
+        elif isinstance(item, (list, tuple)) and item:
             start = len(out)
             _sequence_lines(item, indent + "  ", out)
             out[start] = indent + "- " + out[start][len(indent) + 2 :]
         elif isinstance(item, Mapping):
             out.append(indent + "- {}")
-        elif _is_list(item):
+        elif isinstance(item, (list, tuple)):
             out.append(indent + "- []")
         else:
             out.append(indent + "- " + scalar(item))

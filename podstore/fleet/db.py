@@ -18,7 +18,8 @@ from podstore.errors import (
     PodStoreError,
     ReadOnlyStoreError,
 )
-from podstore.fleet.urls import FleetURL, scrub
+from podstore.fleet.urls import FleetURL
+from podstore.pure.secrets import scrub
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -105,7 +106,8 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
 
     orig = getattr(exc, "orig", None) or exc
     sqlstate = str(getattr(orig, "sqlstate", None) or "")
-    first = scrub(str(orig).strip().splitlines()[0] if str(orig).strip() else repr(orig), url)
+    text = str(orig).strip()
+    first = scrub(text.splitlines()[0] if text else repr(orig), url.password)
     where = f"fleet database {url.shown}"
     if sqlstate == _CANCELED:
         return FleetError(f"{where}: the statement was cancelled (statement timeout): {first}")
@@ -121,10 +123,9 @@ def translate(exc: BaseException, url: FleetURL) -> PodStoreError:
         broken = FleetUnavailableError(f"cannot reach the {where}: {first}")
         broken.pooled_connection_died = True  # type: ignore[attr-defined]
         return broken
-    if sqlstate.startswith(_UNAVAILABLE_CLASSES):
-        return FleetUnavailableError(f"cannot reach the {where}: {first}")
-    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate:
-        # No SQLSTATE: the client could not connect or lost the connection.
+    # No SQLSTATE on a driver error: the client could not connect or lost the connection.
+    lost = isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not sqlstate
+    if lost or sqlstate.startswith(_UNAVAILABLE_CLASSES):
         return FleetUnavailableError(f"cannot reach the {where}: {first}")
     if sqlstate == _PERMISSION:
         return FleetRefusedError("permission", f"{where}: refused: {first}")

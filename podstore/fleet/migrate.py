@@ -20,7 +20,7 @@ from podstore.fleet.sql import (
     VERSION_TABLE_EXISTS,
 )
 from podstore.fleet.urls import FleetURL, resolve
-from podstore.sqlite.migrate import head_of, scripts_at, scripts_location
+from podstore.sqlite.migrate import scripts_at, scripts_location
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -45,7 +45,7 @@ HEAD_REVISION = "f0006"
 
 def head_revision() -> str:
     """The newest central schema revision, from the scripts (loads Alembic)."""
-    return head_of(scripts_at(migrations_dir()))
+    return str(scripts_at(migrations_dir()).get_current_head())
 
 
 def current_revision(conn: sqlalchemy.Connection) -> str | None:
@@ -59,11 +59,6 @@ def current_revision(conn: sqlalchemy.Connection) -> str | None:
 
 
 _checked: set[tuple[int, str]] = set()
-
-
-def forget_schema(url: FleetURL) -> None:
-    """Ask again next time (the schema of ``url`` was just changed)."""
-    _checked.discard((os.getpid(), url.url))
 
 
 def check_schema(conn: sqlalchemy.Connection, url: FleetURL) -> None:
@@ -153,7 +148,7 @@ def _run(url: FleetURL, command: str, target: str) -> InitReport:
             "SELECT pg_terminate_backend(pid) (by the role that granted the node, or a "
             "superuser); then run fleet init again"
         ) from None
-    forget_schema(url)
+    _checked.discard((os.getpid(), url.url))  # just changed: asked again next time
     return InitReport(before, after, warnings)
 
 

@@ -50,6 +50,15 @@ def _key() -> tuple[Column[str], Column[str], Column[str]]:
     )
 
 
+def _ts_range() -> CheckConstraint:
+    # Times Python reads back (revision f0005): no infinity, no year past 9999.
+    return CheckConstraint(
+        "ts >= CAST('1970-01-01 00:00:00+00' AS timestamptz) "
+        "AND ts < CAST('9999-01-01 00:00:00+00' AS timestamptz)",
+        name="ts",
+    )
+
+
 fleet_stores = Table(
     "fleet_stores",
     metadata,
@@ -96,12 +105,7 @@ fleet_events = Table(
     Column("released", Text, nullable=True),
     Column("hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "seq"),
-    # Times Python reads back (revision f0005): no infinity, no year past 9999.
-    CheckConstraint(
-        "ts >= CAST('1970-01-01 00:00:00+00' AS timestamptz) "
-        "AND ts < CAST('9999-01-01 00:00:00+00' AS timestamptz)",
-        name="ts",
-    ),
+    _ts_range(),
     CheckConstraint(
         "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
     ),
@@ -204,11 +208,7 @@ fleet_snapshots = Table(
     # The node's chain value at at_seq, which the store's later events chain from.
     Column("anchor_hash", LargeBinary, nullable=True),
     PrimaryKeyConstraint("store_id", "at_seq"),
-    CheckConstraint(
-        "ts >= CAST('1970-01-01 00:00:00+00' AS timestamptz) "
-        "AND ts < CAST('9999-01-01 00:00:00+00' AS timestamptz)",
-        name="ts",
-    ),
+    _ts_range(),
 )
 
 fleet_snapshot_devices = Table(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from podstore.errors import FleetRefusedError, InvalidInputError, PodStoreError
@@ -23,13 +23,11 @@ from podstore.fleet.status import ShippingStatus
 from podstore.fleet.urls import FleetURL, resolve
 from podstore.metrics.stats import lag
 from podstore.pure import validate
-from podstore.reading import EventRow, StateEntry
+from podstore.reading import EventRow
 from podstore.store import PodStore
 
 if TYPE_CHECKING:
-    import sqlalchemy
-
-    from podstore.reading import NodeItem, Reader
+    from podstore.reading import Reader
 
 log = logging.getLogger("podstore.fleet")
 
@@ -59,19 +57,6 @@ class _Batch:
     prev: bytes
 
 
-@dataclass(slots=True)
-class _Snapshot:
-    at_seq: int
-    head: bytes
-    ts: str
-    entries: list[StateEntry]
-    registered: list[tuple[str, str | None]]
-    kept: list[EventRow]
-    links: list[tuple[int, bytes]] = field(default_factory=list)
-    #: The node's other items (revision f0003): replaced whole with the device state.
-    node_items: list[NodeItem] = field(default_factory=list)
-
-
 def _has_gap(batch: _Batch, after: int, limit: int) -> bool:
     """True when an event after ``after`` that the batch should hold was pruned."""
     n = len(batch.events)
@@ -93,15 +78,30 @@ def _read_batch(reader: Reader, after: int, limit: int) -> _Batch:
     return _Batch(high_water, events, prev)
 
 
-def _read_snapshot(reader: Reader, after: int) -> _Snapshot:
+def _read_snapshot(reader: Reader, after: int) -> tuple[dict[str, Any], int]:
+    """The node's current state as ``fleet_ship_snapshot`` takes it (the other managers' items
+    too, revision f0003: replaced whole with the device state), and how many entries."""
     at_seq, head = reader.chain_head()
     # The time the state is observed: taken inside the snapshot, on the history's own clock.
     ts = reader.clock()
     entries, registered = reader.current_state()
     kept = reader.events_between(after, at_seq)
     kept_seqs = {e[0] for e in kept}
-    links = [(e[0], reader.chain_prev(e[0])) for e in kept if e[0] - 1 not in kept_seqs]
-    return _Snapshot(at_seq, head, ts, entries, registered, kept, links, reader.node_items())
+    links = [(e[0], reader.chain_prev(e[0]).hex()) for e in kept if e[0] - 1 not in kept_seqs]
+    kept_text, kept_hashes = _events_wire(kept)
+    item_fields = ("kind", "pod_uid", "container", "resource", "value")
+    params = {
+        "at_seq": at_seq,
+        "ts": ts,
+        "head": head,
+        "entries": _records(("pod_uid", "container", "resource", "device_ids"), entries),
+        "registered": _records(("resource", "device_ids"), registered),
+        "kept": kept_text,
+        "kept_hashes": kept_hashes,
+        "links": _records(("seq", "prev"), links),
+        "node_items": _records(item_fields, reader.node_items()),
+    }
+    return params, len(entries)
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -137,31 +137,6 @@ class _Totals:
     refused: str | None = None
 
 
-def _snapshot_call(
-    pg: sqlalchemy.Connection, store_id: str, node: str, snap: _Snapshot
-) -> tuple[int, int, str | None]:
-    from sqlalchemy import text
-
-    kept, kept_hashes = _events_wire(snap.kept)
-    params = {
-        "store_id": store_id,
-        "node": node,
-        "at_seq": snap.at_seq,
-        "ts": snap.ts,
-        "head": snap.head,
-        "entries": _records(("pod_uid", "container", "resource", "device_ids"), snap.entries),
-        "registered": _records(("resource", "device_ids"), snap.registered),
-        "kept": kept,
-        "kept_hashes": kept_hashes,
-        "links": _records(("seq", "prev"), [(s, h.hex()) for s, h in snap.links]),
-        "node_items": _records(
-            ("kind", "pod_uid", "container", "resource", "value"), snap.node_items
-        ),
-    }
-    shipped, missing, refused = pg.execute(text(q.SHIP_SNAPSHOT), params).one()
-    return int(shipped), int(missing), refused
-
-
 def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Totals) -> None:
     """The batches of one :func:`ship` (run again whole if a pooled connection had died)."""
     from sqlalchemy import text
@@ -185,7 +160,10 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                     gap_found = batch.high_water > last and _has_gap(batch, last, batch_size)
                     snap = _read_snapshot(reader, last) if gap_found else None
                 if snap is not None:
-                    shipped, missing, refused = _snapshot_call(pg, store_id, node, snap)
+                    params, entries = snap
+                    snapshot_sql = text(q.SHIP_SNAPSHOT)
+                    shipped, missing, refused = pg.execute(snapshot_sql, {**ids, **params}).one()
+                    shipped, missing = int(shipped), int(missing)
                     if refused is None:
                         snapshots = 1
                         log.warning(
@@ -196,11 +174,11 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                             node,
                             missing,
                             last,
-                            snap.at_seq,
-                            len(snap.entries),
+                            params["at_seq"],
+                            entries,
                             target.shown,
                         )
-                        last = snap.at_seq
+                        last = params["at_seq"]
                 else:
                     events, hashes = _events_wire(batch.events)
                     params = {
@@ -272,14 +250,8 @@ def ship(
     except PodStoreError as exc:
         if status is not None:
             known = totals.last if totals.last is not None else status.snapshot().last_seq
-            lag, age = _lag(store, known)
-            status.failed(
-                str(exc),
-                lag,
-                age,
-                refused=isinstance(exc, FleetRefusedError),
-                last_seq=totals.last,
-            )
+            refused = isinstance(exc, FleetRefusedError)
+            status.failed(str(exc), *_lag(store, known), refused=refused, last_seq=totals.last)
         raise
     last = totals.last if totals.last is not None else 0
     if status is not None:

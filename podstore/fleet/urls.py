@@ -77,11 +77,6 @@ def resolve(url: str | FleetURL | None) -> FleetURL:
     )
 
 
-def scrub(text: str, url: FleetURL) -> str:
-    """``text`` without the URL's password anywhere in it (and any URL in it masked)."""
-    return secrets.scrub(text, url.password)
-
-
 #: The largest URL file read (a URL is a line; anything bigger is not one).
 MAX_URL_FILE = 64 << 10
 
@@ -121,11 +116,7 @@ def read_url_file(path: str | os.PathLike[str]) -> str:
         content = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInputError(f"{where}: not UTF-8 text") from None
-    lines = [
-        line.strip()
-        for line in content.splitlines()
-        if line.strip() and not line.strip().startswith("#")
-    ]
+    lines = [s for s in map(str.strip, content.splitlines()) if s and not s.startswith("#")]
     if not lines:
         raise InvalidInputError(f"{where}: holds no URL")
     if len(lines) > 1:

@@ -47,22 +47,17 @@ def _decoded(raw: bytes, msg: ContainerAllocateResponse) -> Response:
     )
 
 
-def decode(data: bytes) -> ContainerAllocateResponse:
-    """Parse stored bytes. Raises ``google.protobuf.message.DecodeError`` if they are not a
-    ContainerAllocateResponse (empty bytes are a valid, empty message, as in kubelet)."""
+def parse(data: bytes) -> Response | str:
+    """The checked response of ``data``, or why it is not a ContainerAllocateResponse (empty
+    bytes are a valid, empty message, as in kubelet)."""
+    from google.protobuf.message import DecodeError
+
     from podstore.deviceplugin import ContainerAllocateResponse
 
     msg = ContainerAllocateResponse()
-    msg.ParseFromString(data)
-    return msg
-
-
-def parse(data: bytes) -> Response | str:
-    """The checked response of ``data``, or why it is not a ContainerAllocateResponse."""
-    from google.protobuf.message import DecodeError
-
     try:
-        return _decoded(data, decode(data))
+        msg.ParseFromString(data)
+        return _decoded(data, msg)
     except (DecodeError, ValueError, TypeError, RuntimeError) as exc:
         return str(exc) or type(exc).__name__
 

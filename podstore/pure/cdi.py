@@ -60,12 +60,7 @@ def device_name_error(qualified: str) -> str | None:
 def annotation_name_error(name: str) -> str | None:
     if len(name) > MAX_NAME_LENGTH:
         return f"annotation name {name!r} is longer than {MAX_NAME_LENGTH} characters"
-    if not _alnum(name[0]) or not _alnum(name[-1]):
-        return f"annotation name {name!r} must start and end with a letter or digit"
-    for c in name[1:-1]:
-        if not (_alnum(c) or c in "_-."):
-            return f"annotation name {name!r}: invalid character {c!r}"
-    return None
+    return _check(name, "annotation name", "a letter or digit", "_-.", first_is_letter=False)
 
 
 def generate_annotations(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from podstore.errors import StoreCorruptError
 from podstore.pure import alloc_resp, cdi
 from podstore.types import (
     Annotation,
@@ -100,25 +101,25 @@ def merge(
         if raw is None:
             # A nil response would crash upstream; there is nothing to merge from it.
             continue
-        resp = alloc_resp.decode(raw)
-        for name in sorted(resp.envs):
-            value = resp.envs[name]
+        resp = alloc_resp.parse(raw)
+        if isinstance(resp, str):
+            raise StoreCorruptError(f"the stored AllocResp of {resource} does not decode: {resp}")
+        for name, value in resp.envs:
             if _first(envs, name, value, "env", resource):
                 out.env(name, value)
-        for dev in resp.devices:
-            if _first(device_paths, dev.container_path, dev.host_path, "device", resource):
-                out.device(dev.container_path, dev.host_path, dev.permissions)
-        for mnt in resp.mounts:
-            if _first(mount_paths, mnt.container_path, mnt.host_path, "mount", resource):
-                out.mount(mnt.container_path, mnt.host_path, mnt.read_only)
-        for key in sorted(resp.annotations):
-            value = resp.annotations[key]
+        for container_path, host_path, permissions in resp.devices:
+            if _first(device_paths, container_path, host_path, "device", resource):
+                out.device(container_path, host_path, permissions)
+        for container_path, host_path, read_only in resp.mounts:
+            if _first(mount_paths, container_path, host_path, "mount", resource):
+                out.mount(container_path, host_path, read_only)
+        for key, value in resp.annotations:
             if _first(annotations, key, value, "annotation", resource):
                 out.annotation(key, value)
-        for cdi_dev in resp.cdi_devices:
-            if cdi_dev.name not in cdi_seen:
-                cdi_seen.add(cdi_dev.name)
-                out.cdi_device(cdi_dev.name)
+        for name in resp.cdi_devices:
+            if name not in cdi_seen:
+                cdi_seen.add(name)
+                out.cdi_device(name)
     return out.finish(pod_uid, container_name, cdi_annotations=cdi_annotations)
 
 

@@ -39,27 +39,21 @@ def online_backup(
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
         except OSError as exc:
             raise InvalidInputError(f"backup: cannot create {dest}: {exc.strerror}") from None
+
+        def step(_status: int, remaining: int, total: int) -> None:
+            nonlocal pages
+            pages = total
+            if progress is not None:
+                progress(total - remaining, total)
+
         try:
-            source = connect(dataclasses.replace(options, readonly=True))
-            try:
-                copy = sqlite3.connect(tmp, isolation_level=None)
-                try:
-
-                    def step(_status: int, remaining: int, total: int) -> None:
-                        nonlocal pages
-                        pages = total
-                        if progress is not None:
-                            progress(total - remaining, total)
-
-                    source.backup(
-                        copy, pages=STEP_PAGES if progress is not None else -1, progress=step
-                    )
-                    # A self-contained file: its content all in it, none in a -wal beside it.
-                    copy.execute("PRAGMA journal_mode = DELETE")
-                finally:
-                    copy.close()
-            finally:
-                source.close()
+            with (
+                contextlib.closing(connect(dataclasses.replace(options, readonly=True))) as source,
+                contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as copy,
+            ):
+                source.backup(copy, pages=STEP_PAGES if progress is not None else -1, progress=step)
+                # A self-contained file: its content all in it, none in a -wal beside it.
+                copy.execute("PRAGMA journal_mode = DELETE")
             fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 os.fsync(fd)

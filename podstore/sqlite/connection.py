@@ -157,21 +157,21 @@ def connect(options: ConnectOptions) -> sqlite3.Connection:
             )
         try:
             _configure(conn, options)
-            if STATE.generation:
-                _verify_child_lock(conn, options)
+            if STATE.generation and not isinstance(conn, ImmutableConnection):
+                # A forked child: this connection must hold its lock (sqlite/forking.py).
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+                forking.verify_locks(os.path.abspath(options.path), wal)
         except BaseException:
             conn.close()
             raise
     return conn
 
 
-def _verify_child_lock(conn: sqlite3.Connection, options: ConnectOptions) -> None:
-    """In a forked child, check this connection holds its lock (sqlite/forking.py)."""
-    if isinstance(conn, ImmutableConnection):
-        return  # takes no locks
-    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    wal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
-    forking.verify_locks(os.path.abspath(options.path), wal)
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    """The database's own tables (not SQLite's)."""
+    sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    return {str(r[0]) for r in conn.execute(sql)}
 
 
 def foreign_reason(conn: sqlite3.Connection) -> str | None:
@@ -179,12 +179,7 @@ def foreign_reason(conn: sqlite3.Connection) -> str | None:
     app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
     if app_id not in (0, APPLICATION_ID):
         return f"it belongs to another application (application_id {app_id & 0xFFFFFFFF:#010x})"
-    names = {
-        str(r[0])
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
+    names = table_names(conn)
     if names and "alembic_version" not in names:
         return "it has tables but no podstore schema version"
     return None
@@ -250,34 +245,21 @@ def journal_mode(conn: sqlite3.Connection) -> str:
     return "wal" if header[18:20] == b"\x02\x02" else mode
 
 
-def expected_settings(options: ConnectOptions) -> dict[str, int | str]:
-    """The settings a connection with ``options`` must report (read-only: journal mode and
-    synchronous left out, as it never writes)."""
-    wanted: dict[str, int | str] = dict(_PRAGMAS)
-    wanted["busy_timeout"] = int(options.busy_timeout * 1000)
-    if not options.readonly:
-        wanted["journal_mode"] = "wal"
-        wanted["synchronous"] = _SYNCHRONOUS[options.durability]
-    return wanted
-
-
-def effective_settings(conn: sqlite3.Connection) -> dict[str, int | str]:
-    """The settings ``conn`` runs with, as SQLite reports them."""
-    row = conn.execute(_READ_BACK).fetchone()
-    out: dict[str, int | str] = dict(zip(_READ_BACK_NAMES, row, strict=True))
-    out["journal_mode"] = str(out["journal_mode"]).lower()
-    # not a table-valued pragma (it has a side effect), so read on its own
-    out["wal_autocheckpoint"] = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-    return out
-
-
 def check_settings(conn: sqlite3.Connection, options: ConnectOptions) -> None:
     """Raise PodStoreError unless ``conn`` runs with every setting podstore relies on:
     SQLite ignores some silently (foreign_keys in a transaction), a build may change defaults
     (SQLITE_DEFAULT_WAL_SYNCHRONOUS), and a weaker setting shows only at a power cut.
+    Read-only, journal mode and synchronous are left out (it never writes).
     """
-    wanted = expected_settings(options)
-    got = effective_settings(conn)
+    wanted: dict[str, int | str] = {**_PRAGMAS, "busy_timeout": int(options.busy_timeout * 1000)}
+    if not options.readonly:
+        wanted.update(journal_mode="wal", synchronous=_SYNCHRONOUS[options.durability])
+    got: dict[str, int | str] = dict(
+        zip(_READ_BACK_NAMES, conn.execute(_READ_BACK).fetchone(), strict=True)
+    )
+    got["journal_mode"] = str(got["journal_mode"]).lower()
+    # not a table-valued pragma (it has a side effect), so read on its own
+    got["wal_autocheckpoint"] = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
     wrong = [f"{k} is {got[k]!r}, not {v!r}" for k, v in wanted.items() if got.get(k) != v]
     if wrong:
         raise PodStoreError(
@@ -298,7 +280,7 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
             if reason is not None:
                 raise SchemaError(f"not a podstore database: {options.path}: {reason}")
             # Processes opening a new file race to switch it; the loser is told busy at once.
-            switch = _retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
+            switch = retry_busy(conn, "PRAGMA journal_mode = wal", options.busy_timeout)
             got = switch.fetchone()[0]
             if str(got).lower() != "wal":
                 raise StoreCorruptError(f"could not switch {options.path} to WAL (got {got})")
@@ -309,12 +291,7 @@ def _configure(conn: sqlite3.Connection, options: ConnectOptions) -> None:
     check_settings(conn, options)
 
 
-def begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """BEGIN IMMEDIATE, retried until busy_timeout when SQLite answers busy at once."""
-    _retry_busy(conn, "BEGIN IMMEDIATE", busy_timeout)
-
-
-def _retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
+def retry_busy(conn: sqlite3.Connection, sql: str, busy_timeout: float) -> sqlite3.Cursor:
     """Run ``sql``, retried until busy_timeout (then StoreBusyError): SQLite answers busy
     without waiting while another connection recovers the WAL, or switches a new file to WAL.
     """
@@ -352,6 +329,6 @@ def create_sqlalchemy_engine(url: str, options: ConnectOptions | None = None) ->
             return
         raw = conn.connection.dbapi_connection
         assert isinstance(raw, sqlite3.Connection)
-        begin_immediate(raw, opts.busy_timeout)  # the migration's lock, with the busy retry
+        retry_busy(raw, "BEGIN IMMEDIATE", opts.busy_timeout)  # the migration's lock
 
     return engine

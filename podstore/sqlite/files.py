@@ -33,8 +33,16 @@ def prepare_file(path: str) -> None:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
         except FileExistsError:
-            _check_regular(path, path)
-            _check_writable(path)
+            _check_regular(path, os.stat(path).st_mode)
+            # A writable open needs the file and its directory (for -wal and -shm) writable.
+            targets = [(path, "file")]
+            if not all(os.path.exists(path + suffix) for suffix in ("-wal", "-shm")):
+                targets.append((parent, "directory"))
+            for target, what in targets:
+                if not os.access(target, os.W_OK):
+                    raise ReadOnlyStoreError(
+                        f"the database {what} {target} is not writable; open it with readonly=True"
+                    ) from None
             return
         try:
             os.fsync(fd)
@@ -57,22 +65,13 @@ def check_readable_store_file(path: str) -> None:
         raise InvalidInputError(f"database: {path} does not exist (opened read-only)") from None
     except OSError as exc:
         raise _os_error(exc, full, "open") from None
-    _check_regular(full, path, st.st_mode)
-    if st.st_size == 0:
-        try:
-            wal = os.path.getsize(full + "-wal")
-        except OSError:
-            wal = 0
-        if wal == 0:  # a new store's pages may all be in its WAL still
-            raise SchemaError(f"database: {path} is an empty file, not a podstore store")
+    _check_regular(path, st.st_mode)
+    # A new store's pages may all be in its WAL still.
+    if st.st_size == 0 and wal_size(full) == 0:
+        raise SchemaError(f"database: {path} is an empty file, not a podstore store")
 
 
-def _check_regular(full: str, shown: str, mode: int | None = None) -> None:
-    if mode is None:
-        try:
-            mode = os.stat(full).st_mode
-        except OSError as exc:
-            raise _os_error(exc, full, "open") from None
+def _check_regular(shown: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
         raise InvalidInputError(f"database: {shown} is not a regular file")
 
@@ -90,18 +89,6 @@ def _make_private_dirs(directory: str) -> None:
         return
     os.chmod(directory, 0o700)  # the umask may have taken bits away, never added them
     fsync_directory(parent)
-
-
-def _check_writable(path: str) -> None:
-    """A writable open needs the file and its directory (for -wal and -shm) writable."""
-    targets = [(path, "file")]
-    if not all(os.path.exists(path + suffix) for suffix in ("-wal", "-shm")):
-        targets.append((os.path.dirname(path), "directory"))
-    for target, what in targets:
-        if not os.access(target, os.W_OK):
-            raise ReadOnlyStoreError(
-                f"the database {what} {target} is not writable; open it with readonly=True"
-            )
 
 
 def _os_error(exc: OSError, path: str, action: str = "create") -> PodStoreError:

@@ -28,7 +28,6 @@ import os
 import threading
 import time
 import weakref
-from typing import Protocol
 
 from podstore.errors import PodStoreError
 from podstore.sqlite import posixlocks
@@ -53,14 +52,17 @@ class State:
 STATE = State()
 
 
-class Participant(Protocol):
-    """An owner of connections (a store's sessions, a reader) taking part in forks."""
+class Participant:
+    """An owner of connections (a store's sessions, a reader) taking part in forks; by
+    default it holds no fork up and has nothing to resume."""
 
     def fork_timeout(self) -> float | None:
         """How long a fork may wait for calls in flight on its connections (busy_timeout)."""
+        return None
 
     def fork_writing(self, thread: int) -> object:
         """The file (:func:`file_key`) whose write lock ``thread`` holds here, or None."""
+        return None
 
     def fork_quiesce(self) -> None:
         """Before the fork: stop long work (the background check) that would hold it up."""
@@ -107,13 +109,16 @@ def enter(c: Counter) -> None:
         if not STATE.pending:
             return
         c.n = 0
-        wait_while_pending()
+        with _cond:  # until the fork being prepared has happened
+            while STATE.pending:
+                _cond.wait(0.05)
 
 
 def leave(c: Counter) -> None:
     c.n -= 1
     if STATE.pending and not c.n:
-        notify()
+        with _cond:  # a use ended: the forking thread looks again
+            _cond.notify_all()
 
 
 class activity:  # lower case: used like contextlib.suppress
@@ -156,19 +161,6 @@ def register(participant: Participant) -> None:
 def _participants() -> list[Participant]:
     with _registry_lock:
         return list(_registry)
-
-
-def wait_while_pending() -> None:
-    """Block the calling thread until the fork being prepared has happened."""
-    with _cond:
-        while STATE.pending:
-            _cond.wait(0.05)
-
-
-def notify() -> None:
-    """A use ended while a fork is being prepared: let the forking thread look again."""
-    with _cond:
-        _cond.notify_all()
 
 
 def abandon(conn: object) -> None:

@@ -8,7 +8,6 @@ import functools
 import importlib.util
 import os
 import sqlite3
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from podstore.errors import PodStoreError, SchemaError
@@ -20,6 +19,7 @@ from podstore.sqlite.connection import (
     create_sqlalchemy_engine,
     database_url,
     foreign_reason,
+    table_names,
 )
 from podstore.sqlite.files import release_side_files, warn_if_writable_by_others
 from podstore.sqlite.integrity import quick_check
@@ -45,13 +45,6 @@ def scripts_at(location: str) -> Any:
     return ScriptDirectory(location)
 
 
-def head_of(scripts: Any) -> str:
-    """The single head revision of a ScriptDirectory."""
-    head = scripts.get_current_head()
-    assert isinstance(head, str)
-    return head
-
-
 @functools.cache
 def migrations_dir() -> str:
     """Where podstore.migrations is, looked up once (after dropping privileges it may be hidden)."""
@@ -64,7 +57,7 @@ def script_directory() -> Any:
 
 def head_revision() -> str:
     """The newest schema revision this podstore knows."""
-    return head_of(script_directory())
+    return str(script_directory().get_current_head())
 
 
 def alembic_config(connection: sqlalchemy.Connection | None = None) -> Any:
@@ -86,12 +79,7 @@ def current_revision(conn: sqlite3.Connection) -> str | None:
     """The stored revision; None for an empty database, BASE when downgraded to nothing.
     Raises SchemaError for tables without an Alembic version (not podstore's)."""
     with translated_errors():
-        names = {
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
+        names = table_names(conn)
         if not names:
             return None
         if "alembic_version" not in names:
@@ -185,29 +173,25 @@ def ensure_schema(
 
 
 def run_upgrade(options: ConnectOptions, target: str) -> None:
-    def upgrade(cfg: Any) -> None:
-        from alembic import command
-
-        command.upgrade(cfg, target)
-        # In the migration's transaction: the store is podstore's exactly when it has a schema.
-        cfg.attributes["connection"].exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
-
-    _run_alembic(options, upgrade)
+    _run_alembic(options, "upgrade", target)
 
 
 def run_downgrade(options: ConnectOptions, target: str) -> None:
-    def downgrade(cfg: Any) -> None:
-        from alembic import command
-
-        command.downgrade(cfg, target)
-
-    _run_alembic(options, downgrade)
+    _run_alembic(options, "downgrade", target)
 
 
-def _run_alembic(options: ConnectOptions, action: Callable[[Any], None]) -> None:
+def _run_alembic(
+    options: ConnectOptions, direction: Literal["upgrade", "downgrade"], target: str
+) -> None:
+    from alembic import command
+
     engine = create_sqlalchemy_engine(database_url(options.path), options)
     try:
         with forking.activity(), translated_errors(), engine.begin() as connection:
-            action(alembic_config(connection))
+            getattr(command, direction)(alembic_config(connection), target)
+            if direction == "upgrade":
+                # In the migration's transaction: the store is podstore's exactly when it has
+                # a schema.
+                connection.exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
     finally:
         engine.dispose()

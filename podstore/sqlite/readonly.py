@@ -102,7 +102,7 @@ class Limits:
             raise InvalidInputError(f"max_rows: expected an int >= 0 or None, got {m!r}")
 
 
-class Guarded:
+class Guarded(forking.Participant):
     """One guarded read-only connection with its limits; ``snapshot=True``: one read
     transaction (begun before the authorizer refuses transactions). Raises what ``connect``
     raises."""
@@ -141,18 +141,6 @@ class Guarded:
 
     # fork (sqlite/forking.py): waits for a statement or fetch in flight, not for an open
     # reader; the child closes its copy (it only read: that releases nothing of the parent's).
-    def fork_timeout(self) -> float | None:
-        return None
-
-    def fork_writing(self, thread: int) -> object:
-        return None
-
-    def fork_quiesce(self) -> None:
-        pass
-
-    def fork_parent(self) -> None:
-        pass
-
     def fork_child(self, thread: int) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
@@ -221,12 +209,12 @@ class Guarded:
             return ReadOnlyStoreError(
                 f"refused: this connection is read-only and allows only reading ({text})"
             )
-        if isinstance(exc, (sqlite3.Warning, sqlite3.ProgrammingError)):
-            return InvalidInputError(f"sql: {text}")  # e.g. two statements, wrong bindings
-        if isinstance(exc, sqlite3.OperationalError) and name in ("", "SQLITE_ERROR"):
-            return InvalidInputError(f"sql: {text}")  # bad SQL: syntax, no such table, ...
         mapped = translate(exc)
-        if mapped is None or type(mapped) is PodStoreError:
+        # Two statements, wrong bindings, bad SQL (syntax, no such table) …
+        bad_sql = isinstance(exc, (sqlite3.Warning, sqlite3.ProgrammingError)) or (
+            isinstance(exc, sqlite3.OperationalError) and name in ("", "SQLITE_ERROR")
+        )
+        if bad_sql or mapped is None or type(mapped) is PodStoreError:
             return InvalidInputError(f"sql: {text}")
         return mapped
 
@@ -256,9 +244,7 @@ class Guarded:
         try:
             if os.getpid() != self._pid:
                 # A forked child before its clean-up: the fork waited, so it was idle.
-                conn, self.conn = self.conn, None
-                if conn is not None:
-                    conn.close()
+                self.fork_child(0)
             else:
                 self.close()
         except Exception:  # pragma: no cover - at interpreter shutdown anything may be gone

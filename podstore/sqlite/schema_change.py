@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -18,6 +19,7 @@ from podstore.sqlite.connection import (
     connect,
     create_sqlalchemy_engine,
     database_url,
+    table_names,
 )
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import (
@@ -170,34 +172,27 @@ class _Table:
     key_column: str | None
 
 
-def _snapshot(conn: sqlalchemy.Connection) -> tuple[dict[str, _Table], set[str]]:
-    def q(sql: str) -> list[tuple[object, ...]]:
-        return [tuple(r) for r in conn.exec_driver_sql(sql).fetchall()]
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
+
+def _snapshot(conn: sqlalchemy.Connection) -> tuple[dict[str, _Table], set[str]]:
+    raw = conn.connection.dbapi_connection
+    assert isinstance(raw, sqlite3.Connection)
     tables: dict[str, _Table] = {}
-    names = q(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-        "AND name <> 'alembic_version' ORDER BY name"
-    )
-    for (name,) in names:
-        ident = '"' + str(name).replace('"', '""') + '"'
-        info = q(f"PRAGMA table_info({ident})")
+    for name in sorted(table_names(raw) - {"alembic_version"}):
+        ident = _quoted(name)
+        info = raw.execute(f"PRAGMA table_info({ident})").fetchall()
         columns = [str(r[1]) for r in info]
-        pk = [str(r[1]) for r in info if int(str(r[5])) > 0]
-        counts = q(
-            "SELECT count(*)"
-            + "".join(f', count("{c.replace(chr(34), chr(34) * 2)}")' for c in columns)
-            + f" FROM {ident}"
-        )[0]
-        rows = int(str(counts[0]))
+        pk = [str(r[1]) for r in info if int(r[5]) > 0]
+        counted = "".join(f", count({_quoted(c)})" for c in columns)
+        rows, *counts = raw.execute(f"SELECT count(*){counted} FROM {ident}").fetchone()
         key_column = pk[0] if len(pk) == 1 else None
         keys = None
         if key_column is not None and rows <= NAMED_ROWS:
-            quoted = '"' + key_column.replace('"', '""') + '"'
-            keys = {r[0] for r in q(f"SELECT {quoted} FROM {ident}")}
-        values = {c: int(str(n)) for c, n in zip(columns, counts[1:], strict=True)}
-        tables[str(name)] = _Table(rows, values, keys, key_column)
-    views = {str(r[0]) for r in q("SELECT name FROM sqlite_master WHERE type = 'view'")}
+            keys = {r[0] for r in raw.execute(f"SELECT {_quoted(key_column)} FROM {ident}")}
+        tables[name] = _Table(rows, dict(zip(columns, counts, strict=True)), keys, key_column)
+    views = {str(r[0]) for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'view'")}
     return tables, views
 
 

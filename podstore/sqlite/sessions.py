@@ -31,7 +31,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 from podstore.errors import PodStoreError, ReadOnlyStoreError, StoreBusyError, StoreCorruptError
 from podstore.sqlite import forking, signals
-from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, begin_immediate, connect
+from podstore.sqlite.connection import APPLICATION_ID, ConnectOptions, connect, retry_busy
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.forking import STATE
 from podstore.sqlite.integrity import quick_check
@@ -223,7 +223,7 @@ class _Checker:
         return self._ident == threading.get_ident()
 
 
-class Sessions:
+class Sessions(forking.Participant):
     """The connections of one open store (see the module docstring)."""
 
     def __init__(self, options: ConnectOptions) -> None:
@@ -306,7 +306,7 @@ class Sessions:
         if not slot.busy:
             slot.outer = None
             if self._closed and slot.conn is not None and slot.gen == STATE.generation:
-                self._close_after_use(slot)
+                self._give_back(slot)  # close() came while this thread used it: closed now
             forking.leave(slot.counter)
 
     def _unwind(self, slot: _Slot) -> None:
@@ -324,15 +324,6 @@ class Sessions:
             slot.depth, slot.owner, slot.busy = 0, None, 0
             forking.leave(slot.counter)
 
-    def _close_after_use(self, slot: _Slot) -> None:
-        """close() came while this thread was using its connection: close it now."""
-        with self._lock:
-            conn, slot.conn = slot.conn, None
-            if conn is None or conn not in self._conns:
-                return
-            self._conns.discard(conn)
-        _close_quietly(conn)
-
     def _begin_write(self, slot: _Slot, conn: sqlite3.Connection) -> None:
         """Take this process's turn, then BEGIN IMMEDIATE, each within busy_timeout; raises
         StoreBusyError."""
@@ -345,7 +336,7 @@ class Sessions:
             )
         slot.queue = self._queue
         try:
-            begin_immediate(conn, timeout)
+            retry_busy(conn, "BEGIN IMMEDIATE", timeout)
         except BaseException:
             self._end_write(slot)
             raise
@@ -408,6 +399,7 @@ class Sessions:
             self._give_back(slot)
 
     def _give_back(self, slot: _Slot) -> None:
+        """Keep ``slot``'s connection idle for another thread, or close it (once closed)."""
         with self._lock:
             conn, slot.conn = slot.conn, None
             if conn is None or conn not in self._conns:
@@ -471,12 +463,13 @@ class Sessions:
         if self.options.readonly:
             raise ReadOnlyStoreError("the store was opened read-only")
         if self._gate_writes:
-            self._wait_for_check()
+            self.wait_checked(None)
+            self._gate_writes = False  # passed: later writes need not look again
         return _Write(self, value)
 
-    def snapshot(self) -> _Snapshot:
+    def snapshot(self) -> _Use:
         """A consistent read over several statements (or the open write transaction)."""
-        return _Snapshot(self)
+        return _Use(self, snapshot=True)
 
     def _joined_elsewhere(self) -> None:
         """Raise when this context was copied from inside another thread's write transaction
@@ -633,14 +626,6 @@ class Sessions:
                     self._checker_conn.interrupt()
             checker.join(0.002)
 
-    def _wait_for_check(self) -> None:
-        if self._check_here:
-            self._check_in_this_process()
-        self._join_check(None)
-        if self._damage is not None:
-            raise self._damage
-        self._gate_writes = False  # passed: later writes need not look again
-
     def _join_check(self, timeout: float | None) -> bool:
         """Wait for the check's verdict (False: timed out), across a fork's restart of it."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -679,48 +664,14 @@ class Sessions:
 
 
 class _Use:
-    """The context of :meth:`Sessions.use` (a class: every read passes through it)."""
+    """The context of :meth:`Sessions.use` and, with ``snapshot``, :meth:`Sessions.snapshot`:
+    a read transaction unless one is open (a class: every read passes through it)."""
 
-    __slots__ = ("__weakref__", "_sessions", "_slot")
+    __slots__ = ("__weakref__", "_began", "_conn", "_gen", "_sessions", "_slot", "_snapshot")
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: Sessions, snapshot: bool = False) -> None:
         self._sessions = sessions
-
-    def __enter__(self) -> sqlite3.Connection:
-        held = signals.hold()
-        try:
-            slot = self._slot = self._sessions._enter()
-        except BaseException:
-            signals.release(held)
-            raise
-        try:
-            signals.release(held)  # an interrupt due meanwhile is raised here
-            conn = slot.conn
-            assert conn is not None
-            return conn
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        held = signals.hold()
-        try:
-            self._sessions._exit(self._slot)
-        finally:
-            signals.release(held)
-        if isinstance(exc, sqlite3.Error):
-            _raise_translated(exc)
-
-
-class _Snapshot:
-    """The context of :meth:`Sessions.snapshot`: a read transaction unless one is open."""
-
-    __slots__ = ("__weakref__", "_began", "_conn", "_gen", "_sessions", "_slot")
-
-    def __init__(self, sessions: Sessions) -> None:
-        self._sessions = sessions
+        self._snapshot = snapshot
         self._began = False
 
     def __enter__(self) -> sqlite3.Connection:
@@ -730,7 +681,7 @@ class _Snapshot:
             slot = self._slot = sessions._enter()
             conn = slot.conn
             assert conn is not None
-            if not slot.depth and not conn.in_transaction:
+            if self._snapshot and not slot.depth and not conn.in_transaction:
                 try:
                     conn.execute("BEGIN")
                 except sqlite3.Error as exc:
@@ -742,7 +693,7 @@ class _Snapshot:
             signals.release(held)
             raise
         try:
-            signals.release(held)
+            signals.release(held)  # an interrupt due meanwhile is raised here
             return conn
         except BaseException:
             self.__exit__(None, None, None)
@@ -754,7 +705,8 @@ class _Snapshot:
         sessions, slot = self._sessions, self._slot
         held = signals.hold()
         try:
-            if self._gen != STATE.generation:  # forked inside: the connection is the parent's
+            if self._snapshot and self._gen != STATE.generation:
+                # Forked inside: the connection is the parent's.
                 sessions._exit(slot)
                 raise sessions._forked_inside()
             try:

@@ -24,8 +24,6 @@ MAX_BREAKS = 10
 #: Events read per statement.
 CHUNK = 5000
 
-_Fields = tuple[str, str, str | None, str | None, str, str | None, str | None]
-
 
 def _events(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
     """Every kept event (``sql.CHAIN_ROWS`` columns), in seq order, a chunk at a time."""
@@ -63,33 +61,22 @@ class _Walk:
         changed (False), or either (None: no successor to tell)."""
         either = "" if hash_edited is False else ", or its own hash"
         if hash_edited:
-            self.add(
-                s.seq,
-                "hash-edited",
-                "its stored hash was changed (its content still gives the hash the next event "
-                "chains from)",
-            )
+            kind = "hash-edited"
+            what = "its stored hash was changed (its content still gives the hash the next "
+            what += "event chains from)"
         elif s.base == "genesis":
-            self.add(
-                s.seq,
-                "genesis",
-                f"does not chain from the genesis of store_id {store_id}: the store_id or the "
-                f"event was changed{either}",
-            )
+            kind = "genesis"
+            what = f"does not chain from the genesis of store_id {store_id}: the store_id or "
+            what += f"the event was changed{either}"
         elif s.base == "link":
-            self.add(
-                s.seq,
-                "link-wrong",
-                f"does not chain from the link recorded for it: the link or the event was "
-                f"changed{either}",
-            )
+            kind = "link-wrong"
+            what = "does not chain from the link recorded for it: the link or the event was "
+            what += f"changed{either}"
         else:
-            self.add(
-                s.seq,
-                "edited",
-                f"its hash does not follow from its content and the hash of seq {s.seq - 1}: "
-                f"the event was edited (or seq {s.seq - 1} was, and re-hashed){either}",
-            )
+            kind = "edited"
+            what = f"its hash does not follow from its content and the hash of seq {s.seq - 1}: "
+            what += f"the event was edited (or seq {s.seq - 1} was, and re-hashed){either}"
+        self.add(s.seq, kind, what)
 
 
 def verify(conn: sqlite3.Connection) -> HistoryReport:
@@ -109,7 +96,7 @@ def verify(conn: sqlite3.Connection) -> HistoryReport:
     events = 0
     for row in _events(conn):
         seq = int(row[0])
-        fields: _Fields = row[1:8]
+        fields = row[1:8]  # what the hash covers besides the seq
         stored = bytes(row[8])
         events += 1
         # Links below this event belong to no kept event.

@@ -60,7 +60,7 @@ class Pending:
     ) -> None:
         """Queue an entry event; ``released``: sorted. ``spans``: the caller records its
         devices as device spans, so it gets no event_device_rows."""
-        text = _JSON.encode(list(released)) if released else None
+        text = JSON.encode(list(released)) if released else None
         if spans:
             self.events.append((op, key[0], key[1], key[2], numa_json(devices), (), text, ()))
             return
@@ -68,7 +68,7 @@ class Pending:
         self.events.append((op, key[0], key[1], key[2], numa_json(devices), ids, text, released))
 
     def registered(self, op: str, resource: str, ids: Sequence[str] | None) -> None:
-        text = None if ids is None else _JSON.encode(list(ids))
+        text = None if ids is None else JSON.encode(list(ids))
         self.events.append((op, None, None, resource, text, ids or (), None, ()))
 
     def node(
@@ -80,7 +80,7 @@ class Pending:
         released: Sequence[str] = (),
     ) -> None:
         """Queue a node manager event; ``payload`` is its ``device_ids`` text."""
-        text = _JSON.encode(list(released)) if released else None
+        text = JSON.encode(list(released)) if released else None
         self.events.append((op, key[0], key[1], key[2], payload, devices, text, released))
 
     def write(self, conn: sqlite3.Connection, stamp: Stamp | None = None) -> Stamp:
@@ -133,7 +133,7 @@ def append_entry(
     path of every ``insert``)."""
     seq, ts, prev = stamp
     text = numa_json(devices)
-    gone = _JSON.encode(list(released)) if released else None
+    gone = JSON.encode(list(released)) if released else None
     digest = chain.link(prev, seq, ts, op, key[0], key[1], key[2], text, gone)
     conn.execute(sql.INSERT_EVENT, (seq, ts, op, key[0], key[1], key[2], text, gone, digest))
 
@@ -217,16 +217,17 @@ def head(conn: sqlite3.Connection) -> tuple[int, bytes]:
     return seq, bytes(link)
 
 
-# One encoder, reused: json.dumps with non-default options builds a new one per call, which
-# costs more than the encoding itself on a 100,000-entry import.
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: The compact JSON of the history (and of what a reader returns). One encoder, reused: json.dumps
+#: with non-default options builds a new one per call, which costs more than the encoding itself
+#: on a 100,000-entry import.
+JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def numa_json(devices: Mapping[int, Sequence[str] | None] | None) -> str | None:
     """The NUMA map as compact JSON with numeric key order; None for a null map."""
     if devices is None:
         return None
-    return _JSON.encode(
+    return JSON.encode(
         {str(node): None if ids is None else list(ids) for node, ids in sorted(devices.items())}
     )
 

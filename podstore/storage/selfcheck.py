@@ -16,7 +16,13 @@ from typing import Any, Literal
 
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.pure import alloc_resp
-from podstore.sqlite.connection import ConnectOptions, connect, database_path, journal_mode
+from podstore.sqlite.connection import (
+    ConnectOptions,
+    connect,
+    database_path,
+    journal_mode,
+    table_names,
+)
 from podstore.sqlite.files import release_side_files
 from podstore.sqlite.migrate import HEAD_REVISION
 from podstore.sqlite.translate import translate
@@ -87,13 +93,13 @@ def check_connection(conn: sqlite3.Connection, *, quick: bool = False) -> list[F
             # Invariant queries over a damaged b-tree may fail or mislead; the damage is the
             # finding that matters.
             return findings
-        tables = _tables(conn)
-        findings.extend(_schema(conn, tables))
+        findings.extend(_schema(conn, table_names(conn)))
         for name, check in _INVARIANTS:
             try:
-                findings.extend(check(conn, tables))
+                findings.extend(check(conn))
             except sqlite3.Error as exc:
-                findings.append(_raised(name, exc))
+                if not _table_missing(exc):
+                    findings.append(_raised(name, exc))
     finally:
         if conn.in_transaction:
             # nothing was written; ending the read on a damaged file may fail, harmlessly
@@ -110,6 +116,16 @@ def _raised(check: str, exc: sqlite3.Error) -> Finding:
     return Finding("error", check, f"{type(mapped or exc).__name__}: {mapped or exc}")
 
 
+# The views the checks read: one missing is damage. A missing table is an older revision's (or
+# the schema check's finding): the checks reading it are passed over.
+_VIEWS_READ = ("allocation_devices", "allocation_event_devices")
+
+
+def _table_missing(exc: sqlite3.Error) -> bool:
+    before, found, name = str(exc).partition("no such table: ")
+    return bool(found) and not before and name not in _VIEWS_READ
+
+
 def _integrity(conn: sqlite3.Connection, quick: bool) -> list[Finding]:
     pragma = "quick_check" if quick else "integrity_check"
     try:
@@ -119,15 +135,6 @@ def _integrity(conn: sqlite3.Connection, quick: bool) -> list[Finding]:
     if rows == ["ok"]:
         return []
     return [Finding("error", pragma, row) for row in rows]
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {
-        str(r[0])
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
 
 
 _STORE_TABLES = (
@@ -169,16 +176,13 @@ def _schema(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     triggers = {str(r[0]) for r in conn.execute(sql.TRIGGER_NAMES)}
     # The hash chain still catches an edit made without the trigger; the guard against
     # making one is what is gone.
-    for name, _create in views_sql.TRIGGERS:
-        if name not in triggers:
-            out.append(
-                Finding(
-                    "warning",
-                    "schema",
-                    f"trigger {name} is missing: nothing stops an UPDATE of the history "
-                    "(the history-chain check still finds one)",
-                )
-            )
+    missing_trigger = "is missing: nothing stops an UPDATE of the history (the history-chain "
+    missing_trigger += "check still finds one)"
+    out.extend(
+        Finding("warning", "schema", f"trigger {name} {missing_trigger}")
+        for name, _create in views_sql.TRIGGERS
+        if name not in triggers
+    )
     return out
 
 
@@ -191,25 +195,27 @@ def _listed(rows: Sequence[Any], fmt: Callable[[Any], str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _rows_check(
-    name: str,
-    severity: Severity,
-    needs: tuple[str, ...],
-    sql: str,
+def _listing(
+    check: str,
+    rows: Sequence[Any],
     what: str,
     fmt: Callable[[Any], str],
-) -> tuple[str, Callable[[sqlite3.Connection, set[str]], list[Finding]]]:
+    severity: Severity = "error",
+) -> list[Finding]:
+    """One finding naming ``rows`` (none when there are none)."""
+    if not rows:
+        return []
+    return [Finding(severity, check, f"{len(rows)} {what}: {_listed(rows, fmt)}")]
+
+
+Check = Callable[[sqlite3.Connection], list[Finding]]
+
+
+def _rows_check(
+    name: str, sql: str, what: str, fmt: Callable[[Any], str], *, severity: Severity = "error"
+) -> tuple[str, Check]:
     """A check that reports the rows ``sql`` returns (none: all is well)."""
-
-    def run(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
-        if not all(t in tables for t in needs):
-            return []
-        rows = conn.execute(sql).fetchall()
-        if not rows:
-            return []
-        return [Finding(severity, name, f"{len(rows)} {what}: {_listed(rows, fmt)}")]
-
-    return name, run
+    return name, lambda conn: _listing(name, conn.execute(sql).fetchall(), what, fmt, severity)
 
 
 def _entry(r: Any) -> str:
@@ -217,127 +223,143 @@ def _entry(r: Any) -> str:
 
 
 # Each query names the rows that break one rule. Every statement is constant text.
-_INVARIANTS: list[tuple[str, Callable[[sqlite3.Connection, set[str]], list[Finding]]]] = [
+_ROW_CHECKS: list[tuple[str, Check]] = [
     _rows_check(
         "orphan-containers",
-        "error",
-        ("containers", "pods"),
         sql.ORPHAN_CONTAINERS,
         "containers whose pod does not exist",
         lambda r: f"container {r[2]!r} (id {r[0]}, pod id {r[1]})",
     ),
     _rows_check(
         "orphan-allocations",
-        "error",
-        ("allocations", "containers", "pods"),
         sql.ORPHAN_ALLOCATIONS,
         "allocations whose container or pod does not exist",
         lambda r: f"allocation {r[0]} ({r[2]!r}, container id {r[1]})",
     ),
     _rows_check(
         "orphan-device-rows",
-        "error",
-        ("allocation_device_spans", "allocations"),
         sql.ORPHAN_DEVICE_ROWS,
         "device rows whose allocation does not exist",
         lambda r: f"{r[3]!r} (allocation {r[0]}, NUMA {r[1]})",
     ),
     _rows_check(
         "orphan-empty-lists",
-        "error",
-        ("empty_numa_lists", "allocations"),
         sql.ORPHAN_EMPTY_LISTS,
         "empty NUMA list markers whose allocation does not exist",
         lambda r: f"allocation {r[0]} NUMA {r[1]}",
     ),
     _rows_check(
         "orphan-registered-devices",
-        "error",
-        ("registered_devices", "registered_resources"),
         sql.ORPHAN_REGISTERED_DEVICES,
         "registered devices whose resource is not registered",
         lambda r: f"{r[2]!r} of {r[0]!r}",
     ),
     _rows_check(
         "empty-pods",
-        "error",
-        ("pods", "containers"),
         sql.EMPTY_PODS,
         "pods without any container (no podstore call leaves one)",
         lambda r: repr(r[1]),
     ),
     _rows_check(
         "empty-containers",
-        "error",
-        ("containers", "allocations", "pods"),
         sql.EMPTY_CONTAINERS,
         "containers without any resource entry (no podstore call leaves one)",
         lambda r: f"{r[0]}/{r[1]}",
     ),
     _rows_check(
         "positions",
-        "error",
-        ("allocation_device_spans", "allocations", "containers", "pods"),
         sql.POSITIONS,
         "NUMA device lists whose positions are not 0..n-1",
         lambda r: f"{_entry(r)} NUMA {r[3]} ({r[4]} rows, positions {r[5]}..{r[6]})",
     ),
     _rows_check(
         "registered-positions",
-        "error",
-        ("registered_devices",),
         sql.REGISTERED_POSITIONS,
         "registered device lists whose positions are not 0..n-1",
         lambda r: f"{r[0]!r} ({r[1]} rows, positions {r[2]}..{r[3]})",
     ),
     _rows_check(
         "empty-list-with-devices",
-        "error",
-        ("empty_numa_lists", "allocation_device_spans", "allocations", "containers", "pods"),
         sql.EMPTY_LIST_WITH_DEVICES,
         "NUMA lists marked empty that also hold devices",
         lambda r: f"{_entry(r)} NUMA {r[3]}",
     ),
     _rows_check(
         "null-map-with-devices",
-        "error",
-        ("allocations", "allocation_device_spans", "empty_numa_lists", "containers", "pods"),
         sql.NULL_MAP_WITH_DEVICES,
         "entries whose device map is null yet lists NUMA nodes",
         _entry,
     ),
     _rows_check(
         "null-response-flag",
-        "error",
-        ("allocations", "containers", "pods"),
         sql.NULL_RESPONSE_FLAG,
         "entries flagged as a null AllocResp that hold something other than an empty response",
         _entry,
     ),
     _rows_check(
         "duplicate-devices",
-        "warning",
-        ("allocation_device_spans", "allocations", "containers", "pods"),
         sql.DUPLICATE_DEVICES,
         "devices listed more than once in one NUMA list (kept as given; kubelet's own "
         "allocations never repeat a device, so these came from a checkpoint or a caller)",
         lambda r: f"{r[4]!r} x{r[5]} in {_entry(r)} NUMA {r[3]}",
+        severity="warning",
     ),
     _rows_check(
         "store-meta",
-        "warning",
-        ("store_meta",),
         sql.STORE_META,
         "store_meta values podstore does not write",
         lambda r: f"{r[0]}={r[1]!r}",
+        severity="warning",
+    ),
+    _rows_check(
+        "spans",
+        sql.SPANS,
+        "device spans no podstore write leaves",
+        lambda r: f"allocation {r[0]}: {r[1]}",
+    ),
+    # The node's other managers (revision 0007): states kubelet never writes, kept as the
+    # files said (the store mirrors them), and rows no podstore write leaves.
+    _rows_check(
+        "cpu-two-pods",
+        node_sql.CPU_TWO_PODS,
+        "exclusive CPUs held by containers of more than one pod",
+        lambda r: f"CPU {r[0]} ({r[2]})",
+    ),
+    _rows_check(
+        "cpu-also-shared",
+        node_sql.CPU_ALSO_SHARED,
+        "exclusive CPUs that are also in the shared pool",
+        lambda r: f"CPU {r[0]} ({r[1]}/{r[2]})" if r[2] else f"CPU {r[0]} (pod {r[1]})",
+    ),
+    _rows_check(
+        "memory-over-allocatable",
+        node_sql.MEMORY_OVER_ALLOCATABLE,
+        "NUMA nodes whose memory reserved is beyond allocatable",
+        lambda r: f"NUMA {r[0]} {r[1]} ({r[2]} > {r[3]} bytes)",
+    ),
+    _rows_check(
+        "dra-device-two-claims",
+        node_sql.DRA_TWO_CLAIMS,
+        "DRA devices in more than one claim without a share id",
+        lambda r: f"{r[0]}/{r[1]}/{r[2]} ({r[3]} claims)",
+    ),
+    _rows_check(
+        "orphan-block-numa",
+        node_sql.ORPHAN_BLOCK_NUMA,
+        "memory block NUMA rows whose block does not exist",
+        lambda r: f"assignment {r[0]} block {r[1]} index {r[2]}",
+    ),
+    _rows_check(
+        "orphan-dra-devices",
+        node_sql.ORPHAN_DRA_DEVICES,
+        "DRA device rows whose claim has no such driver",
+        lambda r: f"claim id {r[0]} {r[1]!r} position {r[2]}",
     ),
 ]
 
 
-def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+def _responses(conn: sqlite3.Connection) -> list[Finding]:
     """Every stored AllocResp decodes, to the JSON stored beside it."""
-    if not {"allocations", "containers", "pods"} <= tables:
-        return []
     bad: list[tuple[str, str, str, str]] = []
     differs: list[tuple[str, str, str]] = []
     for uid, name, resource, resp, doc in conn.execute(sql.STORED_RESPONSES):
@@ -349,48 +371,27 @@ def _responses(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
             bad.append((uid, name, resource, parsed))
         elif doc != responses.to_json(parsed):
             differs.append((uid, name, resource))
-    out = []
-    if bad:
-        out.append(
-            Finding(
-                "error",
-                "responses",
-                f"{len(bad)} AllocResp values do not decode as ContainerAllocateResponse: "
-                + _listed(bad, lambda r: f"{_entry(r)} ({r[3]})"),
-            )
-        )
-    if differs:
-        out.append(
-            Finding(
-                "error",
-                "responses",
-                f"{len(differs)} entries whose decoded JSON (allocations.response) differs from "
-                "what their AllocResp decodes to: " + _listed(differs, _entry),
-            )
-        )
-    return out
+    undecodable = "AllocResp values do not decode as ContainerAllocateResponse"
+    differing = (
+        "entries whose decoded JSON (allocations.response) differs from what their AllocResp "
+        "decodes to"
+    )
+    return _listing("responses", bad, undecodable, lambda r: f"{_entry(r)} ({r[3]})") + _listing(
+        "responses", differs, differing, _entry
+    )
 
 
-def _foreign_keys(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+def _foreign_keys(conn: sqlite3.Connection) -> list[Finding]:
     """SQLite's own foreign key check, for tables the explicit orphan checks do not cover."""
     covered = {"containers", "allocations", "empty_numa_lists", "registered_devices"}
     rows = [r for r in conn.execute("PRAGMA foreign_key_check") if r[0] not in covered]
-    if not rows:
-        return []
-    return [
-        Finding(
-            "error",
-            "foreign-keys",
-            f"{len(rows)} rows break a foreign key: "
-            + _listed(rows, lambda r: f"{r[0]} rowid {r[1]} → {r[2]}"),
-        )
-    ]
+    return _listing(
+        "foreign-keys", rows, "rows break a foreign key", lambda r: f"{r[0]} rowid {r[1]} → {r[2]}"
+    )
 
 
-def _store_id(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+def _store_id(conn: sqlite3.Connection) -> list[Finding]:
     """The store's identity is one UUID (the fleet database keys events by it)."""
-    if "store_meta" not in tables:
-        return []
     count, value = conn.execute(sql.STORE_ID).fetchone()
     if count == 0:
         return [Finding("error", "store-id", "the store has no store_id (revision 0003 adds it)")]
@@ -418,12 +419,9 @@ def _named(
     return out
 
 
-def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+def _event_devices(conn: sqlite3.Connection) -> list[Finding]:
     """allocation_event_devices names exactly what each kept event names: what owners_at and
     history(device_id=) read is what the hash chain covers."""
-    needed = {"allocation_events", "allocation_device_spans", "event_device_rows"}
-    if not needed | {"history_chain_links"} <= tables:
-        return []
     rows = conn.cursor().execute(sql.EVENT_DEVICE_ROWS)
     row = rows.fetchone()
     bad: list[tuple[int, str, int, str]] = []
@@ -449,26 +447,18 @@ def _event_devices(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
         bad.extend((int(seq), d, f, "missing") for d, f in sorted(named - stored))
         bad.extend((int(seq), d, f, "not named by the event") for d, f in sorted(stored - named))
     stored_through(1 << 62)
-    if not bad:
-        return []
     bad.sort()
-    return [
-        Finding(
-            "error",
-            "event-devices",
-            f"{len(bad)} event device rows that differ from what the events name: "
-            + _listed(
-                bad, lambda r: f"seq {r[0]} {r[1]!r} ({'released' if r[2] else 'listed'}): {r[3]}"
-            ),
-        )
-    ]
+    return _listing(
+        "event-devices",
+        bad,
+        "event device rows that differ from what the events name",
+        lambda r: f"seq {r[0]} {r[1]!r} ({'released' if r[2] else 'listed'}): {r[3]}",
+    )
 
 
-def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
+def _history_chain(conn: sqlite3.Connection) -> list[Finding]:
     """The history's hash chain holds (storage/chain.py): one finding per break."""
-    if not {"allocation_events", "history_chain_links", "store_meta"} <= tables:
-        return []
-    if _store_id(conn, tables):
+    if _store_id(conn):
         return []  # no identity, no genesis: the store-id finding says so
     report = chain.verify(conn)
     out = [Finding("error", "history-chain", b.message) for b in report.breaks]
@@ -478,71 +468,7 @@ def _history_chain(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return out
 
 
-_INVARIANTS += [
-    _rows_check(
-        "spans",
-        "error",
-        ("allocation_device_spans",),
-        sql.SPANS,
-        "device spans no podstore write leaves",
-        lambda r: f"allocation {r[0]}: {r[1]}",
-    ),
-    # The node's other managers (revision 0007): states kubelet never writes, kept as the
-    # files said (the store mirrors them), and rows no podstore write leaves.
-    _rows_check(
-        "cpu-two-pods",
-        "error",
-        ("cpu_assignments", "cpu_assignment_cpus"),
-        node_sql.CPU_TWO_PODS,
-        "exclusive CPUs held by containers of more than one pod",
-        lambda r: f"CPU {r[0]} ({r[2]})",
-    ),
-    _rows_check(
-        "cpu-also-shared",
-        "error",
-        ("cpu_assignments", "cpu_assignment_cpus", "cpu_shared"),
-        node_sql.CPU_ALSO_SHARED,
-        "exclusive CPUs that are also in the shared pool",
-        lambda r: f"CPU {r[0]} ({r[1]}/{r[2]})" if r[2] else f"CPU {r[0]} (pod {r[1]})",
-    ),
-    _rows_check(
-        "memory-over-allocatable",
-        "error",
-        ("memory_numa_tables",),
-        node_sql.MEMORY_OVER_ALLOCATABLE,
-        "NUMA nodes whose memory reserved is beyond allocatable",
-        lambda r: f"NUMA {r[0]} {r[1]} ({r[2]} > {r[3]} bytes)",
-    ),
-    _rows_check(
-        "dra-device-two-claims",
-        "error",
-        ("dra_devices",),
-        node_sql.DRA_TWO_CLAIMS,
-        "DRA devices in more than one claim without a share id",
-        lambda r: f"{r[0]}/{r[1]}/{r[2]} ({r[3]} claims)",
-    ),
-    _rows_check(
-        "orphan-block-numa",
-        "error",
-        ("memory_block_numa", "memory_blocks"),
-        node_sql.ORPHAN_BLOCK_NUMA,
-        "memory block NUMA rows whose block does not exist",
-        lambda r: f"assignment {r[0]} block {r[1]} index {r[2]}",
-    ),
-    _rows_check(
-        "orphan-dra-devices",
-        "error",
-        ("dra_devices", "dra_claim_drivers"),
-        node_sql.ORPHAN_DRA_DEVICES,
-        "DRA device rows whose claim has no such driver",
-        lambda r: f"claim id {r[0]} {r[1]!r} position {r[2]}",
-    ),
-]
-
-
-def _node_items(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
-    if "node_items" not in tables:
-        return []
+def _node_items(conn: sqlite3.Connection) -> list[Finding]:
     try:
         found = node_sync.items_disagreeing(conn)
     except (KeyError, ValueError, TypeError) as exc:  # rows no podstore write leaves
@@ -553,9 +479,12 @@ def _node_items(conn: sqlite3.Connection, tables: set[str]) -> list[Finding]:
     return [Finding("error", "node-items", f"items node_items does not hold as stored: {listed}")]
 
 
-_INVARIANTS.append(("node-items", _node_items))
-_INVARIANTS.append(("responses", _responses))
-_INVARIANTS.append(("store-id", _store_id))
-_INVARIANTS.append(("event-devices", _event_devices))
-_INVARIANTS.append(("history-chain", _history_chain))
-_INVARIANTS.append(("foreign-keys", _foreign_keys))
+_INVARIANTS: list[tuple[str, Check]] = [
+    *_ROW_CHECKS,
+    ("node-items", _node_items),
+    ("responses", _responses),
+    ("store-id", _store_id),
+    ("event-devices", _event_devices),
+    ("history-chain", _history_chain),
+    ("foreign-keys", _foreign_keys),
+]

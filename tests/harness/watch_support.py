@@ -25,12 +25,18 @@ from typing import Any
 from podstore import ContainerAllocateResponse, DeviceSpec, PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint, write_checkpoint_file
 from podstore.deviceplugin import CDIDevice, Mount
-from podstore.pure.alloc_resp import decode
 
 Registered = dict[str, list[str] | None] | None
 Key = tuple[str, str, str]
 
 RESOURCES = ("example.com/gpu", "example.com/nic", "vendor.io/fpga")
+
+
+def decode(data: bytes) -> ContainerAllocateResponse:
+    """A stored AllocResp as its message (raises protobuf's DecodeError if it is not one)."""
+    msg = ContainerAllocateResponse()
+    msg.ParseFromString(data)
+    return msg
 
 
 @dataclass
