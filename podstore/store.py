@@ -457,7 +457,8 @@ class PodStore:
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ExportReport:
-        """Write the store as a ``kubelet_internal_checkpoint``, atomically, 0600 (docs/api.md)."""
+        """Write the store as a ``kubelet_internal_checkpoint``, atomically, 0600 (docs/api.md);
+        ``boot_id`` None writes the ``BootID`` the store kept, ``""`` none."""
         from podstore.storage import transfer
 
         if boot_id is not None:

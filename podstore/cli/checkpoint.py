@@ -156,13 +156,20 @@ def _list_skipped(skipped: tuple[SkippedEntry, ...], verb: str, why: str) -> Non
     show_default=True,
     help="Which manager's checkpoint to write.",
 )
-@click.option("--boot-id", default=None, help="Add a top-level BootID (unmerged kubelet PR).")
+@click.option(
+    "--boot-id",
+    default=None,
+    help="Write this top-level BootID instead of the one import kept ('': none).",
+)
 @click.pass_obj
 def export(ctx: Context, file: Path, kind: str, boot_id: str | None) -> None:
     """Write the store as the kubelet checkpoint FILE of --kind (atomic, mode 0600): exactly
     the bytes kubelet writes for that state, in the format the loaded file was written in.
     Device entries without an allocation response are left out, as kubelet leaves them out;
-    the command says how many, and names the first.
+    the command says how many, and names the first. A device checkpoint's BootID (unmerged
+    kubelet PR #137919) is written as the imported file had it; --boot-id gives another:
+    pass the target boot's /proc/sys/kernel/random/boot_id when the file is for a node that
+    rebooted since, or '' for none.
 
     Reads the store read-only: write access to the store is not needed, only to FILE's
     directory.

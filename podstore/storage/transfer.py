@@ -98,6 +98,7 @@ def load(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> 
         explicit_empty = not cp.entries_null and not cp.entries
         entries.set_meta(conn, "entries_json", "[]" if explicit_empty else "null")
         entries.replace_registered(conn, cp.registered_devices, whole=True)
+    entries.keep_boot_id(conn, cp.boot_id, merge=merge)
     imported = entries.write_many(conn, prepared.rows)
     return ImportReport(
         path=prepared.path,
@@ -134,7 +135,8 @@ def export_bytes(
     conn: sqlite3.Connection, boot_id: str | None, progress: Progress | None
 ) -> tuple[bytes, int, list[SkippedEntry]]:
     """The checkpoint file for the store's state, read in the caller's snapshot, the number of
-    entries it lists, and the entries left out of it (no allocation response)."""
+    entries it lists, and the entries left out of it (no allocation response). ``boot_id``
+    None writes the ``BootID`` the store kept (none if it kept none); ``""`` writes none."""
     left_out: list[SkippedEntry] = []
 
     def listed_only(stored: Iterable[entries.StoredEntry]) -> Iterator[PodDevicesEntry]:
@@ -155,6 +157,8 @@ def export_bytes(
     registered = entries.current_registered(conn)
     null_registered = entries.meta(conn, "registered_json_null") == "1"
     registered_out = None if not registered and null_registered else registered
+    if boot_id is None:
+        boot_id = entries.meta(conn, entries.BOOT_ID)
     data = dumps_checkpoint(listed or empty_form, registered_out, boot_id or None)
     return data, len(listed), left_out
 
