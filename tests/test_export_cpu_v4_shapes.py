@@ -75,7 +75,14 @@ def test_the_embedded_v2_checksum_is_the_upstream_v2_value() -> None:
     1.37's embedded v2 copy of the same state carries that checksum."""
     doc = json.loads(EMBEDDED_V2.read_bytes())
     assert doc["checksum"] == 3610638499
-    assert list(doc) == ["policyName", "defaultCpuSet", "entries", "checksum", "data", "dataChecksum"]
+    assert list(doc) == [
+        "policyName",
+        "defaultCpuSet",
+        "entries",
+        "checksum",
+        "data",
+        "dataChecksum",
+    ]
 
 
 def test_the_embedded_v2_checksum_is_the_v2_rule_on_the_same_values() -> None:
