@@ -501,7 +501,7 @@ class PodStore:
         with self._sessions.snapshot() as conn:
             if kind == "devices":
                 data, count, left_out, drops = transfer.export_bytes(
-                    conn, boot_id or "", progress, format
+                    conn, boot_id, progress, format
                 )
             else:
                 data, drops = node_export.export_bytes_as(conn, kind, format)

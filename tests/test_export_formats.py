@@ -272,3 +272,14 @@ def test_a_format_not_written_for_the_kind_is_refused(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert "format 'v1' is not written for cpu (written: v2, v3, v4)" in res.stderr
     assert not out.exists()
+
+
+def test_a_versioned_type_name_is_rewritten_under_the_legacy_one(tmp_path: Path) -> None:
+    """A v3 file hashed as ``CPUManagerCheckpointV3`` (2284712151) written for a release is
+    hashed as releases write it, under ``CPUManagerCheckpoint`` (766259872, "legacy v3
+    checksum")."""
+    source = NODE / "cpu-v3-pod-entries-typename.json"
+    assert read_cpu_state(source).checksum == 2284712151
+    res, out = export_as(tmp_path, source, "cpu", "v3")
+    assert res.returncode == 0, res.stderr
+    assert read_cpu_state(out).checksum == 766259872
