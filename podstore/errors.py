@@ -64,6 +64,18 @@ class ImportRefusedError(CheckpointError):
         return (_rebuild, (type(self), (str(self),), kwargs), self.__dict__)
 
 
+class ExportRefusedError(CheckpointError):
+    """An export in an older format would lose what the store holds and that format cannot
+    (``drops``, one line each); nothing was written. ``allow_loss=True`` writes it anyway."""
+
+    def __init__(self, message: str, *, drops: tuple[str, ...]) -> None:
+        self.drops = drops
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (str(self),), {"drops": self.drops}), self.__dict__)
+
+
 class SchemaError(PodStoreError):
     """The database schema is too old (and upgrading was refused), too new, or not podstore's."""
 

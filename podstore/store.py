@@ -60,6 +60,7 @@ from podstore.types import (
     PodDevicesEntry,
     QueryResult,
     ResourceDeviceInstances,
+    SkippedEntry,
     StoreStats,
     SyncReport,
 )
@@ -457,15 +458,64 @@ class PodStore:
         boot_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ExportReport:
-        """Write the store as a ``kubelet_internal_checkpoint``, atomically, 0600 (docs/api.md)."""
+        """Write the store as a ``kubelet_internal_checkpoint``, atomically, 0600 (docs/api.md);
+        ``boot_id`` None writes the ``BootID`` the store kept, ``""`` none."""
         from podstore.storage import transfer
 
         if boot_id is not None:
             validate.text(boot_id, "boot_id")
         with self._sessions.snapshot() as conn:
-            data, count, left_out = transfer.export_bytes(conn, boot_id, progress)
+            data, count, left_out, _ = transfer.export_bytes(conn, boot_id, progress)
         transfer.write_file(path, data)
         return ExportReport(os.path.abspath(os.fspath(path)), count, tuple(left_out))
+
+    def export_as(
+        self,
+        path: str | os.PathLike[str],
+        kind: str,
+        format: str,
+        *,
+        allow_loss: bool = False,
+        boot_id: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ExportReport:
+        """Write the store's ``kind`` in ``format`` as the kubelet release that writes it does,
+        atomically, 0600 (docs/api.md). When that format cannot hold all of the state, raises
+        :class:`ExportRefusedError` (``.drops``) and writes nothing, unless ``allow_loss``:
+        then writes without it and lists it in ``ExportReport.dropped``. ``boot_id``: device
+        checkpoints only, and no BootID unless given (no release writes one)."""
+        from podstore.checkpoint.downgrade import check_format
+        from podstore.checkpoint.files import write_checkpoint_file
+        from podstore.checkpoint.kinds import read_node_checkpoint
+        from podstore.errors import ExportRefusedError
+        from podstore.storage import transfer
+        from podstore.storage.node import export as node_export
+
+        kind = validate.text(kind, "kind")
+        check_format(kind, validate.text(format, "format"))
+        if boot_id is not None:
+            validate.text(boot_id, "boot_id")
+            if kind != "devices":
+                raise InvalidInputError("boot_id is for device checkpoints")
+        left_out: list[SkippedEntry] = []
+        with self._sessions.snapshot() as conn:
+            if kind == "devices":
+                data, count, left_out, drops = transfer.export_bytes(
+                    conn, boot_id, progress, format
+                )
+            else:
+                data, drops = node_export.export_bytes_as(conn, kind, format)
+                count = read_node_checkpoint(data, kind).entries
+        if drops and not allow_loss:
+            raise ExportRefusedError(
+                f"the {kind} checkpoint in format {format} cannot hold all of the store's "
+                f"state; writing it would lose: {'; '.join(drops)}. Nothing was written",
+                drops=tuple(drops),
+            )
+        write_checkpoint_file(path, data)
+        return ExportReport(
+            os.path.abspath(os.fspath(path)), count, tuple(left_out), format, tuple(drops)
+        )
 
     # ---- the node's other managers, topology and names (storage/node/, docs/api.md) ----------
 

@@ -132,12 +132,15 @@ class ImportReport:
 
 @dataclass(frozen=True, slots=True)
 class ExportReport:
-    """What ``PodStore.export_checkpoint`` wrote to ``path``: ``entries``, and those
-    ``left_out`` for lack of a response (kubelet writes none of those)."""
+    """What ``PodStore.export_checkpoint`` (or ``export_as``) wrote to ``path``: ``entries``,
+    those ``left_out`` for lack of a response (kubelet writes none of those), and, for an
+    export in an older format, its ``format`` and what it ``dropped`` (one line each)."""
 
     path: str
     entries: int
     left_out: tuple[SkippedEntry, ...] = ()
+    format: str | None = None
+    dropped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -388,7 +388,12 @@ def test_memory_writer_refuses_bad_values(state: MemoryManagerState, fragment: s
 @pytest.mark.parametrize(
     ("state", "fragment"),
     [
-        (DRAState([], version="v1"), "only the data format is written"),
+        (DRAState([], version="v0"), "version must be 'data' or 'v1'"),
+        (DRAState([], version="v1", share_ids=True), "the v1 format's devices have no ShareID"),
+        (
+            DRAState([DRAClaim("u", "n", "ns", driver_name="d")], version="v1"),
+            "classic DRA v1 layout",
+        ),
         (DRAState([DRAClaim("u", "n", "ns", driver_name="d")]), "classic DRA v1 layout"),
         (
             DRAState(

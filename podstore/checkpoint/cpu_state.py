@@ -46,6 +46,9 @@ class CPUManagerState:
     ``pod_entries`` (v3, v4) pod → CPUs, ``legacy_entries`` (v1) container id → CPUs (kubelet
     maps those through its running containers, which a file alone cannot). ``version`` and
     ``type_name`` say how it was written; ``checksum``/``verified`` as in MemoryManagerState.
+    ``legacy_copy`` (v4 only) is the shape of the copy beside ``data``: ``"v2"`` the embedded
+    v2 kubelet 1.37 writes (its own v2 checksum, no ``podEntries``), ``"v3"`` the reverted
+    kubernetes#137820 design (v3 fields, checksum 0), ``"none"`` no copy at all.
     """
 
     policy_name: str
@@ -57,7 +60,12 @@ class CPUManagerState:
     type_name: str = LEGACY_TYPE_NAME
     checksum: int = 0
     verified: bool = True
+    legacy_copy: str = "v2"
 
+
+#: The shapes of a v4 file's legacy copy (:attr:`CPUManagerState.legacy_copy`).
+LEGACY_COPIES = ("v2", "v3", "none")
+_OUTER_KEYS = ("POLICYNAME", "DEFAULTCPUSET", "ENTRIES", "PODENTRIES", "CHECKSUM")
 
 # -- Go types -----------------------------------------------------------------------------------
 
@@ -188,7 +196,17 @@ def _read_v4(tree: Any, origin: str) -> CPUManagerState:
         pod_entries=_pod_entries(inner[3]),
         version=4,
         checksum=stored,
+        legacy_copy=_legacy_copy(tree),
     )
+
+
+def _legacy_copy(tree: Any) -> str:
+    # Told by shape alone: kubelet reads only ``data``, so the copy's values never matter.
+    if not any(has_key(tree, k) for k in _OUTER_KEYS):
+        return "none"
+    if has_key(tree, "PODENTRIES") or uint_field(tree, "CHECKSUM") == 0:
+        return "v3"
+    return "v2"
 
 
 def _cpus(text: str, where: str, origin: str) -> frozenset[int]:
@@ -219,15 +237,21 @@ def _pod_entries(pod_entries: dict[str, list[Any]]) -> dict[str, frozenset[int]]
 @collector_paused()
 def dumps_cpu_state(state: CPUManagerState) -> bytes:
     """The bytes kubelet writes for ``state`` in ``state.version`` (2–4), checksum included
-    (v2, v3 hash ``state.type_name``; v4: ``data`` and ``dataChecksum`` beside a v3 copy with
-    checksum 0, as kubelet writes it).
+    (v2, v3 hash ``state.type_name``; v4: ``data`` and ``dataChecksum`` beside the legacy copy
+    ``state.legacy_copy`` names: an embedded v2 with its v2 checksum under the legacy type
+    name, as kubelet 1.37 writes it, a v3 copy with checksum 0, or none).
 
     Raises :class:`InvalidInputError` for a version that cannot hold the state (v1 entries
-    keyed by container id; pod entries in v2) or values of the wrong type.
+    keyed by container id; pod entries in v2), an unknown ``legacy_copy`` or values of the
+    wrong type.
     """
     version = state.version
     if version not in (2, 3, 4):
         raise InvalidInputError(f"version must be 2, 3 or 4 to write, not {version!r}")
+    if version == 4 and state.legacy_copy not in LEGACY_COPIES:
+        raise InvalidInputError(
+            f"legacy_copy must be one of {', '.join(LEGACY_COPIES)}, not {state.legacy_copy!r}"
+        )
     if state.legacy_entries:
         raise InvalidInputError(
             "legacy_entries (v1, keyed by container id) cannot be written; "
@@ -260,7 +284,15 @@ def dumps_cpu_state(state: CPUManagerState) -> bytes:
         }
     if version == 4:
         data = gojson.encode(doc).decode("utf-8")
-        doc["checksum"] = 0
+        if state.legacy_copy == "none":
+            doc = {}
+        elif state.legacy_copy == "v2":
+            doc.pop("podEntries", None)
+            doc["checksum"] = spew.checksum_value(
+                V2, [policy, default, entries, 0], _renames(V2, LEGACY_TYPE_NAME)
+            )
+        else:
+            doc["checksum"] = 0
         doc["data"] = data
         doc["dataChecksum"] = spew.checksum_string(data)
         return gojson.encode(doc)

@@ -23,7 +23,7 @@ from podstore.checkpoint.dra_types import (
     device,
     objects,
 )
-from podstore.checkpoint.dra_v1 import is_v1, read_v1
+from podstore.checkpoint.dra_v1 import V1_STRUCTURED, V1_STRUCTURED_LAYOUT, is_v1, read_v1
 from podstore.checkpoint.files import DEFAULT_MAX_BYTES
 from podstore.checkpoint.godecode import DecodeError, decode, decode_value
 from podstore.checkpoint.goencode import to_json
@@ -144,13 +144,18 @@ def _devices_have_share_id(tree: Any) -> bool:
 @collector_paused()
 def dumps_dra_state(state: DRAState) -> bytes:
     """The bytes kubelet writes for ``state`` in the data format (claims under
-    ``state.entries_key``, devices with ``ShareID`` when ``state.share_ids``).
+    ``state.entries_key``, devices with ``ShareID`` when ``state.share_ids``), or for
+    ``version`` ``"v1"`` in the v1 format kubelet 1.31 wrote (devices per driver, its
+    whole-struct checksum).
 
-    Raises :class:`InvalidInputError` for a v1 state (kubelet no longer writes v1), a claim in
-    the classic v1 layout, a share id without ``share_ids``, or values of the wrong type.
+    Raises :class:`InvalidInputError` for another version, a claim in the classic v1 layout
+    (1.27–1.30: not written), a share id without ``share_ids`` (or in v1), or values of the
+    wrong type.
     """
+    if state.version == "v1":
+        return _dumps_v1(state)
     if state.version != "data":
-        raise InvalidInputError(f"only the data format is written, not {state.version!r}")
+        raise InvalidInputError(f"version must be 'data' or 'v1', not {state.version!r}")
     if state.entries_key not in ("Entries", "ClaimInfoStateList"):
         raise InvalidInputError("entries_key must be 'Entries' or 'ClaimInfoStateList'")
     share_ids = state.share_ids is True
@@ -159,6 +164,14 @@ def dumps_dra_state(state: DRAState) -> bytes:
     value = [_text(state.kind, "kind"), _text(state.api_version, "api_version"), claims]
     data = gojson.encode(to_json(t, value))
     return gojson.encode({"Data": data.decode("utf-8"), "Checksum": zlib.crc32(data)})
+
+
+def _dumps_v1(state: DRAState) -> bytes:
+    if state.share_ids is True:
+        raise InvalidInputError("share_ids: the v1 format's devices have no ShareID")
+    value = ["v1", _go_claims(state.claims, False), 0]
+    value[-1] = V1_STRUCTURED_LAYOUT.rules[0][1](value)
+    return gojson.encode(to_json(V1_STRUCTURED, value))
 
 
 def _texts(value: object, where: str) -> list[str] | None:

@@ -1,4 +1,5 @@
-"""The DRA manager checkpoint's first format (DRA alpha, read only; docs/node-files.md).
+"""The DRA manager checkpoint's first format (DRA alpha; docs/node-files.md). Read in every
+layout; written (by :mod:`.dra_state`) only in 1.31's, devices per driver.
 
 The whole struct is hashed, so the checksum changed whenever a field was added
 (kubernetes#123552, #127653): only the layouts test vectors confirm are read, and a handle with
@@ -111,7 +112,7 @@ def _v1_initial() -> list[Any]:
     return ["v1", [], 0]
 
 
-_V1_STRUCTURED_LAYOUT = Layout(
+V1_STRUCTURED_LAYOUT = Layout(
     "v1 (structured)",
     V1_STRUCTURED,
     _v1_initial,
@@ -140,7 +141,7 @@ def read_v1(tree: Any, origin: str) -> DRAState:
         if gojson.fold_name(key) == "ENTRIES"
         for claim in objects(claims)
     )
-    layout = _V1_STRUCTURED_LAYOUT if structured else _V1_CLASSIC_LAYOUT
+    layout = V1_STRUCTURED_LAYOUT if structured else _V1_CLASSIC_LAYOUT
     found = first_verified(tree, (layout,), "DRA manager", origin)
     _, claims, checksum = found.value
     if structured:

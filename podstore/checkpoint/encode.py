@@ -1,4 +1,4 @@
-"""Write a v2 checkpoint byte for byte as kubelet's ``json.Marshal`` would."""
+"""Write a v2 (or v1) checkpoint byte for byte as kubelet's ``json.Marshal`` would."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def dumps_checkpoint(
     entries: Sequence[PodDevicesEntry] | None,
     registered_devices: Mapping[str, Sequence[str] | None] | None,
     boot_id: str | None = None,
+    *,
+    version: int = 2,
 ) -> bytes:
     """The exact bytes kubelet's ``json.Marshal`` writes for these values, with their checksum
     (``BootID`` only when ``boot_id`` is non-empty: outside ``Data``, not hashed; kubernetes PR
@@ -24,20 +26,35 @@ def dumps_checkpoint(
     verifies (a lone surrogate as U+FFFD; Go itself would hash the invalid byte and write a
     file that fails verification).
 
+    ``version`` 1 writes the format of kubelet 1.18–1.19 (``DeviceIDs`` a plain list, hashed
+    by the v1 rule); its entries hold their IDs as :func:`read_checkpoint` gives a v1 file's,
+    ``{0: ids}``.
+
     Raises :class:`InvalidInputError` for values of the wrong type, a NUMA id outside int64,
-    or two resource names that differ only in lone surrogates.
+    two resource names that differ only in lone surrogates, or, in v1, device IDs under
+    another key than 0, or a ``boot_id``.
     """
     if boot_id is not None and not isinstance(boot_id, str):
         raise InvalidInputError(f"boot_id must be a str or None, not {type(boot_id).__name__}")
+    if version not in (1, 2):
+        raise InvalidInputError(f"version must be 1 or 2, not {version!r}")
+    if version == 1 and boot_id:
+        raise InvalidInputError("boot_id: a v1 checkpoint has no BootID")
     with collector_paused():
         checked_entries, checked_registered = values.normalize(entries, registered_devices)
         clean_entries, clean_registered = values.sanitize(checked_entries, checked_registered)
-        checksum = spew.checksum_of(clean_entries, clean_registered)
+        if version == 1:
+            for i, e in enumerate(checked_entries or ()):
+                if e.device_ids is not None and set(e.device_ids) != {0}:
+                    raise InvalidInputError(
+                        f"entries[{i}].device_ids: a v1 entry holds its IDs as {{0: ids}}"
+                    )
+        checksum = spew.checksum_of(clean_entries, clean_registered, version)
         del clean_entries, clean_registered
 
         document: dict[str, object] = {
             "Data": {
-                "PodDeviceEntries": _entries_json(checked_entries),
+                "PodDeviceEntries": _entries_json(checked_entries, version == 1),
                 "RegisteredDevices": _registered_json(checked_registered),
             },
             "Checksum": checksum,
@@ -47,13 +64,24 @@ def dumps_checkpoint(
         return gojson.encode(document)
 
 
-def _entries_json(entries: values.Entries) -> list[dict[str, object]] | None:
+def _entries_json(entries: values.Entries, v1: bool = False) -> list[dict[str, object]] | None:
     if entries is None:
         return None
     out: list[dict[str, object]] = []
     for e in entries:
         devs = e.device_ids
         resp = e.alloc_resp
+        if v1:
+            out.append(
+                {
+                    "PodUID": e.pod_uid,
+                    "ContainerName": e.container_name,
+                    "ResourceName": e.resource_name,
+                    "DeviceIDs": None if devs is None else devs[0],
+                    "AllocResp": None if resp is None else _base64(resp),
+                }
+            )
+            continue
         out.append(
             {
                 "PodUID": e.pod_uid,

@@ -13,7 +13,12 @@ import click
 from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
 from podstore.cli.progress import progress
-from podstore.errors import CheckpointCorruptError, CheckpointError, ImportRefusedError
+from podstore.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    ExportRefusedError,
+    ImportRefusedError,
+)
 from podstore.types import NodeSyncReport, SkippedEntry
 
 #: How many skipped entries the import report names one by one before it says "and N more".
@@ -156,18 +161,44 @@ def _list_skipped(skipped: tuple[SkippedEntry, ...], verb: str, why: str) -> Non
     show_default=True,
     help="Which manager's checkpoint to write.",
 )
-@click.option("--boot-id", default=None, help="Add a top-level BootID (unmerged kubelet PR).")
+@click.option(
+    "--boot-id",
+    default=None,
+    help="Write this top-level BootID instead of the one import kept ('': none).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default=None,
+    hidden=True,
+    help="Write this format (as verify-checkpoint names it) as the release writing it does.",
+)
+@click.option(
+    "--allow-loss",
+    is_flag=True,
+    help="With --kubelet-version: write even what loses state, and list what was dropped.",
+)
 @click.pass_obj
-def export(ctx: Context, file: Path, kind: str, boot_id: str | None) -> None:
+def export(
+    ctx: Context, file: Path, kind: str, boot_id: str | None, fmt: str | None, allow_loss: bool
+) -> None:
     """Write the store as the kubelet checkpoint FILE of --kind (atomic, mode 0600): exactly
     the bytes kubelet writes for that state, in the format the loaded file was written in.
     Device entries without an allocation response are left out, as kubelet leaves them out;
-    the command says how many, and names the first.
+    the command says how many, and names the first. A device checkpoint's BootID (unmerged
+    kubelet PR #137919) is written as the imported file had it; --boot-id gives another:
+    pass the target boot's /proc/sys/kernel/random/boot_id when the file is for a node that
+    rebooted since, or '' for none.
 
     Reads the store read-only: write access to the store is not needed, only to FILE's
     directory.
     """
+    if allow_loss and fmt is None:
+        raise click.UsageError("--allow-loss needs --kubelet-version")
     store = ctx.store(readonly=True)
+    if fmt is not None:
+        _export_as(store, file, kind, fmt, boot_id=boot_id, allow_loss=allow_loss)
+        return
     if kind != "devices":
         if boot_id is not None:
             raise click.UsageError("--boot-id is for device checkpoints")
@@ -177,6 +208,41 @@ def export(ctx: Context, file: Path, kind: str, boot_id: str | None) -> None:
     with progress("reading entries") as bar:
         report = store.export_checkpoint(file, boot_id=boot_id, progress=bar)
     click.echo(f"exported {report.entries} entries to {file}")
+    _list_skipped(
+        report.left_out,
+        "left out",
+        "without an allocation response (kubelet writes only entries with one)",
+    )
+
+
+def _export_as(
+    store: Any,
+    file: Path,
+    kind: str,
+    fmt: str,
+    *,
+    boot_id: str | None,
+    allow_loss: bool,
+    release: str | None = None,
+) -> None:
+    """``export`` in the format ``fmt`` (the one ``release`` writes, when given)."""
+    if boot_id is not None and kind != "devices":
+        raise click.UsageError("--boot-id is for device checkpoints")
+    target = f"format {fmt}" + ("" if release is None else f", as kubelet {release} writes it")
+    try:
+        with progress("reading entries") as bar:
+            report = store.export_as(
+                file, kind, fmt, allow_loss=allow_loss, boot_id=boot_id, progress=bar
+            )
+    except ExportRefusedError as exc:
+        raise ExportRefusedError(
+            f"{exc}; --allow-loss writes it anyway and lists what was dropped",
+            drops=exc.drops,
+        ) from None
+    what = "" if kind == "devices" else f" of the {KIND_NAMES[kind]}"
+    click.echo(f"exported {report.entries} entries{what} to {file} [{target}]")
+    for drop in report.dropped:
+        click.echo(f"  dropped: {escape_controls(drop)}")
     _list_skipped(
         report.left_out,
         "left out",

@@ -402,6 +402,29 @@ def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
     conn.execute(sql.SET_META, (key, value))
 
 
+#: The ``store_meta`` key of the device checkpoint's top-level ``BootID`` (absent: the file
+#: had none, or an empty one).
+BOOT_ID = "boot_id"
+
+
+def keep_boot_id(conn: sqlite3.Connection, boot_id: str | None, *, merge: bool) -> bool:
+    """Keep the file's ``BootID`` for export; whether the stored one changed. A replacing
+    import (and a sync) takes the file's, none included; a merge, which puts the file's
+    values over the store's, takes the file's only when it has one (a file without one says
+    nothing about the boot)."""
+    old = meta(conn, BOOT_ID)
+    new = boot_id or None
+    if merge and new is None:
+        return False
+    if new == old:
+        return False
+    if new is None:
+        conn.execute(sql.DELETE_META, (BOOT_ID,))
+    else:
+        set_meta(conn, BOOT_ID, new)
+    return True
+
+
 # ---- shaping query rows ------------------------------------------------------------------------
 
 

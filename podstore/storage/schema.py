@@ -145,7 +145,8 @@ registered_devices = Table(
 )
 
 # 'entries_json' ('null' or '[]': PodDeviceEntries of an export with no entries),
-# 'registered_json_null' ('1': RegisteredDevices was null), 'history_seq_floor', 'store_id'.
+# 'registered_json_null' ('1': RegisteredDevices was null), 'history_seq_floor', 'store_id',
+# 'boot_id' (the device checkpoint's top-level BootID, written back by export).
 store_meta = Table(
     "store_meta",
     metadata,

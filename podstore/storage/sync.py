@@ -242,7 +242,7 @@ def _sync_shape(conn: sqlite3.Connection, cp: Checkpoint) -> bool:
         if (entries.meta(conn, key) or defaults[key]) != value:
             entries.set_meta(conn, key, value)
             changed = True
-    return changed
+    return entries.keep_boot_id(conn, cp.boot_id, merge=False) or changed
 
 
 def _apply(conn: sqlite3.Connection, prepared: PreparedSync) -> SyncReport:

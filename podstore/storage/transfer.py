@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from podstore.checkpoint import Checkpoint, dumps_checkpoint, write_checkpoint_file
+from podstore.checkpoint.downgrade import device_entries_as
 from podstore.errors import CheckpointFormatError, ImportRefusedError
 from podstore.storage import entries
 from podstore.storage.rows import Row, file_path, read_verified, skipped_entry, to_row
@@ -98,6 +99,7 @@ def load(conn: sqlite3.Connection, prepared: PreparedImport, *, merge: bool) -> 
         explicit_empty = not cp.entries_null and not cp.entries
         entries.set_meta(conn, "entries_json", "[]" if explicit_empty else "null")
         entries.replace_registered(conn, cp.registered_devices, whole=True)
+    entries.keep_boot_id(conn, cp.boot_id, merge=merge)
     imported = entries.write_many(conn, prepared.rows)
     return ImportReport(
         path=prepared.path,
@@ -131,10 +133,16 @@ NO_RESPONSE = "no allocation response: kubelet writes only entries with one"
 
 
 def export_bytes(
-    conn: sqlite3.Connection, boot_id: str | None, progress: Progress | None
-) -> tuple[bytes, int, list[SkippedEntry]]:
+    conn: sqlite3.Connection,
+    boot_id: str | None,
+    progress: Progress | None,
+    fmt: str | None = None,
+) -> tuple[bytes, int, list[SkippedEntry], list[str]]:
     """The checkpoint file for the store's state, read in the caller's snapshot, the number of
-    entries it lists, and the entries left out of it (no allocation response)."""
+    entries it lists, the entries left out of it (no allocation response) and, for ``fmt``
+    (a format a release writes: ``v1``, ``v2``), what that format could not hold. ``boot_id``
+    None writes the ``BootID`` the store kept (none if it kept none, and none for ``fmt``: no
+    release writes one); ``""`` writes none."""
     left_out: list[SkippedEntry] = []
 
     def listed_only(stored: Iterable[entries.StoredEntry]) -> Iterator[PodDevicesEntry]:
@@ -149,14 +157,20 @@ def export_bytes(
         total = int(conn.execute(sql.COUNTS).fetchone()[2])
         listed = counted(listed, total, progress)
     listed = list(listed)
+    drops: list[str] = []
+    if fmt is not None:
+        listed, drops = device_entries_as(listed, fmt)
     empty_form: list[PodDevicesEntry] | None = (
         [] if entries.meta(conn, "entries_json") == "[]" else None
     )
     registered = entries.current_registered(conn)
     null_registered = entries.meta(conn, "registered_json_null") == "1"
     registered_out = None if not registered and null_registered else registered
-    data = dumps_checkpoint(listed or empty_form, registered_out, boot_id or None)
-    return data, len(listed), left_out
+    if boot_id is None and fmt is None:
+        boot_id = entries.meta(conn, entries.BOOT_ID)
+    version = 1 if fmt == "v1" else 2
+    data = dumps_checkpoint(listed or empty_form, registered_out, boot_id or None, version=version)
+    return data, len(listed), left_out, drops
 
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:

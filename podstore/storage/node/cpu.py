@@ -41,6 +41,9 @@ def wanted(state: CPUManagerState) -> tuple[Items, str, dict[str, Any]]:
         "type_name": state.type_name,
         "empty_pods": sorted(pod for pod, containers in state.entries.items() if not containers),
     }
+    if state.version == 4:
+        # The shape of the copy beside ``data``, so that export writes the file back as read.
+        form["legacy_copy"] = state.legacy_copy
     return items, f"v{state.version}", form
 
 
@@ -118,4 +121,6 @@ def read_state(conn: sqlite3.Connection) -> CPUManagerState | None:
         legacy_entries=legacy,
         version=int(found.version[1:]),
         type_name=str(found.form.get("type_name", "CPUManagerCheckpoint")),
+        # Stores written before the shape was kept: the embedded v2 kubelet 1.37 writes.
+        legacy_copy=str(found.form.get("legacy_copy", "v2")),
     )

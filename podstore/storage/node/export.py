@@ -14,6 +14,7 @@ from podstore.checkpoint import (
     dumps_dra_state,
     dumps_memory_state,
 )
+from podstore.checkpoint.downgrade import node_state_as
 from podstore.errors import InvalidInputError
 from podstore.storage.node import cpu, dra, memory
 
@@ -46,6 +47,23 @@ def checkpoint_bytes(kind: str, state: Any) -> bytes:
 def export_bytes(conn: sqlite3.Connection, kind: str) -> bytes:
     """:func:`checkpoint_bytes` of the store's ``kind``. Raises InvalidInputError also when the
     store holds no checkpoint of ``kind``."""
+    return checkpoint_bytes(kind, stored_state(conn, kind))
+
+
+def export_bytes_as(conn: sqlite3.Connection, kind: str, fmt: str) -> tuple[bytes, list[str]]:
+    """The store's ``kind`` written in the format ``fmt`` as the release that writes it does
+    (checkpoint.downgrade), and what that format could not hold (written without it)."""
+    state, drops = node_state_as(kind, stored_state(conn, kind), fmt)
+    # The writers themselves, not checkpoint_bytes: the format is chosen, never replaced.
+    if kind == "cpu":
+        return dumps_cpu_state(state), drops
+    if kind == "memory":
+        return dumps_memory_state(state), drops
+    return dumps_dra_state(state), drops
+
+
+def stored_state(conn: sqlite3.Connection, kind: str) -> Any:
+    """The store's state of ``kind``; InvalidInputError when it holds none."""
     readers = {"cpu": cpu.read_state, "memory": memory.read_state, "dra": dra.read_state}
     if kind not in readers:
         raise InvalidInputError(f"kind must be cpu, memory or dra, not {kind!r}")
@@ -55,4 +73,4 @@ def export_bytes(conn: sqlite3.Connection, kind: str) -> bytes:
             f"the store holds no {kind} manager checkpoint (import one first: "
             f"`podstore import FILE --kind {kind}` or `podstore import-node`)"
         )
-    return checkpoint_bytes(kind, state)
+    return state

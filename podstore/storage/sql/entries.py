@@ -96,6 +96,7 @@ SET_META = """
     ON CONFLICT (key) DO UPDATE SET value = excluded.value
 """
 GET_META = "SELECT value FROM store_meta WHERE key = ?"
+DELETE_META = "DELETE FROM store_meta WHERE key = ?"
 
 # ---- podDevices reads -----------------------------------------------------------------------
 
