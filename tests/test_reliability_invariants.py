@@ -399,3 +399,16 @@ def test_every_check_has_a_damage_case() -> None:
     damage = (Path(__file__).parent / "test_reliability_damage.py").read_text()
     assert all(name in damage for name in ("integrity_check", "quick", "StoreCorruptError"))
     assert {"integrity_check", "quick_check", "open"} == SQLITE_CHECKS
+
+
+def test_a_dropped_view_that_checks_read_is_an_error_not_a_skip(
+    pristine: Path, tmp_path: Path
+) -> None:
+    # A check whose table is missing is skipped (the schema check names the table), but the
+    # views the checks read are not tables: without one, every check reading it must fail.
+    db = _broken(pristine, tmp_path, ["DROP VIEW allocation_devices"])
+    findings = check_store(db)
+    assert findings and all(f.severity == "error" for f in findings), findings
+    assert all("no such table: allocation_devices" in f.message for f in findings), findings
+    code, out = _verify(db)
+    assert code == 1, out

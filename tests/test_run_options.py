@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from harness.refmodel import RefModel, resp
@@ -21,6 +23,7 @@ from podstore import (
     Mount,
     PodDevicesEntry,
     PodStore,
+    StoreCorruptError,
 )
 
 
@@ -244,3 +247,17 @@ def test_run_options_match_the_reference_model(
     for flags in ({}, {"cdi_devices": False}, {"cdi_annotations": True}):
         got = shared_store.device_run_container_options(pod, container, **flags)
         assert got == model.device_run_container_options(pod, container, **flags), flags
+
+
+def test_a_stored_response_that_does_not_decode_is_store_corruption(db_path: Path) -> None:
+    # Only a store changed behind podstore's back can hold such bytes: every write parses
+    # the response first. The error names the resource and the store stays readable.
+    with PodStore.open(db_path) as s:
+        s.insert("p", "c", "vendor.com/gpu", {0: ["a"]}, resp(envs={"A": "1"}))
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("UPDATE allocations SET alloc_resp = x'ff'")
+    raw.close()
+    with PodStore.open(db_path) as s:
+        with pytest.raises(StoreCorruptError, match=r"vendor\.com/gpu does not decode"):
+            s.device_run_container_options("p", "c")
+        assert s.container_devices("p", "c", "vendor.com/gpu") == {"a"}
