@@ -82,3 +82,16 @@ def test_no_manager_writes_nothing() -> None:
     with pytest.raises(InvalidInputError):
         written_format("memory", Release(20), {})
     assert written_format("dra", Release(None), {}) == "data"
+
+
+def test_no_two_rows_claim_the_same_file_and_release() -> None:
+    """Overlapping rows would let the first one shadow the other silently."""
+    seen: dict[tuple[str, str, int, bool], str] = {}
+    for row in table():
+        for rel in KNOWN:
+            assert rel.minor is not None
+            for on in (False, True):
+                if any(s.holds(rel.minor, on) for s in row.accepted_by):
+                    key = (row.kind, row.file, rel.minor, on)
+                    assert key not in seen, (key, seen[key], row.evidence)
+                    seen[key] = row.evidence
