@@ -224,11 +224,11 @@ def device_checks(checkpoint: Checkpoint) -> list[NodeCheck]:
         if e.alloc_resp is not None and isinstance(parse(e.alloc_resp), str):
             skipped.setdefault(e.pod_uid, []).append(f"{e.container_name}/{e.resource_name}")
     if not skipped:
-        return [NodeCheck("no-response", "device", OK, "every allocation response decodes")]
+        return [NodeCheck("no-response", "devices", OK, "every allocation response decodes")]
     return [
         NodeCheck(
             "no-response",
-            "device",
+            "devices",
             DROP,
             f"pod {pod}: {len(names)} entries skipped, allocation response does not decode "
             f"({', '.join(names)})",
