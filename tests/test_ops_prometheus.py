@@ -309,9 +309,13 @@ def test_release_verdicts_are_scraped(follower: Follower, prometheus: Prometheus
         return {r["metric"]["kind"]: float(r["value"][1]) for r in rows}
 
     # Scrapes every second; the watch judged each file after its last sync.
+    refused = {k: e[0] for k, e in expected.items()}
+    drops = {k: e[1] for k, e in expected.items()}
     wait(
-        lambda: scraped("podstore_kubelet_release_refused") == {k: e[0] for k, e in expected.items()}
-        and scraped("podstore_kubelet_release_drops") == {k: e[1] for k, e in expected.items()},
+        lambda: (
+            scraped("podstore_kubelet_release_refused") == refused
+            and scraped("podstore_kubelet_release_drops") == drops
+        ),
         60,
         f"the verdicts of kubelet {RELEASE} scraped: {expected}",
     )
