@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from podstore.cli.output import emit, output_option
 from podstore.cli.release_options import release_options
+
+if TYPE_CHECKING:
+    from podstore.checkpoint.releases import Release
 
 #: The managers' files under the kubelet directory, in the order kubelet starts the managers.
 FILES = (
@@ -20,7 +23,7 @@ FILES = (
     "dra_manager_state",
 )
 #: File rows fill verify-checkpoint's columns and the verdict's; node-check rows fill
-#: ``file kind kubelet_version check status detail`` (docs/cli.md).
+#: ``file kind kubelet_version check status detail`` (docs/node-files.md, "Preflight").
 COLUMNS = (
     "file",
     "kind",
@@ -60,7 +63,7 @@ _BAD_CHECKS = ("refuse", "drop")
 @output_option
 def preflight(
     kubelet_dir: Path,
-    kubelet_version: Any,
+    kubelet_version: Release,
     sysfs: Path,
     feature_gates: dict[str, bool],
     output: str,
@@ -96,7 +99,7 @@ def preflight(
         sys.exit(1)
 
 
-def _file_row(path: Path, release: Any, gates: dict[str, bool]) -> tuple[dict[str, Any], Any]:
+def _file_row(path: Path, release: Release, gates: dict[str, bool]) -> tuple[dict[str, Any], Any]:
     """verify-checkpoint's row for ``path`` plus the release's verdict; and the state read
     (``None`` when unreadable)."""
     from podstore.checkpoint import detect_kind, read_node_checkpoint
@@ -139,7 +142,7 @@ def _file_row(path: Path, release: Any, gates: dict[str, bool]) -> tuple[dict[st
     return row, state
 
 
-def _check_rows(path: Path, cp: Any, release: Any, sysfs: Path) -> list[dict[str, Any]]:
+def _check_rows(path: Path, cp: Any, release: Release, sysfs: Path) -> list[dict[str, Any]]:
     from podstore.checkpoint import startup_checks as sc
 
     state = cp.state

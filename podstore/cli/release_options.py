@@ -31,7 +31,8 @@ def _gates(_ctx: click.Context, _param: click.Parameter, value: str | None) -> d
     from podstore.errors import InvalidInputError
 
     try:
-        return parse_gates(value)
+        gates: dict[str, bool] = parse_gates(value)
+        return gates
     except InvalidInputError as exc:
         raise click.BadParameter(str(exc)) from None
 

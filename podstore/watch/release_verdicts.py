@@ -9,10 +9,13 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from podstore.errors import PodStoreError
 from podstore.watch.trigger import Signature, signature
+
+if TYPE_CHECKING:
+    from podstore.checkpoint.releases import Release
 
 log = logging.getLogger("podstore")
 
@@ -30,7 +33,9 @@ class Judged:
 class ReleaseVerdicts:
     """The verdicts of ``release`` (and ``gates``) on ``paths`` (kind → file)."""
 
-    def __init__(self, paths: Mapping[str, str], release: Any, gates: Mapping[str, bool]) -> None:
+    def __init__(
+        self, paths: Mapping[str, str], release: Release, gates: Mapping[str, bool]
+    ) -> None:
         self.paths = dict(paths)
         self.release = release
         self.gates = dict(gates)

@@ -9,7 +9,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podstore import logs
 from podstore.errors import InvalidInputError, PodStoreError
@@ -29,6 +29,9 @@ from podstore.watch.release_verdicts import ReleaseVerdicts
 from podstore.watch.retention import PRUNE_EVERY, Pruner
 from podstore.watch.shipping import RetryingHook, url_file_holds_url
 from podstore.watch.textfile import TextfileWriter
+
+if TYPE_CHECKING:
+    from podstore.checkpoint.releases import Release
 
 log = logging.getLogger("podstore")
 
@@ -62,7 +65,7 @@ class WatchConfig:
     sysfs: str = "/sys"
     pod_logs: str = "/var/log/pods"
     #: ``--kubelet-version``: the parsed release whose verdicts the gauges show (None: none).
-    kubelet_version: Any = None
+    kubelet_version: Release | None = None
     feature_gates: dict[str, bool] = field(default_factory=dict)
 
 
