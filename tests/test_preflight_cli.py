@@ -156,11 +156,26 @@ def test_upgrade_130_to_131_with_old_dra_file(tmp_path: Path) -> None:
 
 
 def test_downgrade_137_to_136_with_v4_pod_entries(tmp_path: Path) -> None:
-    root = kubelet_dir(tmp_path, cpu_manager_state=NODE / "cpu-v4-compact-pod-entries.json")
-    sys_root = str(sysfs(tmp_path, online="0-63"))
+    # Default 1-2, containers 3-6, pod-level 7-9 (only in the v4 data; the outer v2 copy lacks
+    # it): every CPU online, so 1.37 starts clean.
+    root = kubelet_dir(tmp_path, cpu_manager_state=NODE / "cpu-v4-embedded-v2-pod-entries.json")
+    sys_root = str(sysfs(tmp_path, online="1-9"))
+    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.37", "--sysfs", sys_root)
+    assert files(rows)["cpu"]["drops"] == [] and code == 0, rows
+    # 1.36 reads the v2 copy and loses podEntries (docs/kubelet-releases.md §3.3): a drop, and
+    # CPUs 7-9 are then online but in no set of the state, which the static policy refuses.
     code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.36", "--sysfs", sys_root)
     cpu = files(rows)["cpu"]
-    assert cpu["verdict"] == "refuse" or cpu["drops"], cpu
+    assert cpu["verdict"] == "accept" and any("podEntries" in d for d in cpu["drops"]), cpu
+    (offline,) = [r for r in rows if r["check"] == "cpuset-offline"]
+    assert offline["status"] == "refuse"
+    assert "online but not in state: 7-9" in offline["detail"]
+    assert code == 1
+    # With 7-9 offline the CPU check passes; the drop alone still makes it exit 1.
+    sys_root = str(sysfs(tmp_path / "small", online="1-6"))
+    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.36", "--sysfs", sys_root)
+    assert [r["status"] for r in rows if r["check"] == "cpuset-offline"] == ["ok"]
+    assert {r["status"] for r in rows if r["check"] is not None} == {"ok"}
     assert code == 1
 
 

@@ -74,9 +74,15 @@ def read_numa_nodes(sysfs: str | os.PathLike[str]) -> frozenset[int] | str:
 
 
 def cpu_checks(
-    state: CPUManagerState, minor: int | None, sysfs: str | os.PathLike[str]
+    state: CPUManagerState,
+    minor: int | None,
+    sysfs: str | os.PathLike[str],
+    *,
+    pod_entries_kept: bool = True,
 ) -> list[NodeCheck]:
-    """``policy``, ``empty-default``, ``overlap`` and ``cpuset-offline`` for the CPU file."""
+    """``policy``, ``empty-default``, ``overlap`` and ``cpuset-offline`` for the CPU file.
+    ``pod_entries_kept``: False when the release drops ``podEntries`` on reading (the verdict's
+    drops): their CPUs are then in no set kubelet compares with the online ones."""
     if state.policy_name not in _CPU_POLICIES:
         # kubelet stops at the policy mismatch before validating sets.
         return [
@@ -93,7 +99,7 @@ def cpu_checks(
         rows.append(_offline_none(state, online))
         return rows
     assigned = [cpus for c in state.entries.values() for cpus in c.values()]
-    if minor is None or minor >= _POD_LEVEL_FROM:
+    if pod_entries_kept and (minor is None or minor >= _POD_LEVEL_FROM):
         assigned += list(state.pod_entries.values())
     default = state.default_cpu_set
     if not default:

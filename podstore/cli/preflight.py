@@ -89,7 +89,8 @@ def preflight(
             failed |= row["status"] != "OK" or row["verdict"] != "accept" or bool(row["drops"])
             yield row
             if state is not None and row["verdict"] == "accept":
-                checks += _check_rows(path, state, kubelet_version, sysfs)
+                kept = not any("podEntries" in d for d in row["drops"])
+                checks += _check_rows(path, state, kubelet_version, sysfs, kept)
         for row in checks:
             failed |= row["status"] in _BAD_CHECKS
             yield row
@@ -142,12 +143,14 @@ def _file_row(path: Path, release: Release, gates: dict[str, bool]) -> tuple[dic
     return row, state
 
 
-def _check_rows(path: Path, cp: Any, release: Release, sysfs: Path) -> list[dict[str, Any]]:
+def _check_rows(
+    path: Path, cp: Any, release: Release, sysfs: Path, pod_entries_kept: bool
+) -> list[dict[str, Any]]:
     from podstore.checkpoint import startup_checks as sc
 
     state = cp.state
     if cp.kind == "cpu":
-        found = sc.cpu_checks(state, release.minor, sysfs)
+        found = sc.cpu_checks(state, release.minor, sysfs, pod_entries_kept=pod_entries_kept)
     elif cp.kind == "memory":
         found = sc.memory_checks(state, release.minor, sysfs)
     elif cp.kind == "devices":
