@@ -74,6 +74,12 @@ def test_verdicts_follow_the_files(start: Any) -> None:
     want = expected(w.kubelet, "1.30")
     assert want[("refused", "dra", "1.30")] == 0.0
     w.wait(lambda: gauges(w) == want, f"the verdicts after the rewrite {want}")
+    # A CPU file whose pod-level sets only a 1.36+ release reads: 1.30 drops them.
+    v4 = (VECTORS / "cpu-v4-embedded-v2-pod-entries.json").read_bytes()
+    replace_file(w.kubelet / FILE_NAMES["cpu"], v4)
+    want = expected(w.kubelet, "1.30")
+    assert want[("drops", "cpu", "1.30")] >= 1.0
+    w.wait(lambda: gauges(w) == want, f"the verdicts after the CPU rewrite {want}")
     assert w.stop() == 0, w.log()
 
 
