@@ -24,6 +24,27 @@ NODE = Path(__file__).parent / "vectors" / "node"
 DEVICE = Path(__file__).parent / "vectors"
 
 
+#: The release (and gates) that writes each format: export reaches a format only through them
+#: (docs/kubelet-release-table.md).
+_WRITER = {
+    ("devices", "v1"): ("1.19",),
+    ("devices", "v2"): ("1.20",),
+    ("cpu", "v2"): ("1.35",),
+    ("cpu", "v3"): ("1.36", "--feature-gates", "PodLevelResourceManagers=true"),
+    ("cpu", "v4"): ("1.37",),
+    ("memory", "v1"): ("1.35",),
+    ("memory", "v2"): ("1.36", "--feature-gates", "PodLevelResourceManagers=true"),
+    ("memory", "v3"): ("1.37",),
+    ("dra", "v1"): ("1.31",),
+    ("dra", "data"): ("1.32",),
+}
+
+
+def as_release(kind: str, fmt: str) -> tuple[str, ...]:
+    """The export options that write ``fmt`` for ``kind``."""
+    return ("--kubelet-version", *_WRITER[kind, fmt])
+
+
 def podstore(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["podstore", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120
@@ -41,7 +62,9 @@ def export_as(
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     ok("import", source, "--kind", kind, cwd=tmp_path)
     out = tmp_path / f"out-{fmt}"
-    return podstore("export", out, "--kind", kind, "--format", fmt, *extra, cwd=tmp_path), out
+    return podstore(
+        "export", out, "--kind", kind, *as_release(kind, fmt), *extra, cwd=tmp_path
+    ), out
 
 
 # -- CPU ---------------------------------------------------------------------------------------
@@ -125,7 +148,7 @@ def test_memory_pod_entries_refuse_v1_unless_allow_loss(tmp_path: Path) -> None:
     assert "podEntries: the memory of 1 pod" in res.stderr
     assert not out.exists()
     res = podstore(
-        "export", out, "--kind", "memory", "--format", "v1", "--allow-loss", cwd=tmp_path
+        "export", out, "--kind", "memory", *as_release("memory", "v1"), "--allow-loss", cwd=tmp_path
     )
     assert res.returncode == 0, res.stderr
     assert "dropped: podEntries: the memory of 1 pod" in res.stdout
@@ -175,7 +198,9 @@ def test_classic_dra_claims_refuse_every_written_format(tmp_path: Path) -> None:
             res.stderr
         )
         assert not out.exists()
-    res = podstore("export", out, "--kind", "dra", "--format", "v1", "--allow-loss", cwd=tmp_path)
+    res = podstore(
+        "export", out, "--kind", "dra", *as_release("dra", "v1"), "--allow-loss", cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr
     assert read_dra_state(out).claims is not None
     assert read_dra_state(out).claims == []
@@ -234,7 +259,7 @@ def test_numa_placement_is_a_loss_in_v1(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert "NUMA nodes of the devices of" in res.stderr
     assert not out.exists()
-    res = podstore("export", out, "--format", "v1", "--allow-loss", cwd=tmp_path)
+    res = podstore("export", out, *as_release("devices", "v1"), "--allow-loss", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "dropped: NUMA nodes of the devices of" in res.stdout
     back = read_checkpoint(out)
@@ -251,7 +276,7 @@ def test_v2_for_a_release_writes_no_boot_id_unless_given(tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     assert read_checkpoint(out).boot_id is None
     assert read_checkpoint(out).checksum == read_checkpoint(source).checksum
-    res = podstore("export", out, "--format", "v2", "--boot-id", "b", cwd=tmp_path)
+    res = podstore("export", out, *as_release("devices", "v2"), "--boot-id", "b", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert read_checkpoint(out).boot_id == "b"
 
@@ -267,10 +292,28 @@ def test_allow_loss_without_a_target_is_a_usage_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_a_format_not_written_for_the_kind_is_refused(tmp_path: Path) -> None:
-    res, out = export_as(tmp_path, NODE / "cpu-v4-embedded-v2.json", "cpu", "v1")
+def test_a_release_podstore_cannot_write_for_is_refused(tmp_path: Path) -> None:
+    ok("import", NODE / "memory-v1.json", "--kind", "memory", cwd=tmp_path)
+    out = tmp_path / "out"
+    res = podstore("export", out, "--kind", "memory", "--kubelet-version", "1.17", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "1.18..1.37" in res.stderr
+    # no memory manager before 1.21 (docs/kubelet-release-table.md)
+    res = podstore("export", out, "--kind", "memory", "--kubelet-version", "1.20", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "writes no memory checkpoint" in res.stderr
+    res = podstore("export", out, "--kind", "memory", "--feature-gates", "X=true", cwd=tmp_path)
+    assert res.returncode == 2
+    assert not out.exists()
+
+
+def test_dra_for_a_release_before_1_31_is_refused(tmp_path: Path) -> None:
+    """1.27-1.30 wrote DRA layouts podstore does not write (docs/kubelet-releases.md §5)."""
+    ok("import", NODE / "dra-data-entries-single.json", "--kind", "dra", cwd=tmp_path)
+    out = tmp_path / "out"
+    res = podstore("export", out, "--kind", "dra", "--kubelet-version", "1.30", cwd=tmp_path)
     assert res.returncode == 1
-    assert "format 'v1' is not written for cpu (written: v2, v3, v4)" in res.stderr
+    assert "format 'v1 classic' is not written for dra" in res.stderr
     assert not out.exists()
 
 

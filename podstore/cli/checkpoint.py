@@ -18,6 +18,7 @@ from podstore.errors import (
     CheckpointError,
     ExportRefusedError,
     ImportRefusedError,
+    InvalidInputError,
 )
 from podstore.types import NodeSyncReport, SkippedEntry
 
@@ -167,11 +168,17 @@ def _list_skipped(skipped: tuple[SkippedEntry, ...], verb: str, why: str) -> Non
     help="Write this top-level BootID instead of the one import kept ('': none).",
 )
 @click.option(
-    "--format",
-    "fmt",
+    "--kubelet-version",
+    "version",
     default=None,
-    hidden=True,
-    help="Write this format (as verify-checkpoint names it) as the release writing it does.",
+    metavar="V",
+    help="Write the newest format kubelet V (1.18..newest, 'newest') reads, as V writes it.",
+)
+@click.option(
+    "--feature-gates",
+    "gates_text",
+    default=None,
+    help="kubelet's --feature-gates (Name=true,...); PodLevelResourceManagers picks v3/v2.",
 )
 @click.option(
     "--allow-loss",
@@ -180,7 +187,13 @@ def _list_skipped(skipped: tuple[SkippedEntry, ...], verb: str, why: str) -> Non
 )
 @click.pass_obj
 def export(
-    ctx: Context, file: Path, kind: str, boot_id: str | None, fmt: str | None, allow_loss: bool
+    ctx: Context,
+    file: Path,
+    kind: str,
+    boot_id: str | None,
+    version: str | None,
+    gates_text: str | None,
+    allow_loss: bool,
 ) -> None:
     """Write the store as the kubelet checkpoint FILE of --kind (atomic, mode 0600): exactly
     the bytes kubelet writes for that state, in the format the loaded file was written in.
@@ -193,12 +206,16 @@ def export(
     Reads the store read-only: write access to the store is not needed, only to FILE's
     directory.
     """
-    if allow_loss and fmt is None:
+    if allow_loss and version is None:
         raise click.UsageError("--allow-loss needs --kubelet-version")
-    store = ctx.store(readonly=True)
-    if fmt is not None:
-        _export_as(store, file, kind, fmt, boot_id=boot_id, allow_loss=allow_loss)
+    if gates_text is not None and version is None:
+        raise click.UsageError("--feature-gates needs --kubelet-version")
+    if version is not None:
+        release, fmt = _release_format(kind, version, gates_text)
+        store = ctx.store(readonly=True)
+        _export_as(store, file, kind, fmt, boot_id=boot_id, allow_loss=allow_loss, release=release)
         return
+    store = ctx.store(readonly=True)
     if kind != "devices":
         if boot_id is not None:
             raise click.UsageError("--boot-id is for device checkpoints")
@@ -213,6 +230,26 @@ def export(
         "left out",
         "without an allocation response (kubelet writes only entries with one)",
     )
+
+
+def _release(version: str, gates_text: str | None) -> tuple[Any, dict[str, bool]]:
+    """The release and gates of --kubelet-version/--feature-gates; a usage error if bad."""
+    from podstore.checkpoint.releases import parse_gates, parse_release
+
+    try:
+        return parse_release(version), parse_gates(gates_text or "")
+    except InvalidInputError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _release_format(kind: str, version: str, gates_text: str | None) -> tuple[str, str]:
+    from podstore.checkpoint.releases import written_format
+
+    release, gates = _release(version, gates_text)
+    try:
+        return str(release), written_format(kind, release, gates)
+    except InvalidInputError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _export_as(
@@ -252,8 +289,24 @@ def _export_as(
 
 @click.command("verify-checkpoint")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--kubelet-version",
+    "version",
+    default=None,
+    metavar="V",
+    help="Judge each file for kubelet V (1.18..newest, 'newest', 'any'): adds the columns "
+    "kubelet_version verdict read_as drops accepted_by; exit 1 if V refuses any file.",
+)
+@click.option(
+    "--feature-gates",
+    "gates_text",
+    default=None,
+    help="kubelet's --feature-gates (Name=true,...) for --kubelet-version.",
+)
 @output_option
-def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
+def verify_checkpoint(
+    files: tuple[Path, ...], version: str | None, gates_text: str | None, output: str
+) -> None:
     """Check kubelet checkpoint FILES of any kind: kind, format, entries, stored vs computed
     checksum.
 
@@ -264,6 +317,10 @@ def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
     """
     from podstore.checkpoint import detect_kind, read_node_checkpoint
 
+    if gates_text is not None and version is None:
+        raise click.UsageError("--feature-gates needs --kubelet-version")
+    judged = _release(version, gates_text) if version is not None else None
+
     def kind_of(path: Path) -> str | None:
         # What the content looks like, for a file that failed; None when not even that.
         try:
@@ -272,9 +329,10 @@ def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
             return None
 
     failed = False
+    refused = False
 
     def rows() -> Iterator[dict[str, Any]]:
-        nonlocal failed
+        nonlocal failed, refused
         for path in files:
             row: dict[str, Any] = {"file": str(path)}
             try:
@@ -300,12 +358,36 @@ def verify_checkpoint(files: tuple[Path, ...], output: str) -> None:
                     stored=cp.checksum,
                     computed=cp.checksum if cp.verified else None,
                 )
+            if judged is not None:
+                refused |= _add_verdict(row, path, *judged)
             yield row
 
-    emit(
-        rows(),
-        ["file", "kind", "status", "format", "entries", "stored", "computed", "error"],
-        output,
-    )
-    if failed:
+    columns = ["file", "kind", "status", "format", "entries", "stored", "computed", "error"]
+    if judged is not None:
+        columns += ["kubelet_version", "verdict", "read_as", "drops", "accepted_by"]
+    emit(rows(), columns, output)
+    if failed and judged is None:
         sys.exit(1)
+    if refused:
+        sys.exit(1)
+
+
+def _add_verdict(row: dict[str, Any], path: Path, release: Any, gates: dict[str, bool]) -> bool:
+    """Add the verdict columns for ``release``; True when it refuses the file."""
+    from podstore.checkpoint.verdict import judge_file
+
+    try:
+        v = judge_file(path, release, gates, kind=row.get("kind"))
+    except OSError as exc:
+        row.update(kubelet_version=str(release), verdict="refuse", error=str(exc))
+        return True
+    row.update(
+        kubelet_version=v.kubelet_version,
+        verdict=v.verdict,
+        read_as=v.read_as,
+        drops=list(v.drops),
+        accepted_by=list(v.accepted_by),
+    )
+    if v.reason and not row.get("error"):
+        row["error"] = v.reason
+    return v.verdict == "refuse"
