@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from podstore.checkpoint.memory_state import dumps_memory_state, read_memory_state
 from podstore.cli.preflight import COLUMNS
 from tests.harness.cli import podstore
 
@@ -43,8 +45,10 @@ def kubelet_dir(tmp: Path, **files: Path | str) -> Path:
 
 def static_memory() -> str:
     # The upstream fixture spells the policy "static"; kubelet's static policy is "Static".
-    data = {**json.loads((NODE / "memory-v2.json").read_text()), "policyName": "Static"}
-    return json.dumps({**data, "checksum": 0})
+    # Written as v1 (every release with a memory manager reads it), without podEntries.
+    state = read_memory_state(NODE / "memory-v2.json")
+    state = replace(state, policy_name="Static", pod_entries={}, version=1)
+    return dumps_memory_state(state).decode()
 
 
 def preflight(tmp: Path, *args: str) -> tuple[int, list[dict[str, Any]], str]:
@@ -157,11 +161,15 @@ def test_upgrade_130_to_131_with_old_dra_file(tmp_path: Path) -> None:
 
 def test_downgrade_137_to_136_with_v4_pod_entries(tmp_path: Path) -> None:
     # Default 1-2, containers 3-6, pod-level 7-9 (only in the v4 data; the outer v2 copy lacks
-    # it): every CPU online, so 1.37 starts clean.
+    # it): every CPU online, so 1.37 with pod-level managers on starts clean; with the gate
+    # off (its default) it drops podEntries (docs/kubelet-releases.md §3.3).
     root = kubelet_dir(tmp_path, cpu_manager_state=NODE / "cpu-v4-embedded-v2-pod-entries.json")
     sys_root = str(sysfs(tmp_path, online="1-9"))
-    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.37", "--sysfs", sys_root)
+    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.37", "--sysfs", sys_root,
+                              "--feature-gates", "PodLevelResourceManagers=true")  # fmt: skip
     assert files(rows)["cpu"]["drops"] == [] and code == 0, rows
+    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.37", "--sysfs", sys_root)
+    assert files(rows)["cpu"]["drops"] == ["podEntries"] and code == 1, rows
     # 1.36 reads the v2 copy and loses podEntries (docs/kubelet-releases.md §3.3): a drop, and
     # CPUs 7-9 are then online but in no set of the state, which the static policy refuses.
     code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.36", "--sysfs", sys_root)
