@@ -205,3 +205,17 @@ def test_opens_no_store_even_when_one_is_named(tmp_path: Path) -> None:
                    "1.37", "--sysfs", str(sysfs(tmp_path)), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert not db.exists() and not (tmp_path / "podstore.db").exists()
+
+
+def test_a_refused_file_gets_no_check_rows(tmp_path: Path) -> None:
+    # Memory v2 is read from 1.37 on (the release table): 1.35 refuses the file, so kubelet
+    # stops before any check of its content.
+    state = replace(read_memory_state(NODE / "memory-v2.json"), policy_name="Static")
+    root = kubelet_dir(tmp_path, memory_manager_state=dumps_memory_state(state).decode())
+    sys_root = str(sysfs(tmp_path, nodes=(1,)))
+    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.35", "--sysfs", sys_root)
+    assert files(rows)["memory"]["verdict"] == "refuse" and code == 1
+    assert checks(rows) == {}
+    code, rows, _ = preflight(tmp_path, str(root), "--kubelet-version", "1.37", "--sysfs", sys_root)
+    assert files(rows)["memory"]["verdict"] == "accept"
+    assert set(checks(rows)["numa"]) == {"refuse"}
