@@ -29,7 +29,8 @@ ALL = list(commands(cli))
 NOWHERE = "postgresql://podstore@127.0.0.1:1/fleet"
 
 # How each command fails with exit 1 ({store}: an existing store, {missing}: a store that
-# does not exist, {cp}: a checkpoint file that exists, {bad}: a corrupt checkpoint file).
+# does not exist, {cp}: a checkpoint file that exists, {bad}: a corrupt checkpoint file,
+# {kubelet}: a kubelet directory whose device checkpoint is corrupt).
 # A group has no failure of its own (its commands are listed); NO_FAILURE marks a command
 # that has none (tested to succeed even where others fail).
 NO_FAILURE = ["--db", "{store}", "--readonly", "migrate", "history"]
@@ -40,6 +41,7 @@ FAILS: dict[str, list[str] | None] = {
     "podstore import": ["--db", "{store}", "import", "{bad}"],
     "podstore export": ["--db", "{missing}", "export", "{out}"],
     "podstore verify-checkpoint": ["verify-checkpoint", "{bad}"],
+    "podstore preflight": ["preflight", "{kubelet}", "--kubelet-version", "1.37"],
     "podstore pods": ["--db", "{missing}", "pods"],
     "podstore get": ["--db", "{store}", "get", "no-such-pod"],
     "podstore devices": ["--db", "{missing}", "devices"],
@@ -114,7 +116,11 @@ def files(tmp_path: Path) -> Iterator[dict[str, str]]:
     write_checkpoint_file(cp, dumps_checkpoint([], {}))
     bad = tmp_path / "bad"
     bad.write_bytes(b'{"Data":')
+    kubelet = tmp_path / "kubelet"
+    (kubelet / "device-plugins").mkdir(parents=True)
+    (kubelet / "device-plugins" / "kubelet_internal_checkpoint").write_bytes(b'{"Data":')
     yield {
+        "kubelet": str(kubelet),
         "store": str(store),
         "missing": str(tmp_path / "none" / "missing.db"),
         "cp": str(cp),

@@ -38,6 +38,9 @@ DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 RULES = DEPLOY / "prometheus" / "podstore-rules.yaml"
 DASHBOARD = DEPLOY / "grafana" / "podstore.json"
 GPU, NIC = "example.com/gpu", "example.com/nic"
+# The release whose verdicts the watch exports: before DRA's data format (1.31), so that the
+# node's DRA file is refused and the gauge has a 1 to show.
+RELEASE = "1.30"
 _SERVING = re.compile(r"serving metrics on http://([0-9.]+):(\d+)/metrics")
 
 # Panels whose metrics no command serves yet (harness/ops_metrics.PENDING): their queries must
@@ -115,7 +118,8 @@ def follower(tmp_path_factory: pytest.TempPathFactory, fleet_url: str) -> Iterat
             [*podstore_command(), "--db", str(db), "watch", "--kubelet-dir", str(kubelet),
              "--sysfs", str(sysfs), "--pod-logs", str(pod_logs),
              "--metrics-addr", "127.0.0.1:0", "--interval", "1",
-             "--ship-to-file", str(url_file), "--node", "ops-node"],
+             "--ship-to-file", str(url_file), "--node", "ops-node",
+             "--kubelet-version", RELEASE],
             stdout=subprocess.DEVNULL,
             stderr=err,
         )  # fmt: skip
@@ -194,9 +198,13 @@ def test_double_allocation_makes_its_alert_pending(
     node = target["labels"]["node"]
     assert alert["annotations"]["summary"].endswith(f"on {node}")
     assert f"podstore devices --resource {GPU}" in alert["annotations"]["description"]
-    # The NIC has no double allocation, and no other alert of the rules fires on this node.
-    others = {a["labels"]["alertname"] for a in prometheus.alerts()}
-    assert others == {"PodstoreDoubleAllocatedDevices"}
+    # The NIC has no double allocation, and no other alert of the rules fires on this node
+    # but kubelet 1.30's refusal of the DRA file (pending for its 10 minutes).
+    others = {(a["labels"]["alertname"], a["labels"].get("kind")) for a in prometheus.alerts()}
+    assert others == {
+        ("PodstoreDoubleAllocatedDevices", None),
+        ("PodstoreKubeletReleaseRefuses", "dra"),
+    }
 
 
 def panel_queries() -> list[tuple[str, str]]:
@@ -285,3 +293,33 @@ def test_node_exporter_textfile_exposes_the_same_values(follower: Follower, tmp_
     assert podstore == written
     assert written[("podstore_double_allocated_devices", (("resource", GPU),))] == 1
     assert written[("podstore_registered_devices", (("resource", NIC),))] == 2
+
+
+def test_release_verdicts_are_scraped(follower: Follower, prometheus: Prometheus) -> None:
+    from podstore.checkpoint import FILE_NAMES
+    from podstore.checkpoint.releases import parse_release
+    from podstore.checkpoint.verdict import judge_file
+
+    kubelet = follower.checkpoint.parent.parent
+    release = parse_release(RELEASE)
+    expected = {}
+    for kind, name in FILE_NAMES.items():
+        v = judge_file(kubelet / name, release, {}, kind=kind)
+        expected[kind] = (1.0 if v.verdict == "refuse" else 0.0, float(len(v.drops)))
+    assert expected["dra"][0] == 1.0, expected
+
+    def scraped(metric: str) -> dict[str, float]:
+        rows = prometheus.query(f'{metric}{{kubelet_version="{RELEASE}"}}')
+        return {r["metric"]["kind"]: float(r["value"][1]) for r in rows}
+
+    # Scrapes every second; the watch judged each file after its last sync.
+    refused = {k: e[0] for k, e in expected.items()}
+    drops = {k: e[1] for k, e in expected.items()}
+    wait(
+        lambda: (
+            scraped("podstore_kubelet_release_refused") == refused
+            and scraped("podstore_kubelet_release_drops") == drops
+        ),
+        60,
+        f"the verdicts of kubelet {RELEASE} scraped: {expected}",
+    )

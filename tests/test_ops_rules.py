@@ -146,3 +146,37 @@ def test_every_alert_names_its_node_and_the_next_command() -> None:
         assert metric_names(rule["expr"]) <= KNOWN, (alert, metric_names(rule["expr"]) - KNOWN)
     assert names >= REQUIRED
     assert len(names) == len(rules())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "alert"),
+    [
+        # A threshold no 0/1 gauge crosses: never fires.
+        (
+            "expr: podstore_kubelet_release_refused > 0",
+            "expr: podstore_kubelet_release_refused > 1",
+            "PodstoreKubeletReleaseRefuses",
+        ),
+        # Sooner than 10 minutes: the mended refusal fires too.
+        (
+            "expr: podstore_kubelet_release_refused > 0\n        for: 10m",
+            "expr: podstore_kubelet_release_refused > 0\n        for: 2m",
+            "PodstoreKubeletReleaseRefuses",
+        ),
+        (
+            "expr: podstore_kubelet_release_drops > 0",
+            "expr: podstore_kubelet_release_drops >= 0",
+            "PodstoreKubeletReleaseDrops",
+        ),
+    ],
+)
+def test_a_broken_release_rule_fails_its_unit_tests(
+    tmp_path: Path, old: str, new: str, alert: str
+) -> None:
+    text = RULES.read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / RULES.name).write_text(text.replace(old, new))
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    run = run_promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path)
+    assert run.returncode != 0, run.stdout
+    assert alert in run.stdout + run.stderr

@@ -14,7 +14,7 @@ from podstore.checkpoint.cpuset import CPUSetError, parse_cpuset
 
 #: Where sysfs is mounted on a node.
 DEFAULT_SYSFS = "/sys"
-_NODE_DIR = re.compile(r"node(0|[1-9][0-9]{0,5})")
+NODE_DIR = re.compile(r"node(0|[1-9][0-9]{0,5})")
 # A cpulist is a few hundred bytes at most; anything much longer is not one.
 _MAX_CPULIST_BYTES = 64 * 1024
 
@@ -58,7 +58,7 @@ def read_numa_topology(sysfs: str | os.PathLike[str] = DEFAULT_SYSFS) -> NumaTop
     owner: dict[int, int] = {}
     candidates = []
     for name in names:
-        m = _NODE_DIR.fullmatch(name)
+        m = NODE_DIR.fullmatch(name)
         if m is None:
             if name.startswith("node"):
                 skipped.append(f"{name}: not a node directory name")

@@ -35,6 +35,7 @@ COMMANDS = {
     "verify": "verify:verify_command",
     "reset-identity": "identity:reset_identity",
     "migrate": "migrate:migrate",
+    "preflight": "preflight:preflight",
     "watch": "watch:watch",
     "metrics": "metrics:metrics",
     "ship": "ship:ship",

@@ -18,6 +18,7 @@ from podstore.cli.context import Context
 from podstore.cli.durations import duration
 from podstore.cli.extras import require
 from podstore.cli.node import node_dirs
+from podstore.cli.release_options import release_options
 from podstore.errors import InvalidInputError
 from podstore.watch.follower import DEFAULT_CHECKPOINT
 from podstore.watch.run import WatchConfig, run
@@ -123,6 +124,11 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     "managers; those absent now, once they appear) instead of CHECKPOINT, with the NUMA "
     "topology (--sysfs) and pod names (--pod-logs).",
 )
+@release_options(
+    required=False,
+    help="Export podstore_kubelet_release_refused and _drops: what this kubelet release "
+    "would do with each followed file, judged again after every sync.",
+)
 @node_dirs
 @click.pass_obj
 def watch(
@@ -141,6 +147,8 @@ def watch(
     kubelet_dir: Path | None,
     sysfs: Path,
     pod_logs: Path,
+    kubelet_version: Any,
+    feature_gates: dict[str, bool],
 ) -> None:
     """Keep the store equal to kubelet's CHECKPOINT file, writing only what changed.
 
@@ -189,5 +197,7 @@ def watch(
         kubelet_dir=None if kubelet_dir is None else os.path.abspath(kubelet_dir),
         sysfs=str(sysfs),
         pod_logs=str(pod_logs),
+        kubelet_version=kubelet_version,
+        feature_gates=feature_gates,
     )
     sys.exit(run(ctx.store(), config))

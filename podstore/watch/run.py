@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podstore import logs
 from podstore.errors import InvalidInputError, PodStoreError
@@ -25,9 +25,13 @@ from podstore.watch.node import (
     TopologyAndNames,
     node_followers,
 )
+from podstore.watch.release_verdicts import ReleaseVerdicts
 from podstore.watch.retention import PRUNE_EVERY, Pruner
 from podstore.watch.shipping import RetryingHook, url_file_holds_url
 from podstore.watch.textfile import TextfileWriter
+
+if TYPE_CHECKING:
+    from podstore.checkpoint.releases import Release
 
 log = logging.getLogger("podstore")
 
@@ -60,6 +64,9 @@ class WatchConfig:
     kubelet_dir: str | None = None
     sysfs: str = "/sys"
     pod_logs: str = "/var/log/pods"
+    #: ``--kubelet-version``: the parsed release whose verdicts the gauges show (None: none).
+    kubelet_version: Release | None = None
+    feature_gates: dict[str, bool] = field(default_factory=dict)
 
 
 class Watch:
@@ -82,6 +89,7 @@ class Watch:
             self.follower = Follower(
                 store, config.checkpoint, interval=config.interval, stats=self.stats
             )
+        self.verdicts = self._verdicts()
         self.health = Health(stuck_after=config.stuck_after)
         for f in (self.follower, *self.node_followers):
             self.health.watch(str(f.path), f.pulse, config.interval)
@@ -117,12 +125,27 @@ class Watch:
         self.follower.on_sync.append(lambda _outcome: node_info.refresh())
         self.follower.on_tick.append(node_info.refresh)
 
+    def _verdicts(self) -> ReleaseVerdicts | None:
+        """The release's verdicts on every followed file, judged again after each sync."""
+        if self.config.kubelet_version is None:
+            return None
+        followers = (self.follower, *self.node_followers)
+        paths = {getattr(f, "kind", "devices"): str(f.path) for f in followers}
+        verdicts = ReleaseVerdicts(paths, self.config.kubelet_version, self.config.feature_gates)
+        verdicts.refresh()
+        self.follower.on_sync.append(lambda _outcome: verdicts.refresh())
+        return verdicts
+
     def _registry(self) -> Any:
         if self.config.metrics_addr is None and self.config.textfile is None:
             return None
         from podstore.metrics.collector import registry_for
 
         registry = registry_for(self.store, self.stats_by_kind)
+        if self.verdicts is not None:
+            from podstore.metrics.release import ReleaseCollector
+
+            registry.register(ReleaseCollector(self.verdicts))
         if self.shipping is not None:
             from podstore.metrics.shipping import ShippingCollector
 

@@ -43,6 +43,9 @@ EXISTING = frozenset(
         "podstore_ship_last_seq",
         "podstore_ship_lag_events",
         "podstore_ship_lag_seconds",
+        # watch --kubelet-version: what that release would do with each followed file.
+        "podstore_kubelet_release_refused",
+        "podstore_kubelet_release_drops",
         # Prometheus's own per-target series.
         "up",
     }
