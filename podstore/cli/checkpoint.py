@@ -6,13 +6,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
 from podstore.cli.progress import progress
+from podstore.cli.release_options import release_options
 from podstore.errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -21,6 +22,10 @@ from podstore.errors import (
     InvalidInputError,
 )
 from podstore.types import NodeSyncReport, SkippedEntry
+
+if TYPE_CHECKING:
+    from podstore.checkpoint.kinds import NodeCheckpoint
+    from podstore.checkpoint.releases import Release
 
 #: How many skipped entries the import report names one by one before it says "and N more".
 SKIPPED_SHOWN = 20
@@ -167,18 +172,9 @@ def _list_skipped(skipped: tuple[SkippedEntry, ...], verb: str, why: str) -> Non
     default=None,
     help="Write this top-level BootID instead of the one import kept ('': none).",
 )
-@click.option(
-    "--kubelet-version",
-    "version",
-    default=None,
-    metavar="V",
-    help="Write the newest format kubelet V (1.18..newest, 'newest') reads, as V writes it.",
-)
-@click.option(
-    "--feature-gates",
-    "gates_text",
-    default=None,
-    help="kubelet's --feature-gates (Name=true,...); PodLevelResourceManagers picks v3/v2.",
+@release_options(
+    required=False,
+    help="Write the newest format kubelet V reads, as V writes it (1.18..newest, 'newest').",
 )
 @click.option(
     "--allow-loss",
@@ -191,8 +187,8 @@ def export(
     file: Path,
     kind: str,
     boot_id: str | None,
-    version: str | None,
-    gates_text: str | None,
+    kubelet_version: Release | None,
+    feature_gates: dict[str, bool],
     allow_loss: bool,
 ) -> None:
     """Write the store as the kubelet checkpoint FILE of --kind (atomic, mode 0600): exactly
@@ -206,14 +202,26 @@ def export(
     Reads the store read-only: write access to the store is not needed, only to FILE's
     directory.
     """
-    if allow_loss and version is None:
-        raise click.UsageError("--allow-loss needs --kubelet-version")
-    if gates_text is not None and version is None:
-        raise click.UsageError("--feature-gates needs --kubelet-version")
-    if version is not None:
-        release, fmt = _release_format(kind, version, gates_text)
+    for given, name in ((allow_loss, "--allow-loss"), (feature_gates, "--feature-gates")):
+        if given and kubelet_version is None:
+            raise click.UsageError(f"{name} needs --kubelet-version")
+    if kubelet_version is not None:
+        from podstore.checkpoint.releases import written_format
+
+        try:
+            fmt = written_format(kind, kubelet_version, feature_gates)
+        except InvalidInputError as exc:
+            raise click.UsageError(str(exc)) from None
         store = ctx.store(readonly=True)
-        _export_as(store, file, kind, fmt, boot_id=boot_id, allow_loss=allow_loss, release=release)
+        _export_as(
+            store,
+            file,
+            kind,
+            fmt,
+            boot_id=boot_id,
+            allow_loss=allow_loss,
+            release=str(kubelet_version),
+        )
         return
     store = ctx.store(readonly=True)
     if kind != "devices":
@@ -230,26 +238,6 @@ def export(
         "left out",
         "without an allocation response (kubelet writes only entries with one)",
     )
-
-
-def _release(version: str, gates_text: str | None) -> tuple[Any, dict[str, bool]]:
-    """The release and gates of --kubelet-version/--feature-gates; a usage error if bad."""
-    from podstore.checkpoint.releases import parse_gates, parse_release
-
-    try:
-        return parse_release(version), parse_gates(gates_text or "")
-    except InvalidInputError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def _release_format(kind: str, version: str, gates_text: str | None) -> tuple[str, str]:
-    from podstore.checkpoint.releases import written_format
-
-    release, gates = _release(version, gates_text)
-    try:
-        return str(release), written_format(kind, release, gates)
-    except InvalidInputError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def _export_as(
@@ -289,23 +277,17 @@ def _export_as(
 
 @click.command("verify-checkpoint")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--kubelet-version",
-    "version",
-    default=None,
-    metavar="V",
+@release_options(
+    required=False,
     help="Judge each file for kubelet V (1.18..newest, 'newest', 'any'): adds the columns "
     "kubelet_version verdict read_as drops accepted_by; exit 1 if V refuses any file.",
 )
-@click.option(
-    "--feature-gates",
-    "gates_text",
-    default=None,
-    help="kubelet's --feature-gates (Name=true,...) for --kubelet-version.",
-)
 @output_option
 def verify_checkpoint(
-    files: tuple[Path, ...], version: str | None, gates_text: str | None, output: str
+    files: tuple[Path, ...],
+    kubelet_version: Release | None,
+    feature_gates: dict[str, bool],
+    output: str,
 ) -> None:
     """Check kubelet checkpoint FILES of any kind: kind, format, entries, stored vs computed
     checksum.
@@ -315,18 +297,9 @@ def verify_checkpoint(
     checksum of 0, which kubelet accepts unverified in old CPU and memory files, shows no
     computed value. Exit status 1 if any file fails (checksum mismatch or unreadable).
     """
-    from podstore.checkpoint import detect_kind, read_node_checkpoint
-
-    if gates_text is not None and version is None:
+    if feature_gates and kubelet_version is None:
         raise click.UsageError("--feature-gates needs --kubelet-version")
-    judged = _release(version, gates_text) if version is not None else None
-
-    def kind_of(path: Path) -> str | None:
-        # What the content looks like, for a file that failed; None when not even that.
-        try:
-            return detect_kind(path)
-        except CheckpointError:
-            return None
+    judged = None if kubelet_version is None else (kubelet_version, feature_gates)
 
     failed = False
     refused = False
@@ -334,32 +307,10 @@ def verify_checkpoint(
     def rows() -> Iterator[dict[str, Any]]:
         nonlocal failed, refused
         for path in files:
-            row: dict[str, Any] = {"file": str(path)}
-            try:
-                cp = read_node_checkpoint(path)
-            except CheckpointCorruptError as exc:
-                failed = True
-                row.update(
-                    kind=kind_of(path),
-                    status="MISMATCH",
-                    stored=exc.expected,
-                    computed=exc.actual,
-                    error=str(exc),
-                )
-            except CheckpointError as exc:
-                failed = True
-                row.update(kind=kind_of(path), status="UNREADABLE", error=str(exc))
-            else:
-                row.update(
-                    kind=cp.kind,
-                    status="OK",
-                    format=cp.version,
-                    entries=cp.entries,
-                    stored=cp.checksum,
-                    computed=cp.checksum if cp.verified else None,
-                )
+            row, cp = checkpoint_row(path)
+            failed |= cp is None
             if judged is not None:
-                refused |= _add_verdict(row, path, *judged)
+                refused |= add_verdict(row, path, *judged).verdict == "refuse"
             yield row
 
     columns = ["file", "kind", "status", "format", "entries", "stored", "computed", "error"]
@@ -372,15 +323,46 @@ def verify_checkpoint(
         sys.exit(1)
 
 
-def _add_verdict(row: dict[str, Any], path: Path, release: Any, gates: dict[str, bool]) -> bool:
-    """Add the verdict columns for ``release``; True when it refuses the file."""
-    from podstore.checkpoint.verdict import judge_file
+def checkpoint_row(path: Path) -> tuple[dict[str, Any], NodeCheckpoint | None]:
+    """verify-checkpoint's row for ``path`` (``file kind status format entries stored computed
+    error``), and the checkpoint read (None when it failed)."""
+    from podstore.checkpoint import detect_kind, read_node_checkpoint
+
+    row: dict[str, Any] = {"file": str(path)}
+    try:
+        cp = read_node_checkpoint(path)
+    except CheckpointError as exc:
+        if isinstance(exc, CheckpointCorruptError):
+            row.update(status="MISMATCH", stored=exc.expected, computed=exc.actual)
+        else:
+            row.update(status="UNREADABLE")
+        row["error"] = str(exc)
+        # What the content looks like, for a file that failed; None when not even that.
+        try:
+            row["kind"] = detect_kind(path)
+        except CheckpointError:
+            row["kind"] = None
+        return row, None
+    row.update(
+        kind=cp.kind,
+        status="OK",
+        format=cp.version,
+        entries=cp.entries,
+        stored=cp.checksum,
+        computed=cp.checksum if cp.verified else None,
+    )
+    return row, cp
+
+
+def add_verdict(row: dict[str, Any], path: Path, release: Release, gates: dict[str, bool]) -> Any:
+    """Add the columns ``kubelet_version verdict read_as drops accepted_by`` for ``release``
+    (its reason in ``error`` when the row has none); the :class:`Verdict`."""
+    from podstore.checkpoint.verdict import Verdict, judge_file
 
     try:
         v = judge_file(path, release, gates, kind=row.get("kind"))
     except OSError as exc:
-        row.update(kubelet_version=str(release), verdict="refuse", error=str(exc))
-        return True
+        v = Verdict(row.get("kind") or "", str(release), "refuse", None, (), (), str(exc))
     row.update(
         kubelet_version=v.kubelet_version,
         verdict=v.verdict,
@@ -390,4 +372,4 @@ def _add_verdict(row: dict[str, Any], path: Path, release: Any, gates: dict[str,
     )
     if v.reason and not row.get("error"):
         row["error"] = v.reason
-    return v.verdict == "refuse"
+    return v

@@ -101,46 +101,13 @@ def preflight(
 
 
 def _file_row(path: Path, release: Release, gates: dict[str, bool]) -> tuple[dict[str, Any], Any]:
-    """verify-checkpoint's row for ``path`` plus the release's verdict; and the state read
-    (``None`` when unreadable)."""
-    from podstore.checkpoint import detect_kind, read_node_checkpoint
-    from podstore.checkpoint.verdict import judge_file
-    from podstore.errors import CheckpointCorruptError, CheckpointError
+    """verify-checkpoint's row for ``path`` with the release's verdict (its reason also in
+    ``detail``); and the checkpoint read (``None`` when unreadable)."""
+    from podstore.cli.checkpoint import add_verdict, checkpoint_row
 
-    row: dict[str, Any] = {"file": str(path)}
-    state: Any = None
-    try:
-        cp = read_node_checkpoint(path)
-    except CheckpointCorruptError as exc:
-        row.update(status="MISMATCH", stored=exc.expected, computed=exc.actual, error=str(exc))
-    except CheckpointError as exc:
-        row.update(status="UNREADABLE", error=str(exc))
-    else:
-        state = cp
-        row.update(
-            kind=cp.kind,
-            status="OK",
-            format=cp.version,
-            entries=cp.entries,
-            stored=cp.checksum,
-            computed=cp.checksum if cp.verified else None,
-        )
-    if "kind" not in row:
-        try:
-            row["kind"] = detect_kind(path)
-        except CheckpointError:
-            row["kind"] = None
-    v = judge_file(path, release, gates)
-    row.update(
-        kind=row["kind"] or v.kind,
-        kubelet_version=v.kubelet_version,
-        verdict=v.verdict,
-        read_as=v.read_as,
-        drops=list(v.drops),
-        accepted_by=list(v.accepted_by),
-        detail=v.reason,
-    )
-    return row, state
+    row, cp = checkpoint_row(path)
+    row["detail"] = add_verdict(row, path, release, gates).reason
+    return row, cp
 
 
 def _check_rows(
