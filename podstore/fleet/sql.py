@@ -26,7 +26,16 @@ LOCK_HOLDERS = """
                AND c.relnamespace = CAST(current_schema() AS regnamespace)))
     ORDER BY l.pid
 """
-VERSION_TABLE_EXISTS = f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL"
+#: Read from pg_class, not by to_regclass: a session keeps a failed name lookup cached until
+#: it processes invalidations, which waiting for an advisory lock does not, so a run that
+#: waited for another's ``fleet init`` would still find no table (and report "created").
+VERSION_TABLE_EXISTS = f"""
+    SELECT EXISTS (
+        SELECT FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relname = '{VERSION_TABLE}' AND n.nspname = current_schema()
+    )
+"""
 REVISION = f"SELECT version_num FROM {VERSION_TABLE}"
 
 # ---- shipping: the functions of revisions f0002 and f0003 ----------------------------------
