@@ -32,7 +32,8 @@ def test_smoke_runs_every_section_and_names_the_commit(tmp_path: Path) -> None:
     results = json.loads((out / "latest.json").read_text(encoding="utf-8"))
     meta = results["meta"]
     sections.load_extensions()
-    assert meta["smoke"] is True and meta["sections"] == list(sections.SECTIONS)
+    # As sets: registration order follows import order, which other tests of this worker move.
+    assert meta["smoke"] is True and sorted(meta["sections"]) == sorted(sections.SECTIONS)
     once = {n for n, s in sections.SECTIONS.items() if not s.per_size} - {"fixture"}
     assert set(results["sections"]) == once and all(results["sections"].values())
     (size,) = results["sizes"]
