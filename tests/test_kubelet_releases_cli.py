@@ -47,10 +47,16 @@ def test_verdict_columns_and_exit(tmp_path: Path) -> None:
     assert rows[1]["accepted_by"] == ["1.18-1.19", "1.23-1.30"]
 
 
-def test_without_the_option_the_columns_are_todays(tmp_path: Path) -> None:
-    rc, rows = verify(tmp_path, NODE / "cpu-v3-pod-entries.json")
+def test_without_the_option_the_verdict_is_for_any_release_and_the_exit_is_todays(
+    tmp_path: Path,
+) -> None:
+    # A file newer releases refuse: judged for 'any' release it is accepted, exit 0 as before.
+    rc, rows = verify(tmp_path, NODE / "cpu-v3-pod-entries.json", DEVICE / "hand-v1.json")
     assert rc == 0
-    assert "verdict" not in rows[0]
+    assert [r["kubelet_version"] for r in rows] == ["any", "any"]
+    assert [r["verdict"] for r in rows] == ["accept", "accept"]
+    assert rows[1]["accepted_by"] == ["1.18-1.19", "1.23-1.30"]
+    assert rows[0]["drops"] == [] and rows[0]["accepted_by"]
 
 
 @pytest.mark.parametrize("bad", ["1.17", "1.38", "2", "latest"])

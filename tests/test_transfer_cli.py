@@ -154,7 +154,10 @@ def test_verify_checkpoint_output_formats(tmp_path: Path, fmt: str) -> None:
         assert rows[1]["stored"] == 1616683355 and rows[1]["computed"] == 1616683350
     elif fmt == "csv":
         lines = res.stdout.splitlines()
-        assert lines[0] == "file,kind,status,format,entries,stored,computed,error"
+        assert lines[0] == (
+            "file,kind,status,format,entries,stored,computed,error,"
+            "kubelet_version,verdict,read_as,drops,accepted_by"
+        )
         assert lines[1].split(",")[1:7] == [
             "devices",
             "OK",

@@ -279,8 +279,8 @@ def _export_as(
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @release_options(
     required=False,
-    help="Judge each file for kubelet V (1.18..newest, 'newest', 'any'): adds the columns "
-    "kubelet_version verdict read_as drops accepted_by; exit 1 if V refuses any file.",
+    help="Judge each file for kubelet V (1.18..newest, 'newest', 'any'; default any) in the "
+    "columns kubelet_version verdict read_as drops accepted_by; exit 1 if V refuses any file.",
 )
 @output_option
 def verify_checkpoint(
@@ -295,11 +295,15 @@ def verify_checkpoint(
     The kind (devices, cpu, memory, dra) is told by each file's content. Entries are the
     device entries, the CPU or memory assignments of containers, or the DRA claims. A stored
     checksum of 0, which kubelet accepts unverified in old CPU and memory files, shows no
-    computed value. Exit status 1 if any file fails (checksum mismatch or unreadable).
+    computed value. Exit status 1 if any file fails (checksum mismatch or unreadable); with
+    --kubelet-version, 1 exactly when that release refuses a file. The verdict columns judge
+    for V, or for 'any' release (every format any release wrote) without the option.
     """
+    from podstore.checkpoint.releases import parse_release
+
     if feature_gates and kubelet_version is None:
         raise click.UsageError("--feature-gates needs --kubelet-version")
-    judged = None if kubelet_version is None else (kubelet_version, feature_gates)
+    release = kubelet_version or parse_release("any")
 
     failed = False
     refused = False
@@ -309,17 +313,14 @@ def verify_checkpoint(
         for path in files:
             row, cp = checkpoint_row(path)
             failed |= cp is None
-            if judged is not None:
-                refused |= add_verdict(row, path, *judged).verdict == "refuse"
+            refused |= add_verdict(row, path, release, feature_gates).verdict == "refuse"
             yield row
 
     columns = ["file", "kind", "status", "format", "entries", "stored", "computed", "error"]
-    if judged is not None:
-        columns += ["kubelet_version", "verdict", "read_as", "drops", "accepted_by"]
+    columns += ["kubelet_version", "verdict", "read_as", "drops", "accepted_by"]
     emit(rows(), columns, output)
-    if failed and judged is None:
-        sys.exit(1)
-    if refused:
+    # Without a release the exit is what it always was: 1 when a file failed to read.
+    if refused if kubelet_version is not None else failed:
         sys.exit(1)
 
 
