@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from harness.release_writers import as_release
 
 from podstore import ExportRefusedError, PodStore
 from podstore.checkpoint import (
@@ -22,27 +23,6 @@ from podstore.checkpoint import (
 
 NODE = Path(__file__).parent / "vectors" / "node"
 DEVICE = Path(__file__).parent / "vectors"
-
-
-#: The release (and gates) that writes each format: export reaches a format only through them
-#: (docs/kubelet-release-table.md).
-_WRITER = {
-    ("devices", "v1"): ("1.19",),
-    ("devices", "v2"): ("1.20",),
-    ("cpu", "v2"): ("1.35",),
-    ("cpu", "v3"): ("1.36", "--feature-gates", "PodLevelResourceManagers=true"),
-    ("cpu", "v4"): ("1.37",),
-    ("memory", "v1"): ("1.35",),
-    ("memory", "v2"): ("1.36", "--feature-gates", "PodLevelResourceManagers=true"),
-    ("memory", "v3"): ("1.37",),
-    ("dra", "v1"): ("1.31",),
-    ("dra", "data"): ("1.32",),
-}
-
-
-def as_release(kind: str, fmt: str) -> tuple[str, ...]:
-    """The export options that write ``fmt`` for ``kind``."""
-    return ("--kubelet-version", *_WRITER[kind, fmt])
 
 
 def podstore(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:

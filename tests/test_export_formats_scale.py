@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from harness.release_writers import as_release
 
 from bench.nodefiles import cpu_state, memory_state
 from podstore import PodStore
@@ -19,27 +20,6 @@ RUNS = 3
 #: The older format may cost this much more CPU than the plain export, plus a fixed slack.
 RATIO = 2.0
 SLACK_S = 0.3
-
-
-#: The release (and gates) that writes each format: export reaches a format only through them
-#: (docs/kubelet-release-table.md).
-_WRITER = {
-    ("devices", "v1"): ("1.19",),
-    ("devices", "v2"): ("1.20",),
-    ("cpu", "v2"): ("1.35",),
-    ("cpu", "v3"): ("1.36", "--feature-gates", "PodLevelResourceManagers=true"),
-    ("cpu", "v4"): ("1.37",),
-    ("memory", "v1"): ("1.35",),
-    ("memory", "v2"): ("1.36", "--feature-gates", "PodLevelResourceManagers=true"),
-    ("memory", "v3"): ("1.37",),
-    ("dra", "v1"): ("1.31",),
-    ("dra", "data"): ("1.32",),
-}
-
-
-def as_release(kind: str, fmt: str) -> tuple[str, ...]:
-    """The export options that write ``fmt`` for ``kind``."""
-    return ("--kubelet-version", *_WRITER[kind, fmt])
 
 
 def cpu_seconds(*args: str | Path, cwd: Path) -> float:
