@@ -8,26 +8,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from podstore.errors import PodStoreError
+from podstore.metrics.release import Judged
 from podstore.watch.trigger import Signature, signature
 
 if TYPE_CHECKING:
     from podstore.checkpoint.releases import Release
 
 log = logging.getLogger("podstore")
-
-
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """One file's verdict as the gauges show it."""
-
-    kind: str
-    kubelet_version: str
-    refused: bool
-    drops: int
 
 
 class ReleaseVerdicts:

@@ -143,9 +143,9 @@ class Watch:
 
         registry = registry_for(self.store, self.stats_by_kind)
         if self.verdicts is not None:
-            from podstore.metrics.release import ReleaseCollector
+            from podstore.metrics.release import release_collector
 
-            registry.register(ReleaseCollector(self.verdicts))
+            registry.register(release_collector(self.verdicts.current))
         if self.shipping is not None:
             from podstore.metrics.shipping import ShippingCollector
 
