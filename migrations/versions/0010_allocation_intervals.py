@@ -107,7 +107,7 @@ holdings AS (
     GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
 ),
 ended AS (
-    SELECT h.*, 
+    SELECT h.*,
     (SELECT min(json_extract(x.device_ids, '$.at') || '|' || json_extract(x.device_ids, '$.source'))
      FROM allocation_events x
      WHERE x.pod_uid = h.pod_uid AND x.container IS h.container AND x.resource = h.key_resource
@@ -136,13 +136,13 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
        i.mechanism || ':' || i.resource || ':' || i.device AS physical_id,
        1.0 AS share,
        i.pod_uid AS pod_uid,
-       coalesce(pn.namespace, 
+       coalesce(pn.namespace,
     (SELECT json_extract(n.device_ids, '$.namespace') FROM allocation_events n
      WHERE n.pod_uid = i.pod_uid AND n.container IS NULL AND n.resource = 'pod-name'
        AND n.op = 'node-set'
      ORDER BY n.seq DESC LIMIT 1),
                 i.claim_namespace) AS namespace,
-       coalesce(pn.name, 
+       coalesce(pn.name,
     (SELECT json_extract(n.device_ids, '$.name') FROM allocation_events n
      WHERE n.pod_uid = i.pod_uid AND n.container IS NULL AND n.resource = 'pod-name'
        AND n.op = 'node-set'

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -17,6 +18,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from podstore.metrics.stats import BUCKETS, RESULTS, SyncStats
+from podstore.pure.times import format_ts
+from podstore.storage.sql import intervals as intervals_sql
 from podstore.storage.sql import metrics as sql
 from podstore.storage.sql import node_read as node_sql
 from podstore.store import PodStore
@@ -76,6 +79,7 @@ class StoreCollector(Collector):
         for name in ("run_option_conflicts", "history_events"):
             yield _gauge(name, _STORE_WIDE[name], store_wide[name])
         yield from self._node()
+        yield self._device_seconds()
         sizes = GaugeMetricFamily(
             "podstore_store_size_bytes", "size of the store's files", labels=["file"]
         )
@@ -88,6 +92,22 @@ class StoreCollector(Collector):
         yield sizes
         if self.stats is not None:
             yield from self._follower()
+
+    def _device_seconds(self) -> Metric:
+        """Device-seconds held up to now, from the history's intervals (no pod labels: their
+        number grows without bound). Pruning the history lowers it: a counter reset."""
+        now = format_ts(datetime.now(UTC))
+        family = CounterMetricFamily(
+            "podstore_device_seconds",
+            "device-seconds held, from the allocation intervals the history keeps, shares "
+            "applied (v_allocation_intervals)",
+            labels=["resource", "namespace"],
+        )
+        for resource, namespace, value in self.store.query(
+            intervals_sql.DEVICE_SECONDS, {"until": now}
+        ).rows:
+            family.add_metric([str(resource), str(namespace)], float(value or 0.0))
+        return family
 
     def _node(self) -> Iterator[Metric]:
         per_numa = {

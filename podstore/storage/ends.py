@@ -157,9 +157,7 @@ def record(
             ]
         for key, hs in targets:
             if key not in recorded:
-                recorded[key] = [
-                    (int(s), str(a)) for s, a in conn.execute(sql.END_EVENTS, key)
-                ]
+                recorded[key] = [(int(s), str(a)) for s, a in conn.execute(sql.END_EVENTS, key)]
             when = decide(hs, recorded[key], ev.at)
             if when is None:
                 continue

@@ -97,7 +97,7 @@ holdings AS (
     GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
 ),
 ended AS (
-    SELECT h.*, {_EVIDENCE} AS evidence
+    SELECT h.*,{_EVIDENCE} AS evidence
     FROM holdings h
 ),
 i AS (
@@ -118,9 +118,9 @@ i AS (
 )
 SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,{_IDENTITY_COLUMNS},
        i.pod_uid AS pod_uid,
-       coalesce(pn.namespace, {_NAME.format(field="namespace")},
+       coalesce(pn.namespace,{_NAME.format(field="namespace")},
                 i.claim_namespace) AS namespace,
-       coalesce(pn.name, {_NAME.format(field="name")}) AS pod_name,
+       coalesce(pn.name,{_NAME.format(field="name")}) AS pod_name,
        i.container AS container, i.start AS start, i."end" AS "end",
        i.end_source AS end_source, i.start_cut AS start_cut
 FROM i
