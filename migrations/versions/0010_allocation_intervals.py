@@ -125,10 +125,11 @@ i AS (
                 WHEN until_ts IS NULL THEN NULL
                 WHEN mechanism = 'dra' THEN 'dra'
                 ELSE 'checkpoint' END AS end_source,
-           -- The holding's first kept event, with the history pruned before it: it may have
-           -- begun earlier than `start`.
-           CASE WHEN first_rn = 1 AND EXISTS (SELECT 1 FROM history_chain_links l
-                                               WHERE l.seq <= start_seq)
+           -- The holding's first kept event, not an entry's creation, with the history
+           -- pruned before it: it may have begun earlier than `start`.
+           CASE WHEN first_rn = 1
+                     AND (SELECT op FROM allocation_events WHERE seq = start_seq) <> 'insert'
+                     AND EXISTS (SELECT 1 FROM history_chain_links l WHERE l.seq <= start_seq)
                 THEN 1 ELSE 0 END AS start_cut
     FROM ended
 )

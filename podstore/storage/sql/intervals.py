@@ -109,10 +109,11 @@ i AS (
                 WHEN until_ts IS NULL THEN NULL
                 WHEN mechanism = 'dra' THEN 'dra'
                 ELSE 'checkpoint' END AS end_source,
-           -- The holding's first kept event, with the history pruned before it: it may have
-           -- begun earlier than `start`.
-           CASE WHEN first_rn = 1 AND EXISTS (SELECT 1 FROM history_chain_links l
-                                               WHERE l.seq <= start_seq)
+           -- The holding's first kept event, not an entry's creation, with the history
+           -- pruned before it: it may have begun earlier than `start`.
+           CASE WHEN first_rn = 1
+                     AND (SELECT op FROM allocation_events WHERE seq = start_seq) <> 'insert'
+                     AND EXISTS (SELECT 1 FROM history_chain_links l WHERE l.seq <= start_seq)
                 THEN 1 ELSE 0 END AS start_cut
     FROM ended
 )
@@ -140,18 +141,24 @@ USAGE_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _epoch(ts: str) -> str:
+    """Seconds since the epoch of a stored time, exact to the microsecond (julianday's double
+    of days loses tens of microseconds per value)."""
+    return f"(CAST(strftime('%s', {ts}) AS INTEGER) + CAST(substr({ts}, 20, 7) AS REAL))"
+
+
 def usage_sql(by: str, resource: bool) -> str:
     """Device-seconds per group over ``[:since, :until)``: each interval clipped to the window,
     an open one counted to ``:until``, times its share. ``resource``: only ``:resource``."""
     columns = USAGE_GROUPS[by]
     keys = ", ".join(columns)
     where = " AND resource = :resource" if resource else ""
+    until = _epoch('min(coalesce("end", :until), :until)')
+    since = _epoch("max(start, :since)")
     return f"""
     SELECT {keys}, sum(seconds) AS device_seconds, count(*) AS intervals
     FROM (
-        SELECT {keys},
-               share * 86400.0 * (julianday(min(coalesce("end", :until), :until))
-                                  - julianday(max(start, :since))) AS seconds
+        SELECT {keys}, share * ({until} - {since}) AS seconds
         FROM v_allocation_intervals
         WHERE start < :until AND ("end" IS NULL OR "end" > :since){where}
     )
@@ -162,10 +169,9 @@ def usage_sql(by: str, resource: bool) -> str:
 
 #: The counter's value: device-seconds per (resource, namespace) from the history's start to
 #: ``:until`` (the metrics collector's scrape time).
-DEVICE_SECONDS = """
+DEVICE_SECONDS = f"""
     SELECT resource, coalesce(namespace, '') AS namespace,
-           sum(share * 86400.0 * (julianday(min(coalesce("end", :until), :until))
-                           - julianday(start)))
+           sum(share * ({_epoch('min(coalesce("end", :until), :until)')} - {_epoch("start")}))
     FROM v_allocation_intervals
     WHERE start < :until
     GROUP BY resource, coalesce(namespace, '')
