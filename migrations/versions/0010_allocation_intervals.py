@@ -106,7 +106,7 @@ holdings AS (
     FROM runs
     GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
 ),
-ended AS (
+ended AS MATERIALIZED (
     SELECT h.*,
     (SELECT min(json_extract(x.device_ids, '$.at') || '|' || json_extract(x.device_ids, '$.source'))
      FROM allocation_events x

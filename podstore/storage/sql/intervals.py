@@ -96,7 +96,7 @@ holdings AS (
     FROM runs
     GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
 ),
-ended AS (
+ended AS MATERIALIZED (
     SELECT h.*,{_EVIDENCE} AS evidence
     FROM holdings h
 ),
