@@ -321,8 +321,9 @@ def test_usage_clips_to_the_window_counts_open_ones_to_until_and_applies_shares(
         (at(70), None, 0.5),  # open, counted to until at half a share: 0.5 × 10
         (at(0), at(50), 1.0),  # ends where the window starts: out
         (at(80), at(200), 0.25),  # starts where the window ends: out
+        (at(60.9996), at(70.9996), 1.0),  # fractions that SQLite's own parse rounds up: 10 s
     ]
-    assert _window(rows, at(50), at(80)) == [(45.0, 3)]
+    assert _window(rows, at(50), at(80)) == [(55.0, 4)]
     # Two replicas of one device, half each, over the whole day: one device-hour per hour.
     replicas = [(at(0), None, 0.5), (at(0), None, 0.5)]
     assert _window(replicas, at(0), at(3600)) == [(3600.0, 2)]

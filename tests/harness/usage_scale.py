@@ -1,9 +1,10 @@
 """A year of a 1,000-pod node's device history, for the usage figures: every pod slot runs
 pods back to back (lifetimes from 6 hours to two weeks, fixed by the seed), each holding one
 GPU; its container exits (runtime evidence) a while before kubelet drops the entry at the next
-allocation; the pod-log directory names are read every 6 hours (no pod lives less). Built through the store's own calls with the history's clock set to each event's
-time, so the chain and every index are the real ones. ``truth`` is the device-seconds per
-namespace the intervals must add up to."""
+allocation; the pod-log directory names are read every 6 hours (no pod lives less). Built
+through the store's own calls with the history's clock set to each event's time, so the chain
+and every index are the real ones. ``build`` returns the device-seconds per namespace the
+intervals must add up to."""
 
 from __future__ import annotations
 

@@ -142,9 +142,14 @@ USAGE_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def _epoch(ts: str) -> str:
-    """Seconds since the epoch of a stored time, exact to the microsecond (julianday's double
-    of days loses tens of microseconds per value)."""
-    return f"(CAST(strftime('%s', {ts}) AS INTEGER) + CAST(substr({ts}, 20, 7) AS REAL))"
+    """Seconds since the epoch of a stored time, exact to the microsecond: whole seconds from
+    the text without its fraction (SQLite's own parse rounds to milliseconds, so .9996 s would
+    count as the next second), then the fraction (julianday's double of days loses tens of
+    microseconds per value)."""
+    return (
+        f"(CAST(strftime('%s', substr({ts}, 1, 19)) AS INTEGER)"
+        f" + CAST(substr({ts}, 20, 7) AS REAL))"
+    )
 
 
 def usage_sql(by: str, resource: bool) -> str:
