@@ -84,8 +84,8 @@ def decide(hs: Sequence[Holding], ends: Sequence[tuple[int, str]], at: str) -> s
         return None
     when = max(at, min(h.start for h in targets))
     for h in targets:
-        if when < h.start or (h.until is not None and when >= h.until):
-            continue
+        if when < h.start:
+            continue  # began after the evidence: not this holder's end
         if all(e > when for e in _ends_inside(h, ends)):
             return when
     return None
