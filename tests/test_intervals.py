@@ -79,6 +79,8 @@ def test_checkpoint_alone_ends_at_the_delete(store: PodStore, clock: Clock) -> N
     gpu(store, "p1", "G1")
     clock.set(30)
     store.delete(["p1"])
+    # Evidence later than the delete ends nothing: no event.
+    assert store.record_ends([("p1", None, "pod-logs", at(45))]) == 0
     assert intervals(store) == [
         ("device-plugin", GPU, "G1", "p1", "main", at(0), at(30), "checkpoint")
     ]
