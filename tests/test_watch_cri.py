@@ -5,6 +5,7 @@ and the watch goes on."""
 
 from __future__ import annotations
 
+import socket as sock
 import sqlite3
 import time
 from pathlib import Path
@@ -14,9 +15,9 @@ from harness.cli import podstore
 from harness.criserver import CriServer, FakeContainer
 from prometheus_client.parser import text_string_to_metric_families
 
-from podstore import PodDevicesEntry
+from podstore import PodDevicesEntry, PodStore
 from podstore.checkpoint import dumps_checkpoint
-from podstore.watch.cri import finished_time
+from podstore.watch.cri import CriEvidence, finished_time
 
 GPU = "nvidia.com/gpu"
 
@@ -105,11 +106,15 @@ def test_exits_end_allocations_once_and_a_restart_records_nothing_twice(tmp_path
 def test_an_unreachable_runtime_is_reported_and_the_watch_goes_on(tmp_path: Path, how: str) -> None:
     _checkpoint(tmp_path / "ckpt", ["pod-a"])
     socket = tmp_path / "cri.sock"
-    if how == "not-listening":
-        server = CriServer(socket)
-        server.__enter__()
-        server.stop()  # its socket file may stay; nobody answers on it
-    code, err, metrics = _watch_once(tmp_path, socket)
+    bound = None
+    if how == "not-listening":  # a socket file that nobody answers on: UNAVAILABLE
+        bound = sock.socket(sock.AF_UNIX, sock.SOCK_STREAM)
+        bound.bind(str(socket))
+    try:
+        code, err, metrics = _watch_once(tmp_path, socket)
+    finally:
+        if bound is not None:
+            bound.close()
     assert code == 0, err
     assert str(socket) in err and "runtime end evidence waits" in err
     assert metrics[("podstore_cri_up", ())] == 0
@@ -117,3 +122,23 @@ def test_an_unreachable_runtime_is_reported_and_the_watch_goes_on(tmp_path: Path
     assert metrics[("podstore_cri_polls_total", (("result", "ok"),))] == 0
     # The sync itself went through: the entry is held.
     assert _intervals(tmp_path / "s.db") == {"pod-a": (None, None)}
+
+
+def test_a_following_watch_asks_for_each_exit_once(tmp_path: Path) -> None:
+    """Between polls of one process the runtime is asked for each exited container once."""
+    socket = tmp_path / "cri.sock"
+    with PodStore.open(tmp_path / "s.db") as store, CriServer(socket) as cri:
+        store.insert("pod-a", "main", GPU, {0: ["G1"]}, b"")
+        exit_a = time.time_ns() + 3_600_000_000_000
+        cri.containers = [
+            FakeContainer("a0", "pod-a", "main", finished_at=exit_a),
+            FakeContainer("z0", "pod-z", "main", finished_at=exit_a),
+        ]
+        follower = CriEvidence(store, str(socket))
+        try:
+            assert follower.poll() == 1
+            assert follower.poll() == 0
+        finally:
+            follower.close()
+        assert cri.status_calls == 2
+        assert follower.polls == {"ok": 2, "unreachable": 0, "error": 0}
