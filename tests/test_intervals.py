@@ -329,3 +329,17 @@ def test_usage_clips_to_the_window_counts_open_ones_to_until_and_applies_shares(
     # Two replicas of one device, half each, over the whole day: one device-hour per hour.
     replicas = [(at(0), None, 0.5), (at(0), None, 0.5)]
     assert _window(replicas, at(0), at(3600)) == [(3600.0, 2)]
+
+
+def test_the_cookbook_overstatement_query(store: PodStore, clock: Clock) -> None:
+    """docs/audit.md question 17 on a store where the runtime ended a holding early."""
+    from harness.docblocks import DOCS, sql_blocks
+
+    (sql,) = [q for h, q in sql_blocks(DOCS / "audit.md") if h.startswith("17.")]
+    gpu(store, "p1", "G1")
+    gpu(store, "p2", "G2")
+    clock.set(100)
+    store.record_ends([("p1", "main", "runtime", at(40))])
+    clock.set(400)
+    store.delete(["p1", "p2"])
+    assert store.query(sql).rows == [("runtime", 1, 0.1)]  # 360 s
