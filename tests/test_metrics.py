@@ -276,6 +276,9 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_cri_up",
         "podstore_cri_polls_total",
         "podstore_cri_ends_total",
+        # watch --kubelet-version (metrics/release.py)
+        "podstore_kubelet_release_refused",
+        "podstore_kubelet_release_drops",
         # Served when the follower ships (tests/fleet/ scrape them from a shipping watch).
         *(name for name in EXISTING if name.startswith("podstore_ship_")),
     }
