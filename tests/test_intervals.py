@@ -343,3 +343,27 @@ def test_the_cookbook_overstatement_query(store: PodStore, clock: Clock) -> None
     clock.set(400)
     store.delete(["p1", "p2"])
     assert store.query(sql).rows == [("runtime", 1, 0.1)]  # 360 s
+
+
+def test_the_device_seconds_counter_adds_up_the_intervals(store: PodStore, clock: Clock) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from podstore.metrics.collector import registry_for
+    from podstore.metrics.exposition import render
+
+    store.set_pod_names({"p1": PodName("team-a", "x"), "p2": PodName("team-b", "y")})
+    gpu(store, "p1", "G1")
+    gpu(store, "p2", "G2")
+    clock.set(100)
+    store.record_ends([("p1", "main", "runtime", at(30))])
+    clock.set(200)
+    store.delete(["p2"])
+    (family,) = [
+        f
+        for f in text_string_to_metric_families(render(registry_for(store)).decode())
+        if f.name == "podstore_device_seconds"
+    ]
+    assert family.type == "counter"
+    got = {(s.labels["resource"], s.labels["namespace"]): s.value for s in family.samples
+           if s.name == "podstore_device_seconds_total"}  # fmt: skip
+    assert got == {(GPU, "team-a"): 30.0, (GPU, "team-b"): 200.0}
