@@ -367,3 +367,24 @@ def test_the_device_seconds_counter_adds_up_the_intervals(store: PodStore, clock
     got = {(s.labels["resource"], s.labels["namespace"]): s.value for s in family.samples
            if s.name == "podstore_device_seconds_total"}  # fmt: skip
     assert got == {(GPU, "team-a"): 30.0, (GPU, "team-b"): 200.0}
+
+
+def test_the_device_seconds_reading_is_reused_for_a_while(store: PodStore, clock: Clock) -> None:
+    """A scrape within DEVICE_SECONDS_EVERY of the last reading reuses it (a reading covers
+    the whole history); after it, the counter has moved on."""
+    from podstore.metrics.collector import DEVICE_SECONDS_EVERY, StoreCollector
+
+    ticks = [1000.0]
+    collector = StoreCollector(store, clock=lambda: ticks[0])
+
+    def reading() -> float:
+        (family,) = [m for m in collector.collect() if m.name == "podstore_device_seconds"]
+        return float(sum(s.value for s in family.samples if s.name.endswith("_total")))
+
+    gpu(store, "p1", "G1")
+    first = reading()  # held: counted up to now
+    clock.set(10)
+    store.delete(["p1"])
+    assert reading() == first  # reused
+    ticks[0] += DEVICE_SECONDS_EVERY
+    assert reading() == 10.0  # read again: held from 0 to the delete at 10 s

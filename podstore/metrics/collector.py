@@ -6,7 +6,8 @@ follower's counters from its :class:`SyncStats`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 
 from prometheus_client.core import (
@@ -39,6 +40,10 @@ _STORE_WIDE = {
 }
 
 
+#: Seconds a reading of the device-seconds counter is reused for, at least.
+DEVICE_SECONDS_EVERY = 60.0
+
+
 def _le(bound: float) -> str:
     return repr(float(bound))
 
@@ -48,9 +53,16 @@ class StoreCollector(Collector):
     manager's) at every collect."""
 
     def __init__(
-        self, store: PodStore, stats: SyncStats | Mapping[str, SyncStats] | None = None
+        self,
+        store: PodStore,
+        stats: SyncStats | Mapping[str, SyncStats] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        self.clock = clock
+        #: The device-seconds counter's last reading: (when, what it cost in seconds, rows).
+        self._reading: tuple[float, float, list[tuple[str, str, float]]] | None = None
         self.stats: dict[str, SyncStats] | None
         if stats is None or isinstance(stats, Mapping):
             self.stats = None if stats is None else dict(stats)
@@ -95,18 +107,30 @@ class StoreCollector(Collector):
 
     def _device_seconds(self) -> Metric:
         """Device-seconds held up to now, from the history's intervals (no pod labels: their
-        number grows without bound). Pruning the history lowers it: a counter reset."""
-        now = format_ts(datetime.now(UTC))
+        number grows without bound). Pruning the history lowers it: a counter reset.
+
+        The reading covers the whole history (2.9 s of CPU over a year of a 1,000-pod node), so
+        a scrape reuses the last one while it is younger than :data:`DEVICE_SECONDS_EVERY` or
+        twenty times what it cost: the counter then moves in steps."""
+        now = self.clock()
+        last = self._reading
+        if last is None or now - last[0] >= max(DEVICE_SECONDS_EVERY, 20 * last[1]):
+            until = format_ts(datetime.now(UTC))
+            rows = [
+                (str(resource), str(namespace), float(value or 0.0))
+                for resource, namespace, value in self.store.query(
+                    intervals_sql.DEVICE_SECONDS, {"until": until}
+                ).rows
+            ]
+            last = self._reading = (now, self.clock() - now, rows)
         family = CounterMetricFamily(
             "podstore_device_seconds",
             "device-seconds held, from the allocation intervals the history keeps, shares "
             "applied (v_allocation_intervals)",
             labels=["resource", "namespace"],
         )
-        for resource, namespace, value in self.store.query(
-            intervals_sql.DEVICE_SECONDS, {"until": now}
-        ).rows:
-            family.add_metric([str(resource), str(namespace)], float(value or 0.0))
+        for resource, namespace, value in last[2]:
+            family.add_metric([resource, namespace], value)
         return family
 
     def _node(self) -> Iterator[Metric]:
