@@ -99,15 +99,16 @@ def test_the_fleets_intervals_and_usage_equal_the_nodes(
     assert sorted(tuple(stamp(v) for v in r[1:]) for r in central) == sorted(local)
     until = at(300)
     for by in ("namespace", "pod", "resource", "physical"):
-        mine = podstore("--db", str(db), "usage", "--by", by, "--until", until, "-o", "json",
-                        cwd=tmp_path)  # fmt: skip
-        theirs = podstore("fleet", "usage", "--url", fleet_url, "--by", by, "--until", until,
-                          "-o", "json", cwd=tmp_path)  # fmt: skip
-        assert mine.returncode == 0 and theirs.returncode == 0, mine.stderr + theirs.stderr
-        fleet_rows = [
-            {k: v for k, v in r.items() if k != "node"} for r in json.loads(theirs.stdout)
-        ]
-        assert fleet_rows == json.loads(mine.stdout), by
+        for window in (["--until", until], ["--since", at(50), "--until", at(150)]):
+            mine = podstore("--db", str(db), "usage", "--by", by, *window, "-o", "json",
+                            cwd=tmp_path)  # fmt: skip
+            theirs = podstore("fleet", "usage", "--url", fleet_url, "--by", by, *window,
+                              "-o", "json", cwd=tmp_path)  # fmt: skip
+            assert mine.returncode == 0 and theirs.returncode == 0, mine.stderr + theirs.stderr
+            fleet_rows = [
+                {k: v for k, v in r.items() if k != "node"} for r in json.loads(theirs.stdout)
+            ]
+            assert fleet_rows == json.loads(mine.stdout), (by, window)
     by_node = podstore("fleet", "usage", "--url", fleet_url, "--by", "node", "--until", until,
                        "-o", "json", cwd=tmp_path)  # fmt: skip
     assert json.loads(by_node.stdout) == [
