@@ -6,12 +6,12 @@ namespace equal to the workload's own (the exit times, not the later entry delet
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from harness import scale_store as ss
 from harness import usage_scale as us
-from harness.figures import report
 
 #: The history's last instant: every interval is counted up to it.
 UNTIL = us.ts(us.YEAR)
@@ -48,14 +48,14 @@ def test_usage_over_a_year_is_exact_and_cheaper_than_history(
             "--db", str(db), "usage", "--until", UNTIL)).cpu_s)  # fmt: skip
         history_cpu = min(history_cpu, ss.measure(ss.podstore_argv(
             "--db", str(db), "history", "-o", "csv")).cpu_s)  # fmt: skip
-    report(
-        "usage-scale",
-        intervals=sum(r["intervals"] for r in rows.values()),
-        usage_cpu_s=round(usage_cpu, 2),
-        usage_peak_rss_kib=usage.peak_rss_kib,
-        history_cpu_s=round(history_cpu, 2),
-        history_peak_rss_kib=history.peak_rss_kib,
-    )
+    figures = {
+        "intervals": sum(r["intervals"] for r in rows.values()),
+        "usage_cpu_s": round(usage_cpu, 2),
+        "usage_peak_rss_kib": usage.peak_rss_kib,
+        "history_cpu_s": round(history_cpu, 2),
+        "history_peak_rss_kib": history.peak_rss_kib,
+    }
+    print(f"[usage at node scale] {json.dumps(figures)}", file=sys.stderr)
     assert usage_cpu < history_cpu, f"usage {usage_cpu:.2f} s CPU, history {history_cpu:.2f} s"
     # Streamed: the answer is a few rows whatever the history's length.
     assert usage.peak_rss_kib < 4 * history.peak_rss_kib
