@@ -23,6 +23,7 @@ def year(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, floa
     return db, us.build(db)
 
 
+@pytest.mark.slow
 def test_usage_over_a_year_is_exact_and_cheaper_than_history(
     year: tuple[Path, dict[str, float]], tmp_path: Path
 ) -> None:
