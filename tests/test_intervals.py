@@ -388,3 +388,23 @@ def test_the_device_seconds_reading_is_reused_for_a_while(store: PodStore, clock
     assert reading() == first  # reused
     ticks[0] += DEVICE_SECONDS_EVERY
     assert reading() == 10.0  # read again: held from 0 to the delete at 10 s
+
+
+def test_usage_refuses_bad_windows_and_changes_nothing(tmp_path: Path) -> None:
+    from harness.cli import podstore
+
+    db = tmp_path / "s.db"
+    with PodStore.open(db) as s:
+        s.insert("p1", "main", GPU, {0: ["G1"]}, b"")
+    before = db.read_bytes()
+    for args in (
+        ["--since", "2026-01-02T00:00:00Z", "--until", "2026-01-01T00:00:00Z"],
+        ["--since", "yesterday"],
+        ["--by", "colour"],
+    ):
+        run = podstore("--db", str(db), "usage", *args, cwd=tmp_path)
+        assert run.returncode == 2, (args, run.stderr)
+        assert run.stdout == ""
+    assert db.read_bytes() == before
+    missing = podstore("--db", str(tmp_path / "none.db"), "usage", cwd=tmp_path)
+    assert missing.returncode == 1 and not (tmp_path / "none.db").exists()
