@@ -53,18 +53,18 @@ dp_held AS (
                                                       THEN n.value ELSE '[]' END) d(device)
     WHERE e.op <> 'delete'
 ),
-dra_events AS (
+claim_events AS (
     SELECT e.store_id, e.seq, e.ts, e.op, e.resource, e.device_ids,
            row_number() OVER w AS rn, lead(e.ts) OVER w AS next_ts
     FROM fleet_events e
     WHERE e.op IN ('dra-set', 'dra-delete')
     WINDOW w AS (PARTITION BY e.store_id, e.resource ORDER BY e.seq)
 ),
-dra_held AS (
+claim_held AS (
     SELECT DISTINCT e.store_id, p.pod_uid, e.resource AS claim, r.key AS driver,
            (x.value ->> 'pool') || '/' || (x.value ->> 'device') AS device,
            e.device_ids ->> 'namespace' AS claim_namespace, e.rn, e.seq, e.ts, e.next_ts
-    FROM dra_events e
+    FROM claim_events e
     CROSS JOIN LATERAL jsonb_array_elements_text(
         CASE WHEN jsonb_typeof(e.device_ids -> 'pods') = 'array'
              THEN e.device_ids -> 'pods' ELSE '[]' END) p(pod_uid)
@@ -85,7 +85,7 @@ runs AS (
            claim_namespace, seq, ts, next_ts,
            rn - row_number() OVER (PARTITION BY store_id, claim, pod_uid, driver, device
                                    ORDER BY rn)
-    FROM dra_held
+    FROM claim_held
 ),
 holdings AS (
     SELECT store_id, mechanism, resource, device, pod_uid, container, key_resource,
