@@ -736,6 +736,35 @@ class PodStore:
         }
         return [(r[0], r[1], r[2]) for r in self._rows(events_sql.OWNERS_AT, params)]
 
+    def record_ends(self, evidence: Iterable[tuple[str, str | None, str, TimeArg]]) -> int:
+        """Record end evidence ``(pod_uid, container or None for the whole pod, source, at)``
+        in one transaction: an ``end`` event for each holder it ends sooner than the history
+        says (docs/sql.md, "v_allocation_intervals"); returns how many were written.
+
+        Raises InvalidInputError for a source other than ``runtime``, ``cpu``, ``memory`` or
+        ``pod-logs``, or a bad time (nothing written).
+        """
+        from podstore.storage import ends
+
+        checked = [
+            ends.Evidence(
+                validate.text(pod, "pod_uid"),
+                None if container is None else validate.text(container, "container"),
+                source,
+                parse_time(at, "at"),
+            )
+            for pod, container, source, at in evidence
+        ]
+        bad = [e.source for e in checked if e.source not in ends.RECORDED_SOURCES]
+        if bad:
+            raise InvalidInputError(
+                f"end source must be one of {', '.join(ends.RECORDED_SOURCES)}, not {bad[0]!r}"
+            )
+        if not checked:
+            return 0
+        with self._sessions.write() as conn:
+            return ends.record(conn, checked)[0]
+
     def prune_history(self, before: TimeArg) -> int:
         """Remove history events older than ``before``, but the latest per live entry and
         registered resource (docs/api.md); returns how many went."""

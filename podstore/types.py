@@ -247,7 +247,10 @@ class AllocationEvent:
 
     @property
     def manager(self) -> str:
-        """``devices``, ``cpu``, ``memory``, ``dra`` or ``node`` (topology, pod names)."""
+        """``devices``, ``cpu``, ``memory``, ``dra``, ``node`` (topology, pod names) or
+        ``end`` (an interval's end evidence)."""
+        if self.op == "end":
+            return "end"
         family, dash, _verb = self.op.partition("-")
         return family if dash else "devices"
 

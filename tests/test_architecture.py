@@ -21,6 +21,7 @@ LAYERS = {
     "podstore.types": 0,
     "podstore.fsutil": 0,
     "podstore.deviceplugin": 0,
+    "podstore.criapi": 0,
     "podstore.pure": 1,
     "podstore.checkpoint": 2,
     "podstore.sqlite": 3,
@@ -45,7 +46,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "api_pb2" not in p.name}
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "_pb2" not in p.name}
 
 
 def _resolve(target: str) -> str | None:

@@ -73,6 +73,21 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
     "14. Which entries were removed since noon, and what did they give back?": [
         ("2026-12-01T12:20:00.000000Z", "pod-e", "job", "nvidia.com/gpu", '{"1":["GPU-5"]}'),
     ],
+    "15. How many GPU-hours did each pod use between 10:00 and 12:00?": [
+        ("pod-a", 3.833, 2),
+        ("pod-b", 3.0, 2),
+        ("pod-c", 0.833, 1),
+        ("pod-d", 1.483, 2),
+        ("pod-e", 0.333, 1),
+    ],
+    "16. Which devices has one holder kept longest without a break?": [
+        ("pod-a", "trainer", "GPU-0", "2026-12-01T10:05:00.000000Z"),
+        ("pod-a", "trainer", "GPU-1", "2026-12-01T10:05:00.000000Z"),
+        ("pod-a", "trainer", "0000:3b:02.0", "2026-12-01T10:06:00.000000Z"),
+    ],
+    # The fixture's entries all ended by the checkpoint: nothing overstated (the query's
+    # arithmetic is checked where runtime ends exist: tests/test_intervals.py).
+    "17. How much did the checkpoint alone overstate?": [],
     # docs/sql.md
     "`v_allocations` — one row per device listed in an entry": [
         ("pod-a", "trainer", "intel.com/sriov", "0000:3b:02.0"),

@@ -143,6 +143,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0010", "down_revision": "0008",
+             "message": "Allocation intervals: ``end`` events in the history, and the view "
+             "``v_allocation_intervals``."},
             {"revision": "0008", "down_revision": "0007",
              "message": "Each node item's canonical text kept beside it; each node file's bytes "
              "digested."},

@@ -48,6 +48,7 @@ FAILS: dict[str, list[str] | None] = {
     "podstore owners": ["--db", "{missing}", "owners", "gpu-0"],
     "podstore run-options": ["--db", "{store}", "run-options", "no-such-pod", "main"],
     "podstore history": ["--db", "{missing}", "history"],
+    "podstore usage": ["--db", "{missing}", "usage"],
     "podstore sql": ["--db", "{store}", "sql", "DELETE FROM pods"],
     "podstore verify": ["--db", "{missing}", "verify"],
     "podstore reset-identity": ["--db", "{store}", "reset-identity"],  # without --yes
@@ -66,6 +67,7 @@ FAILS: dict[str, list[str] | None] = {
     "podstore fleet owners": ["fleet", "owners", "gpu-0", "--url", NOWHERE],
     "podstore fleet sql": ["fleet", "sql", "--url", NOWHERE, "SELECT 1"],
     "podstore fleet verify": ["fleet", "verify", "--url", NOWHERE],
+    "podstore fleet usage": ["fleet", "usage", "--url", NOWHERE],
     "podstore fleet grant-node": ["fleet", "grant-node", "n1", "--url", NOWHERE],
     "podstore fleet grant-reader": ["fleet", "grant-reader", "r1", "--url", NOWHERE],
     "podstore fleet rename-node": ["fleet", "rename-node", "a", "b", "--url", NOWHERE],
@@ -84,6 +86,10 @@ EXTRAS: dict[str, tuple[list[str], str]] = {
         ["--db", "{store}", "watch", "--once", "{cp}", "--textfile", "{out}"],
         "watch",
     ),
+    "podstore watch --once --cri-socket": (
+        ["--db", "{store}", "watch", "--once", "{cp}", "--cri-socket", "{out}"],
+        "cri",
+    ),
     "podstore watch --once --ship-to-file": (
         ["--db", "{store}", "watch", "--once", "{cp}", "--ship-to-file", "{out}"],
         "fleet",
@@ -98,6 +104,7 @@ EXTRAS: dict[str, tuple[list[str], str]] = {
             "podstore fleet owners": ["gpu-0"],
             "podstore fleet sql": ["SELECT 1"],
             "podstore fleet verify": [],
+            "podstore fleet usage": [],
             "podstore fleet grant-node": ["n1"],
             "podstore fleet grant-reader": ["r1"],
             "podstore fleet rename-node": ["a", "b"],
@@ -184,9 +191,10 @@ def test_migrate_history_has_no_failure_but_never_writes(
 
 @pytest.fixture
 def no_extras(tmp_path: Path) -> dict[str, str]:
-    """A child environment in which watchdog, prometheus_client and psycopg fail to import."""
+    """A child environment in which watchdog, prometheus_client, psycopg and grpc fail to
+    import."""
     blocked = tmp_path / "blocked"
-    for name in ("watchdog", "prometheus_client", "psycopg"):
+    for name in ("watchdog", "prometheus_client", "psycopg", "grpc"):
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(
             f"raise ImportError('{name} is not installed here (a test blocks it)')\n"

@@ -272,6 +272,11 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_memory_assigned_bytes",
         "podstore_dra_allocated_devices",
         "podstore_numa_misaligned_containers",
+        # allocation intervals (physical-devices contract), and the CRI of watch --cri-socket
+        "podstore_device_seconds_total",
+        "podstore_cri_up",
+        "podstore_cri_polls_total",
+        "podstore_cri_ends_total",
         # Served when the follower ships (tests/fleet/ scrape them from a shipping watch).
         *(name for name in EXISTING if name.startswith("podstore_ship_")),
         # Served with watch --kubelet-version (test_watch_release scrapes them).

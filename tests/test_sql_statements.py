@@ -18,6 +18,7 @@ from podstore.storage.sql import (
     checks,
     entries,
     events,
+    intervals,
     metrics,
     node_checks,
     node_read,
@@ -45,6 +46,7 @@ MODULES = (
     node_checks,
     node_read,
     node_views,
+    intervals,
 )
 PACKAGE = Path(podstore.__file__).parent
 
@@ -72,6 +74,11 @@ def _statements() -> dict[str, str]:
         found[f"views.{name}"] = create
     for name, create in node_views.NODE_VIEWS:
         found[f"node_views.{name}"] = create
+    for name, create in intervals.INTERVAL_VIEWS:
+        found[f"intervals.{name}"] = create
+    for by in intervals.USAGE_GROUPS:
+        for one in (False, True):
+            found[f"intervals.usage_sql({by}, {one})"] = intervals.usage_sql(by, one)
     for n in range(len(events.HISTORY_FILTERS) + 1):
         for combo in itertools.combinations(sorted(events.HISTORY_FILTERS), n):
             found[f"events.history_sql{combo}"] = events.history_sql(combo)

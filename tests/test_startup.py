@@ -25,7 +25,7 @@ from podstore.cli.main import COMMANDS, cli
 
 #: What only a write (protobuf: a response to parse or build) or a migration (SQLAlchemy,
 #: Alembic) needs.
-HEAVY = ("sqlalchemy", "alembic", "google.protobuf")
+HEAVY = ("sqlalchemy", "alembic", "google.protobuf", "grpc")
 
 #: The write side: the node's sync machinery, imports, exports, the checkpoint encoders.
 WRITE_SIDE = (
@@ -51,6 +51,7 @@ READ_COMMANDS = [
     ["devices"],
     ["owners", "GPU-1"],
     ["history"],
+    ["usage"],
     ["sql", "SELECT count(*) AS n FROM allocations"],
     ["verify"],
     ["metrics"],

@@ -174,6 +174,43 @@ def owners(device_id: str, url: str, node: str | None, at: str | None, output: s
     emit_result(read.owners(url, device_id, node=node, at=at), output)
 
 
+@fleet.command()
+@url_option("--url")
+@click.option(
+    "--by",
+    type=click.Choice(["namespace", "node", "physical", "pod", "resource"]),
+    default="namespace",
+    show_default=True,
+    help="What a row adds up (a pod and a physical device are a node's own).",
+)
+@click.option(
+    "--since", callback=parse_time, default=None, help="The window's start (default: all)."
+)
+@click.option("--until", callback=parse_time, default=None, help="The window's end (default: now).")
+@click.option("--resource", metavar="R", default=None, help="Only resource R (or DRA driver R).")
+@output_option
+def usage(
+    url: str, by: str, since: str | None, until: str | None, resource: str | None, output: str
+) -> None:
+    """Device-seconds and device-hours per group over a window, from every store's allocation
+    intervals, as `podstore usage` counts them on a node (retired stores left out)."""
+    driver()
+    from podstore.fleet import read
+    from podstore.pure.times import format_ts
+
+    end = until if until is not None else format_ts(datetime.datetime.now(datetime.UTC))
+    start = since if since is not None else "0001-01-01T00:00:00.000000Z"
+    if start >= end:
+        raise click.BadParameter("--since must be before --until", param_hint="'--since'")
+    result = read.usage(url, by=by, since=start, until=end, resource=resource)
+    keys = result.columns[:-2]
+    rows = (
+        (*row[:-2], round(float(row[-2]), 3), round(float(row[-2]) / 3600.0, 6), int(row[-1]))
+        for row in result.rows
+    )
+    emit_rows([*keys, "device_seconds", "device_hours", "intervals"], rows, output)
+
+
 @fleet.command("sql")
 @click.argument("query")
 @url_option("--url")

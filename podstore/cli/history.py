@@ -102,7 +102,9 @@ def history_(
     MANAGER says whose state changed: devices (the device manager), cpu, memory, dra (their
     *-set and *-delete events; DEVICE_IDS is then the new value: CPU ids, memory blocks, a
     claim — --device driver/pool/device finds a DRA device's), or node (topology, pod
-    names). NAMESPACE and NAME are the pod's, also for pods since deleted.
+    names), or end (an allocation interval's end evidence: DEVICE_IDS holds its time and
+    source; docs/sql.md, "v_allocation_intervals"). NAMESPACE and NAME are the pod's, also
+    for pods since deleted.
 
     Times are ISO 8601 (2026-12-02T10:32:00Z; UTC unless an offset is given).
     """

@@ -30,6 +30,7 @@ COMMANDS = {
     "owners": "devices:owners",
     "run-options": "run_options:run_options",
     "history": "history:history_",
+    "usage": "usage:usage",
     "prune": "prune:prune",
     "sql": "sql:sql",
     "verify": "verify:verify_command",

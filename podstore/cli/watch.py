@@ -124,6 +124,14 @@ def _metrics_addr(_ctx: click.Context, _param: click.Parameter, value: str | Non
     "managers; those absent now, once they appear) instead of CHECKPOINT, with the NUMA "
     "topology (--sysfs) and pod names (--pod-logs).",
 )
+@click.option(
+    "--cri-socket",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read containers' exit times from the container runtime's CRI socket (e.g. "
+    "/run/containerd/containerd.sock) as the earliest end of their allocations. Optional; "
+    "a socket that does not answer is logged and counted, and the watch goes on.",
+)
 @release_options(
     required=False,
     help="Export podstore_kubelet_release_refused and _drops: what this kubelet release "
@@ -145,6 +153,7 @@ def watch(
     stuck_after: float,
     node: str,
     kubelet_dir: Path | None,
+    cri_socket: Path | None,
     sysfs: Path,
     pod_logs: Path,
     kubelet_version: Any,
@@ -183,6 +192,8 @@ def watch(
         require("prometheus_client", "--textfile")
     if given:
         require("psycopg", given[0], extra="fleet")
+    if cri_socket is not None:
+        require("grpc", "--cri-socket", extra="cri")
     config = WatchConfig(
         checkpoint=str(checkpoint),
         once=once,
@@ -197,6 +208,7 @@ def watch(
         kubelet_dir=None if kubelet_dir is None else os.path.abspath(kubelet_dir),
         sysfs=str(sysfs),
         pod_logs=str(pod_logs),
+        cri_socket=None if cri_socket is None else os.path.abspath(cri_socket),
         kubelet_version=kubelet_version,
         feature_gates=feature_gates,
     )

@@ -94,6 +94,29 @@ def owners(
     return db.retrying(target, lambda: _read(target, sql, params))
 
 
+def usage(
+    url: str | FleetURL | None,
+    *,
+    by: str = "namespace",
+    since: TimeArg,
+    until: TimeArg,
+    resource: str | None = None,
+) -> QueryResult:
+    """Device-seconds and intervals per group (``q.USAGE_GROUPS``) over ``[since, until)``, from
+    every store's allocation intervals: clipped to the window, open ones counted to ``until``,
+    shares applied. InvalidInputError for an unknown group or a bad time."""
+    if by not in q.USAGE_GROUPS:
+        raise InvalidInputError(f"by must be one of {', '.join(q.USAGE_GROUPS)}, not {by!r}")
+    target = resolve(url)
+    params: dict[str, Any] = {
+        "since": parse_time(since, "since"),
+        "until": parse_time(until, "until"),
+        "resource": None if resource is None else validate.text(resource, "resource"),
+    }
+    sql = q.usage_sql(by, resource is not None)
+    return db.retrying(target, lambda: _read(target, sql, params))
+
+
 def verify(url: str | FleetURL | None, *, node: str | None = None) -> QueryResult:
     """Re-check the hash chain of every store (or ``node``'s) from what the fleet holds: one
     row per store; ``problem`` is None when sound, else what is wrong at ``first_broken_seq``."""

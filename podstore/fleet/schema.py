@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from podstore.fleet.sql import VERSION_TABLE
-from podstore.storage.schema import EVENT_OPS, NAMING_CONVENTION, NODE_EVENT_OPS
+from podstore.storage.schema import END_EVENT_OPS, EVENT_OPS, NAMING_CONVENTION, NODE_EVENT_OPS
 
 __all__ = ["NOT_PER_STORE", "VERSION_TABLE", "metadata"]
 
@@ -107,7 +107,8 @@ fleet_events = Table(
     PrimaryKeyConstraint("store_id", "seq"),
     _ts_range(),
     CheckConstraint(
-        "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
+        "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS + END_EVENT_OPS) + ")",
+        name="op",
     ),
     # An entry's latest event up to an instant (owners at a time).
     Index("ix_fleet_events_key", "store_id", "pod_uid", "container", "resource", "seq"),

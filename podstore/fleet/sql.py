@@ -361,3 +361,37 @@ VERIFY = """
     LEFT JOIN head h ON h.store_id = s.store_id
     ORDER BY s.node, s.store_id
 """
+
+
+# ---- usage (podstore fleet usage) ---------------------------------------------------------------
+
+#: The groups ``podstore fleet usage --by`` knows, and the columns each groups by (a physical
+#: device, a pod and a store are a node's own).
+USAGE_GROUPS: dict[str, tuple[str, ...]] = {
+    "namespace": ("namespace",),
+    "pod": ("node", "namespace", "pod_name", "pod_uid"),
+    "resource": ("resource",),
+    "physical": ("node", "physical_id"),
+    "node": ("node",),
+}
+
+
+def usage_sql(by: str, resource: bool) -> str:
+    """Device-seconds per group over ``[:since, :until)`` from v_fleet_allocation_intervals,
+    as the node's ``usage_sql`` (storage/sql/intervals.py) counts them."""
+    keys = ", ".join(USAGE_GROUPS[by])
+    where = " AND resource = CAST(:resource AS text)" if resource else ""
+    return f"""
+    SELECT {keys}, sum(seconds) AS device_seconds, count(*) AS intervals
+    FROM (
+        SELECT {keys},
+               share * extract(epoch FROM
+                   least(coalesce("end", CAST(:until AS timestamptz)), CAST(:until AS timestamptz))
+                   - greatest(start, CAST(:since AS timestamptz))) AS seconds
+        FROM v_fleet_allocation_intervals
+        WHERE start < CAST(:until AS timestamptz)
+          AND ("end" IS NULL OR "end" > CAST(:since AS timestamptz)){where}
+    ) clipped
+    GROUP BY {keys}
+    ORDER BY {keys}
+    """

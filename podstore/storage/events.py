@@ -19,6 +19,7 @@ from podstore.errors import InvalidInputError, StoreCorruptError
 from podstore.pure import chain
 from podstore.pure.times import format_ts, parse_ts
 from podstore.storage.node import codec as node_codec
+from podstore.storage.ops import END_EVENT_OPS
 from podstore.storage.sql import events as sql
 from podstore.types import AllocationEvent, DevicesPerNUMA
 
@@ -237,7 +238,7 @@ def numa_json(devices: Mapping[int, Sequence[str] | None] | None) -> str | None:
 
 def to_event(row: Sequence[Any]) -> AllocationEvent:
     """An ``allocation_events`` row (in ``sql.history_sql`` column order) as an event."""
-    if node_codec.is_node_op(row[2]):
+    if node_codec.is_node_op(row[2]) or row[2] in END_EVENT_OPS:
         return node_codec.to_event(row)
     seq, ts, op, pod, container, resource, text, released = row
     ids: DevicesPerNUMA | list[str] | None
@@ -267,7 +268,7 @@ def replay(events: Iterable[AllocationEvent], state: ReplayState | None = None) 
     ``store.history()`` gives the store's entries and registered devices, pruned or not."""
     out = state if state is not None else ReplayState()
     for ev in events:
-        if node_codec.is_node_op(ev.op):
+        if node_codec.is_node_op(ev.op) or ev.op in END_EVENT_OPS:
             continue  # the node's other managers: storage/node/codec.py replays those
         if ev.pod_uid is None:
             if ev.op == "unregistered":

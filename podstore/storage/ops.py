@@ -19,3 +19,12 @@ NODE_EVENT_OPS = (
     "node-set",
     "node-delete",
 )
+
+#: An interval's end evidence (revision 0010; storage/ends.py): ``device_ids`` is
+#: ``{"at": TIME, "source": END_SOURCE}`` for the holder its key names. It names no device and
+#: changes no state: replay passes over it.
+END_EVENT_OPS = ("end",)
+
+#: What an ``end`` event's evidence is (docs/sql.md, "v_allocation_intervals"). ``checkpoint``
+#: and ``dra`` are the mechanisms' own events (a ``delete``, a claim's event), never ``end``.
+END_SOURCES = ("runtime", "dra", "cpu", "memory", "pod-logs", "checkpoint")

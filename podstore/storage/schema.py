@@ -25,6 +25,7 @@ from sqlalchemy import (
     text,
 )
 
+from podstore.storage.ops import END_EVENT_OPS as END_EVENT_OPS
 from podstore.storage.ops import EVENT_OPS as EVENT_OPS
 from podstore.storage.ops import NODE_EVENT_OPS as NODE_EVENT_OPS
 
@@ -176,7 +177,8 @@ allocation_events = Table(
     Column("released", Text, nullable=True),
     Column("hash", LargeBinary, nullable=False),
     CheckConstraint(
-        "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS) + ")", name="op"
+        "op IN (" + ", ".join(f"'{op}'" for op in EVENT_OPS + NODE_EVENT_OPS + END_EVENT_OPS) + ")",
+        name="op",
     ),
     CheckConstraint("length(hash) = 32", name="hash"),
     # No ts index: seq order is time order, so a time is a binary search over seq.

@@ -29,6 +29,7 @@ from podstore.sqlite.translate import translate
 from podstore.storage import chain, responses
 from podstore.storage.node import codec as node_codec
 from podstore.storage.node import sync as node_sync
+from podstore.storage.ops import END_EVENT_OPS
 from podstore.storage.sql import checks as sql
 from podstore.storage.sql import node_checks as node_sql
 from podstore.storage.sql import views as views_sql
@@ -407,6 +408,8 @@ def _named(
 ) -> set[tuple[str, int]]:
     """(device, released flag) of every device an event's JSON names."""
     out: set[tuple[str, int]] = set()
+    if op in END_EVENT_OPS:
+        return out  # end evidence names no device
     if node_codec.is_node_op(op):
         payload = None if device_ids is None else json.loads(device_ids)
         out.update((d, 0) for d in node_codec.named_devices(resource, payload) or ())

@@ -67,6 +67,8 @@ class WatchConfig:
     #: ``--kubelet-version``: the parsed release whose verdicts the gauges show (None: none).
     kubelet_version: Release | None = None
     feature_gates: dict[str, bool] = field(default_factory=dict)
+    #: ``--cri-socket``: the container runtime's socket, read for containers' exit times.
+    cri_socket: str | None = None
 
 
 class Watch:
@@ -98,6 +100,7 @@ class Watch:
         self._url: str | None = None  # the fleet URL last read
         self.shipper = self._shipper() if self.ships else None
         self.pruner = self._pruner() if config.keep_history is not None else None
+        self.cri = self._cri() if config.cri_socket is not None else None
         registry = self._registry()
         if registry is not None and config.metrics_addr is not None:
             self._serve_metrics(registry, *config.metrics_addr)
@@ -125,6 +128,20 @@ class Watch:
         self.follower.on_sync.append(lambda _outcome: node_info.refresh())
         self.follower.on_tick.append(node_info.refresh)
 
+    def _cri(self) -> Any:
+        """The runtime's exit times, read after every sync and at polling ticks."""
+        from podstore.watch.cri import CriEvidence
+
+        assert self.config.cri_socket is not None
+        cri = CriEvidence(self.store, self.config.cri_socket)
+
+        def poll(_outcome: object = None) -> None:
+            cri.poll()
+
+        self.follower.on_sync.append(poll)
+        self.follower.on_tick.append(poll)
+        return cri
+
     def _verdicts(self) -> ReleaseVerdicts | None:
         """The release's verdicts on every followed file, judged again after each sync."""
         if self.config.kubelet_version is None:
@@ -146,6 +163,10 @@ class Watch:
             from podstore.metrics.release import release_collector
 
             registry.register(release_collector(self.verdicts.current))
+        if self.cri is not None:
+            from podstore.metrics.cri import CriCollector
+
+            registry.register(CriCollector(self.cri))
         if self.shipping is not None:
             from podstore.metrics.shipping import ShippingCollector
 
@@ -264,6 +285,8 @@ class Watch:
             return EXIT_FAILED
         if self.topology_and_names is not None:
             self.topology_and_names.refresh()
+        if self.cri is not None:
+            self.cri.poll()
         if failed:
             return EXIT_FAILED
         code = EXIT_OK

@@ -23,7 +23,7 @@ def to_event(row: Sequence[Any]) -> AllocationEvent:
     JSON, ``device_ids`` the devices it names (DRA claims), ``released`` those it gave up."""
     seq, ts, op, pod, container, resource, text, released = row
     payload = None if text is None else json.loads(text)
-    named = named_devices(resource, payload)
+    named = None if op == "end" else named_devices(resource, payload)
     gone: list[str] = [] if released is None else list(json.loads(released))
     return AllocationEvent(
         int(seq), parse_ts(ts), op, pod, container, resource, named, gone, payload

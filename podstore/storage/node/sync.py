@@ -24,7 +24,7 @@ from podstore.checkpoint.files import DEFAULT_MAX_BYTES, read_source
 from podstore.checkpoint.kinds import FROM_TREE
 from podstore.errors import InvalidInputError
 from podstore.sqlite.sessions import Sessions
-from podstore.storage import events
+from podstore.storage import ends, events
 from podstore.storage.node import cpu, dra, files, memory, numa_and_names
 from podstore.storage.node.items import Item, Items, Key, Part, dumps, key_order, key_text
 from podstore.storage.sql import node as sql
@@ -203,8 +203,29 @@ def apply_items(
         pending.node(f"{part.family}-set", key, item.payload, item.devices)
         puts.append(_put_row(part, texts[i], item))
     conn.executemany(sql.ITEM_PUT, puts)
-    pending.write(conn)
+    stamp = pending.write(conn)
+    evidence = _end_evidence(part, [key for key, _old in gone], stamp[1])
+    if evidence:
+        ends.record(conn, evidence, stamp)
     return len(changed) + len(added), len(gone)
+
+
+def _end_evidence(part: Part, gone: list[Key], at: str) -> list[ends.Evidence]:
+    """What the items that went say of holders: a container left the CPU or memory manager's
+    file, or a pod's log directory went."""
+    if part.family in ("cpu", "memory"):
+        return [
+            ends.Evidence(pod, container, part.family, at)
+            for pod, container, resource in gone
+            if pod is not None and container is not None and resource == part.family
+        ]
+    if part is numa_and_names.NAMES:
+        return [
+            ends.Evidence(pod, None, "pod-logs", at)
+            for pod, _c, resource in gone
+            if pod is not None and resource == numa_and_names.NAME
+        ]
+    return []
 
 
 def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeSyncReport:

@@ -197,14 +197,24 @@ PRUNE = f"""
     WITH cut (seq) AS ({_CUT_BEFORE}),
     keep (seq) AS (
         SELECT max(e.seq) FROM allocation_events e
-        WHERE e.seq <= (SELECT seq FROM cut)
+        WHERE e.seq <= (SELECT seq FROM cut) AND e.op <> 'end'
         GROUP BY e.pod_uid, e.container, e.resource
+    ),
+    kept (seq, pod_uid, container, resource) AS (
+        SELECT e.seq, e.pod_uid, e.container, e.resource
+        FROM keep k JOIN allocation_events e ON e.seq = k.seq
+        WHERE e.op NOT IN ('delete', 'unregistered') AND e.op NOT LIKE '%-delete'
     )
-    SELECT seq FROM allocation_events
+    SELECT seq FROM allocation_events x
     WHERE seq <= (SELECT seq FROM cut)
-      AND seq NOT IN (SELECT k.seq FROM keep k JOIN allocation_events e ON e.seq = k.seq
-                      WHERE e.op NOT IN ('delete', 'unregistered')
-                        AND e.op NOT LIKE '%-delete')
+      AND seq NOT IN (SELECT seq FROM kept)
+      -- An end after the kept state of its holder (its entry, or its DRA claim) still ends
+      -- the holding that state begins: it stays with it.
+      AND NOT (x.op = 'end' AND EXISTS (
+          SELECT 1 FROM kept k
+          WHERE k.resource = x.resource AND k.seq < x.seq
+            AND ((k.pod_uid = x.pod_uid AND k.container IS x.container)
+                 OR (k.pod_uid IS NULL AND k.container IS NULL AND x.resource LIKE 'dra:%'))))
 """
 # A link for each kept event whose predecessor goes, and for the seq after the high water.
 PRUNE_LINKS = """

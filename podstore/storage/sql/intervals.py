@@ -1,0 +1,216 @@
+"""Allocation intervals from the history, the end evidence that closes them, and usage over a
+window (docs/sql.md, "v_allocation_intervals"; docs/audit.md, "Chargeback").
+
+An interval is one holder (pod, container, mechanism, resource, device) per uninterrupted
+holding. Its start and its mechanism's own end come from the mechanism's events: the device
+manager's entry events (by entry key) and the DRA manager's claim events (by claim). A device is
+held after an event that lists it; a run of consecutive events of the key that list it is one
+holding, and the key's next event (a ``delete``, or one that no longer lists it) ends it
+(``checkpoint`` / ``dra``). ``end`` events (storage/ends.py) carry earlier evidence: the
+earliest evidence time that falls inside the holding wins.
+
+Revision 0010 keeps a frozen copy of the view's text (a test holds a store at head to it).
+"""
+
+from __future__ import annotations
+
+# The identity of a held device. Until physical identities resolve, a device is its own
+# physical device (``mechanism:resource:device``) held whole; a time-sliced replica (``ID::N``)
+# keeps its own name. This is the one place that says so: the identity join replaces it.
+_IDENTITY_COLUMNS = """
+       i.mechanism || ':' || i.resource || ':' || i.device AS physical_id,
+       1.0 AS share"""
+_IDENTITY_JOIN = ""
+
+# The entry ops that set an entry's devices; `delete` ends the entry.
+_ENTRY_OPS = "'insert', 'replace', 'import', 'backfill', 'delete'"
+
+# Per interval: the earliest recorded end evidence of its holder inside the holding, as
+# "<at>|<source>" (fixed-width times: the text's minimum is the earliest).
+_EVIDENCE = """
+    (SELECT min(json_extract(x.device_ids, '$.at') || '|' || json_extract(x.device_ids, '$.source'))
+     FROM allocation_events x
+     WHERE x.pod_uid = h.pod_uid AND x.container IS h.container AND x.resource = h.key_resource
+       AND x.seq > h.start_seq AND x.op = 'end'
+       AND json_extract(x.device_ids, '$.at') >= h.start
+       AND (h.until_ts IS NULL OR json_extract(x.device_ids, '$.at') < h.until_ts))"""
+
+# The pod's namespace and name: as held now, else as the history last named it.
+_NAME = """
+    (SELECT json_extract(n.device_ids, '$.{field}') FROM allocation_events n
+     WHERE n.pod_uid = i.pod_uid AND n.container IS NULL AND n.resource = 'pod-name'
+       AND n.op = 'node-set'
+     ORDER BY n.seq DESC LIMIT 1)"""
+
+V_ALLOCATION_INTERVALS = f"""
+CREATE VIEW v_allocation_intervals AS
+WITH dp_events AS (
+    SELECT seq, ts, op, pod_uid, container, resource, device_ids,
+           row_number() OVER w AS rn,
+           lead(seq) OVER w AS next_seq, lead(ts) OVER w AS next_ts
+    FROM allocation_events
+    WHERE pod_uid IS NOT NULL AND op IN ({_ENTRY_OPS})
+    WINDOW w AS (PARTITION BY pod_uid, container, resource ORDER BY seq)
+),
+dp_held AS (
+    SELECT DISTINCT e.pod_uid, e.container, e.resource, d.value AS device,
+           e.rn, e.seq, e.ts, e.next_seq, e.next_ts
+    FROM dp_events e, json_each(e.device_ids) n, json_each(n.value) d
+    WHERE e.op <> 'delete'
+),
+dra_events AS (
+    SELECT seq, ts, op, resource, device_ids,
+           row_number() OVER w AS rn,
+           lead(seq) OVER w AS next_seq, lead(ts) OVER w AS next_ts
+    FROM allocation_events
+    WHERE op IN ('dra-set', 'dra-delete')
+    WINDOW w AS (PARTITION BY resource ORDER BY seq)
+),
+dra_held AS (
+    SELECT DISTINCT p.value AS pod_uid, e.resource AS claim, r.key AS driver,
+           json_extract(x.value, '$.pool') || '/' || json_extract(x.value, '$.device') AS device,
+           json_extract(e.device_ids, '$.namespace') AS claim_namespace,
+           e.rn, e.seq, e.ts, e.next_seq, e.next_ts
+    FROM dra_events e, json_each(e.device_ids, '$.pods') p,
+         json_each(e.device_ids, '$.drivers') r, json_each(r.value) x
+    WHERE e.op = 'dra-set'
+),
+runs AS (
+    SELECT 'device-plugin' AS mechanism, resource, device, pod_uid, container,
+           resource AS key_resource, NULL AS claim_namespace, rn, seq, ts, next_seq, next_ts,
+           rn - row_number() OVER (PARTITION BY pod_uid, container, resource, device
+                                   ORDER BY rn) AS grp
+    FROM dp_held
+    UNION ALL
+    SELECT 'dra', driver, device, pod_uid, NULL, claim, claim_namespace, rn, seq, ts,
+           next_seq, next_ts,
+           rn - row_number() OVER (PARTITION BY claim, pod_uid, driver, device ORDER BY rn)
+    FROM dra_held
+),
+holdings AS (
+    SELECT mechanism, resource, device, pod_uid, container, key_resource,
+           max(claim_namespace) AS claim_namespace,
+           min(rn) AS first_rn, min(seq) AS start_seq, min(ts) AS start,
+           -- Only the run's last event lacks a successor: '~' sorts after every time.
+           nullif(max(coalesce(next_ts, '~')), '~') AS until_ts
+    FROM runs
+    GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
+),
+ended AS MATERIALIZED (
+    SELECT h.*,{_EVIDENCE} AS evidence
+    FROM holdings h
+),
+i AS (
+    SELECT mechanism, resource, device, pod_uid, container, start, start_seq,
+           claim_namespace,
+           CASE WHEN evidence IS NOT NULL THEN substr(evidence, 1, instr(evidence, '|') - 1)
+                ELSE until_ts END AS "end",
+           CASE WHEN evidence IS NOT NULL THEN substr(evidence, instr(evidence, '|') + 1)
+                WHEN until_ts IS NULL THEN NULL
+                WHEN mechanism = 'dra' THEN 'dra'
+                ELSE 'checkpoint' END AS end_source,
+           -- The holding's first kept event, not an entry's creation, with the history
+           -- pruned before it: it may have begun earlier than `start`.
+           CASE WHEN first_rn = 1
+                     AND (SELECT op FROM allocation_events WHERE seq = start_seq) <> 'insert'
+                     AND EXISTS (SELECT 1 FROM history_chain_links l WHERE l.seq <= start_seq)
+                THEN 1 ELSE 0 END AS start_cut
+    FROM ended
+)
+SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,{_IDENTITY_COLUMNS},
+       i.pod_uid AS pod_uid,
+       coalesce(pn.namespace,{_NAME.format(field="namespace")},
+                i.claim_namespace) AS namespace,
+       coalesce(pn.name,{_NAME.format(field="name")}) AS pod_name,
+       i.container AS container, i.start AS start, i."end" AS "end",
+       i.end_source AS end_source, i.start_cut AS start_cut
+FROM i
+LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid{_IDENTITY_JOIN}
+"""
+
+INTERVAL_VIEWS = (("v_allocation_intervals", V_ALLOCATION_INTERVALS),)
+
+# ---- usage over a window (podstore usage) ------------------------------------------------------
+
+#: The groups ``podstore usage --by`` knows, and the columns each groups by.
+USAGE_GROUPS: dict[str, tuple[str, ...]] = {
+    "namespace": ("namespace",),
+    "pod": ("namespace", "pod_name", "pod_uid"),
+    "resource": ("resource",),
+    "physical": ("physical_id",),
+}
+
+
+def _epoch(ts: str) -> str:
+    """Seconds since the epoch of a stored time, exact to the microsecond: whole seconds from
+    the text without its fraction (SQLite's own parse rounds to milliseconds, so .9996 s would
+    count as the next second), then the fraction (julianday's double of days loses tens of
+    microseconds per value)."""
+    return (
+        f"(CAST(strftime('%s', substr({ts}, 1, 19)) AS INTEGER)"
+        f" + CAST(substr({ts}, 20, 7) AS REAL))"
+    )
+
+
+def usage_sql(by: str, resource: bool) -> str:
+    """Device-seconds per group over ``[:since, :until)``: each interval clipped to the window,
+    an open one counted to ``:until``, times its share. ``resource``: only ``:resource``."""
+    columns = USAGE_GROUPS[by]
+    keys = ", ".join(columns)
+    where = " AND resource = :resource" if resource else ""
+    until = _epoch('min(coalesce("end", :until), :until)')
+    since = _epoch("max(start, :since)")
+    return f"""
+    SELECT {keys}, sum(seconds) AS device_seconds, count(*) AS intervals
+    FROM (
+        SELECT {keys}, share * ({until} - {since}) AS seconds
+        FROM v_allocation_intervals
+        WHERE start < :until AND ("end" IS NULL OR "end" > :since){where}
+    )
+    GROUP BY {keys}
+    ORDER BY {keys}
+    """
+
+
+#: The counter's value: device-seconds per (resource, namespace) from the history's start to
+#: ``:until`` (the metrics collector's scrape time).
+DEVICE_SECONDS = f"""
+    SELECT resource, coalesce(namespace, '') AS namespace,
+           sum(share * ({_epoch('min(coalesce("end", :until), :until)')} - {_epoch("start")}))
+    FROM v_allocation_intervals
+    WHERE start < :until
+    GROUP BY resource, coalesce(namespace, '')
+"""
+
+# ---- recording end evidence (storage/ends.py) --------------------------------------------------
+
+#: The entry keys a pod (or one of its containers) ever held, by the history.
+ENTRY_KEYS_OF_POD = f"""
+    SELECT DISTINCT container, resource FROM allocation_events
+    WHERE pod_uid = ? AND op IN ({_ENTRY_OPS})
+"""
+ENTRY_KEYS_OF_CONTAINER = f"""
+    SELECT DISTINCT container, resource FROM allocation_events
+    WHERE pod_uid = ? AND container = ? AND op IN ({_ENTRY_OPS})
+"""
+ENTRY_EVENTS = f"""
+    SELECT seq, ts, op, device_ids FROM allocation_events
+    WHERE pod_uid = ? AND container IS ? AND resource = ? AND op IN ({_ENTRY_OPS})
+    ORDER BY seq
+"""
+#: The DRA claims that list a pod now, as their history key.
+CLAIMS_OF_POD = """
+    SELECT 'dra:' || c.claim_uid FROM dra_claim_pods p JOIN dra_claims c ON c.id = p.claim_id
+    WHERE p.pod_uid = ?
+"""
+CLAIM_EVENTS = """
+    SELECT seq, ts, op, device_ids FROM allocation_events
+    WHERE pod_uid IS NULL AND container IS NULL AND resource = ?
+      AND op IN ('dra-set', 'dra-delete')
+    ORDER BY seq
+"""
+#: The end evidence recorded for a holder's key: (seq, at).
+END_EVENTS = """
+    SELECT seq, json_extract(device_ids, '$.at') FROM allocation_events
+    WHERE pod_uid = ? AND container IS ? AND resource = ? AND op = 'end'
+"""
