@@ -1,0 +1,229 @@
+"""The SQL views of physical devices (revision 0009): the public contract of docs/sql.md,
+"Physical devices". Revision 0009 keeps a frozen copy of this text.
+
+A device — of a device plugin (``resource``, device id) or of a DRA driver (``driver``,
+``pool/device``) — is named by the host device nodes it gives a container, through the CDI
+specs (``cdi_device_nodes``) and the plugin's response. Two devices are one card, or one is
+a part of the other (a MIG partition and its whole GPU), when the nodes of one are all nodes
+of the other: two MIG partitions of one GPU share the GPU's node but each has its own, so
+neither holds the other. A device nothing resolves stands for itself
+(``mechanism:resource:device``).
+"""
+
+from __future__ import annotations
+
+# A time-sliced replica ``ID::N`` (N digits) is its base device ``ID``.
+_BASE = """CASE
+        WHEN rtrim({d}, '0123456789') LIKE '%_::'
+             AND rtrim({d}, '0123456789') <> {d}
+        THEN substr({d}, 1, length(rtrim({d}, '0123456789')) - 2)
+        ELSE {d} END"""
+
+# Every device: each device-plugin device held now or registered, each DRA device prepared;
+# ``base`` is what its physical id stands for, and its nodes. A device-plugin device is
+# resolved by a CDI name of its own (``resource=base``, or one of its response's CDI names
+# naming ``base`` or the device); failing that, by everything its entry's response names
+# (host paths and CDI names), which is the device's own when the entry holds one device.
+_IDENTITY_CTES = f"""
+held_dp (alloc_id, resource, device) AS MATERIALIZED (
+    SELECT DISTINCT d.allocation_id, a.resource, d.device_id
+    FROM allocation_devices d JOIN allocations a ON a.id = d.allocation_id
+),
+reg (resource, device, base) AS MATERIALIZED (
+    SELECT resource, device_id, {_BASE.format(d="device_id")} FROM registered_devices
+),
+dp (alloc_id, resource, device, base) AS MATERIALIZED (
+    SELECT alloc_id, resource, device, {_BASE.format(d="device")} FROM held_dp
+    UNION ALL
+    SELECT NULL, resource, device, base FROM reg r
+    WHERE NOT EXISTS (SELECT 1 FROM held_dp h
+                      WHERE h.resource = r.resource AND h.device = r.device)
+),
+dp_own (resource, device, node) AS MATERIALIZED (
+    SELECT h.resource, h.device, n.host_path FROM dp h
+    JOIN cdi_device_nodes n ON n.name = h.resource || '=' || h.base
+    UNION
+    SELECT h.resource, h.device, n.host_path FROM dp h
+    JOIN response_cdi_devices r ON r.allocation_id = h.alloc_id
+    JOIN cdi_device_nodes n ON n.name = r.name
+    WHERE substr(r.name, instr(r.name, '=') + 1) IN (h.base, h.device)
+),
+dp_entry (alloc_id, node) AS MATERIALIZED (
+    SELECT allocation_id, host_path FROM response_devices WHERE host_path <> ''
+    UNION
+    SELECT r.allocation_id, n.host_path FROM response_cdi_devices r
+    JOIN cdi_device_nodes n ON n.name = r.name
+),
+dp_nodes (resource, device, node) AS (
+    SELECT resource, device, node FROM dp_own
+    UNION
+    SELECT h.resource, h.device, e.node FROM dp h
+    JOIN dp_entry e ON e.alloc_id = h.alloc_id
+    WHERE NOT EXISTS (SELECT 1 FROM dp_own o WHERE o.resource = h.resource
+                      AND o.device = h.device)
+),
+dra (resource, device, holders) AS MATERIALIZED (
+    SELECT d.driver, d.pool || '/' || d.device, count(*)
+    FROM dra_devices d
+    JOIN dra_claims c ON c.id = d.claim_id
+    LEFT JOIN dra_claim_pods p ON p.claim_id = c.id
+    GROUP BY d.driver, d.pool, d.device
+),
+dra_nodes (resource, device, node) AS (
+    SELECT DISTINCT d.driver, d.pool || '/' || d.device, n.host_path
+    FROM dra_devices d, json_each(d.cdi_device_ids) j
+    JOIN cdi_device_nodes n ON n.name = j.value
+    WHERE json_valid(d.cdi_device_ids)
+),
+devs (mechanism, resource, device, base, share) AS (
+    SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
+           CASE WHEN h.base = h.device THEN 1.0 ELSE (
+               SELECT 1.0 / nullif(count(*), 0) FROM reg g
+               WHERE g.resource = h.resource AND g.base = h.base AND g.device <> g.base) END
+    FROM dp h
+    UNION ALL
+    SELECT 'dra', resource, device, device, 1.0 / holders FROM dra
+),
+nodes (mechanism, resource, device, node) AS MATERIALIZED (
+    SELECT 'device-plugin', resource, device, node FROM dp_nodes
+    UNION ALL
+    SELECT 'dra', resource, device, node FROM dra_nodes
+),
+ident (mechanism, resource, device, physical_id, resolved, share) AS MATERIALIZED (
+    SELECT v.mechanism, v.resource, v.device,
+           coalesce((SELECT json_group_array(x.node) FROM (
+                        SELECT n.node FROM nodes n
+                        WHERE n.mechanism = v.mechanism AND n.resource = v.resource
+                          AND n.device = v.device
+                        ORDER BY n.node) x
+                     HAVING count(*) > 0),
+                    v.mechanism || ':' || v.resource || ':' || v.base),
+           EXISTS (SELECT 1 FROM nodes n WHERE n.mechanism = v.mechanism
+                   AND n.resource = v.resource AND n.device = v.device),
+           v.share
+    FROM devs v
+)"""
+
+V_DEVICE_IDENTITY = f"""
+CREATE VIEW v_device_identity AS
+WITH
+{_IDENTITY_CTES}
+SELECT mechanism, resource, device, physical_id, resolved, share FROM ident
+"""
+
+# Every holder now of a device: device plugins per (pod, container); DRA per (claim, pod),
+# no container. ``claim`` and ``share_id`` say what sharing a DRA holder declared.
+_HOLDERS = """
+holders (mechanism, resource, device, base, pod_uid, container, claim, namespace) AS (
+    SELECT DISTINCT 'device-plugin', a.resource, d.device_id, NULL, p.uid, c.name, NULL, NULL
+    FROM allocation_devices d
+    JOIN allocations a ON a.id = d.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    UNION ALL
+    SELECT 'dra', d.driver, d.pool || '/' || d.device, NULL, p.pod_uid, NULL, c.claim_uid,
+           c.namespace
+    FROM dra_devices d
+    JOIN dra_claims c ON c.id = d.claim_id
+    LEFT JOIN dra_claim_pods p ON p.claim_id = c.id
+)"""
+
+V_PHYSICAL_DEVICES = f"""
+CREATE VIEW v_physical_devices AS
+WITH
+{_IDENTITY_CTES},{_HOLDERS}
+SELECT i.physical_id AS physical_id, i.resolved AS resolved, h.mechanism AS mechanism,
+       h.resource AS resource, h.device AS device, h.pod_uid AS pod_uid,
+       coalesce(n.namespace, h.namespace) AS namespace, n.name AS pod_name,
+       h.container AS container, i.share AS share
+FROM holders h
+JOIN ident i ON i.mechanism = h.mechanism AND i.resource = h.resource AND i.device = h.device
+LEFT JOIN pod_names n ON n.pod_uid = h.pod_uid
+"""
+
+# Pairs of devices where every node of the first is a node of the second (a device with
+# itself too). A device's nodes are its resolved ones, or its physical id alone. Candidates
+# come through each device's rarest node, so a node every device has (a control device)
+# costs nothing.
+_PAIRS = """
+dn (mechanism, resource, device, node) AS MATERIALIZED (
+    SELECT mechanism, resource, device, node FROM nodes
+    UNION ALL
+    SELECT mechanism, resource, device, physical_id FROM ident WHERE NOT resolved
+),
+keyed (k, mechanism, resource, device) AS MATERIALIZED (
+    SELECT row_number() OVER (), mechanism, resource, device FROM ident
+),
+kn (k, node) AS MATERIALIZED (
+    SELECT k.k, d.node FROM dn d
+    JOIN keyed k ON k.mechanism = d.mechanism AND k.resource = d.resource
+     AND k.device = d.device
+),
+width (node, c) AS MATERIALIZED (SELECT node, count(*) FROM kn GROUP BY node),
+size (k, n) AS MATERIALIZED (SELECT k, count(*) FROM kn GROUP BY k),
+rare (k, node, c) AS MATERIALIZED (
+    SELECT kn.k, kn.node, min(w.c) FROM kn JOIN width w ON w.node = kn.node GROUP BY kn.k
+),
+within (part, whole) AS MATERIALIZED (
+    SELECT r.k, o.k FROM rare r
+    JOIN kn o ON o.node = r.node
+    JOIN size s ON s.k = r.k
+    WHERE (SELECT count(*) FROM kn a JOIN kn b ON b.node = a.node AND b.k = o.k
+           WHERE a.k = r.k) = s.n
+),
+held (k, mechanism, resource, device, base, pod_uid, container, claim) AS MATERIALIZED (
+    SELECT k.k, h.mechanism, h.resource, h.device,
+           CASE WHEN h.mechanism = 'device-plugin' THEN v.base END,
+           h.pod_uid, h.container, h.claim
+    FROM holders h
+    JOIN keyed k ON k.mechanism = h.mechanism AND k.resource = h.resource
+     AND k.device = h.device
+    JOIN devs v ON v.mechanism = h.mechanism AND v.resource = h.resource
+     AND v.device = h.device
+    WHERE h.pod_uid IS NOT NULL
+),
+-- Holders of two devices one within the other, from different pods, that did not declare
+-- sharing: replicas of one time-sliced device (different replicas of one base), or one DRA
+-- device in several claims (a ShareID, or admin access, which the checkpoint does not
+-- record: DRA's allocator hands an allocated device to another claim for nothing else).
+clash (ak, apod, acontainer, aclaim, bk, bpod, bcontainer, bclaim) AS MATERIALIZED (
+    SELECT a.k, a.pod_uid, a.container, a.claim, b.k, b.pod_uid, b.container, b.claim
+    FROM within w
+    JOIN held a ON a.k = w.part
+    JOIN held b ON b.k = w.whole
+    WHERE a.pod_uid <> b.pod_uid
+      AND NOT (a.mechanism = 'dra' AND b.mechanism = 'dra' AND a.resource = b.resource
+               AND a.device = b.device)
+      AND NOT (a.mechanism = 'device-plugin' AND b.mechanism = 'device-plugin'
+               AND a.resource = b.resource AND a.base = b.base AND a.device <> b.device
+               AND a.base <> a.device AND b.base <> b.device)
+),
+both_ways (k, pod_uid, container, claim, other) AS (
+    SELECT ak, apod, acontainer, aclaim, bpod FROM clash
+    UNION ALL
+    SELECT bk, bpod, bcontainer, bclaim, apod FROM clash
+)"""
+
+V_PHYSICAL_DOUBLE_ALLOCATIONS = f"""
+CREATE VIEW v_physical_double_allocations AS
+WITH
+{_IDENTITY_CTES},{_HOLDERS},{_PAIRS}
+SELECT i.physical_id AS physical_id, k.mechanism AS mechanism, k.resource AS resource,
+       k.device AS device, b.pod_uid AS pod_uid,
+       coalesce(n.namespace, (SELECT c.namespace FROM dra_claims c
+                              WHERE c.claim_uid = b.claim)) AS namespace,
+       n.name AS pod_name, b.container AS container,
+       1 + count(DISTINCT b.other) AS pod_count
+FROM both_ways b
+JOIN keyed k ON k.k = b.k
+JOIN ident i ON i.mechanism = k.mechanism AND i.resource = k.resource AND i.device = k.device
+LEFT JOIN pod_names n ON n.pod_uid = b.pod_uid
+GROUP BY b.k, b.pod_uid, b.container, b.claim
+"""
+
+#: (name, CREATE statement) in creation order; drop in reverse.
+PHYSICAL_VIEWS: tuple[tuple[str, str], ...] = (
+    ("v_device_identity", V_DEVICE_IDENTITY),
+    ("v_physical_devices", V_PHYSICAL_DEVICES),
+    ("v_physical_double_allocations", V_PHYSICAL_DOUBLE_ALLOCATIONS),
+)
