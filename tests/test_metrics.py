@@ -271,6 +271,11 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_memory_assigned_bytes",
         "podstore_dra_allocated_devices",
         "podstore_numa_misaligned_containers",
+        # physical-devices.md
+        "podstore_physical_double_allocations",
+        # Served with --kubelet-version (podstore/metrics/release.py).
+        "podstore_kubelet_release_refused",
+        "podstore_kubelet_release_drops",
         # Served when the follower ships (tests/fleet/ scrape them from a shipping watch).
         *(name for name in EXISTING if name.startswith("podstore_ship_")),
     }
