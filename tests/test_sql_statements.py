@@ -15,6 +15,7 @@ import podstore
 from podstore import PodStore
 from podstore.storage.sql import (
     audit,
+    cdi,
     checks,
     entries,
     events,
@@ -22,6 +23,7 @@ from podstore.storage.sql import (
     node_checks,
     node_read,
     node_views,
+    physical_views,
     pods,
     ship,
     sync,
@@ -45,6 +47,8 @@ MODULES = (
     node_checks,
     node_read,
     node_views,
+    cdi,
+    physical_views,
 )
 PACKAGE = Path(podstore.__file__).parent
 
@@ -72,6 +76,8 @@ def _statements() -> dict[str, str]:
         found[f"views.{name}"] = create
     for name, create in node_views.NODE_VIEWS:
         found[f"node_views.{name}"] = create
+    for name, create in physical_views.PHYSICAL_VIEWS:
+        found[f"physical_views.{name}"] = create
     for n in range(len(events.HISTORY_FILTERS) + 1):
         for combo in itertools.combinations(sorted(events.HISTORY_FILTERS), n):
             found[f"events.history_sql{combo}"] = events.history_sql(combo)

@@ -1,5 +1,4 @@
-"""Physical devices: the host device nodes of the node's CDI devices, and the views that name
-the card behind every device held, across device plugins and DRA.
+"""Physical devices: the CDI devices' host device nodes, and the views over them.
 
 Revision ID: 0009
 Revises: 0008
