@@ -72,9 +72,13 @@ def response(host_paths: tuple[str, ...] = (), cdi: tuple[str, ...] = ()) -> byt
 
 
 def entry(
-    pod_name: str, devices: list[str], resp: bytes = b"", resource: str = GPU
+    pod_name: str,
+    devices: list[str],
+    resp: bytes = b"",
+    resource: str = GPU,
+    container: str = "main",
 ) -> PodDevicesEntry:
-    return PodDevicesEntry(pod(pod_name), "main", resource, {-1: devices}, resp)
+    return PodDevicesEntry(pod(pod_name), container, resource, {-1: devices}, resp)
 
 
 def claim(
