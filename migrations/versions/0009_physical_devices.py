@@ -110,8 +110,8 @@ nodes (mechanism, resource, device, node) AS MATERIALIZED (
     UNION ALL
     SELECT 'dra', resource, device, node FROM dra_nodes
 ),
-ident (mechanism, resource, device, physical_id, resolved, share) AS MATERIALIZED (
-    SELECT v.mechanism, v.resource, v.device,
+ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
+    SELECT v.mechanism, v.resource, v.device, v.base,
            coalesce((SELECT json_group_array(x.node) FROM (
                         SELECT n.node FROM nodes n
                         WHERE n.mechanism = v.mechanism AND n.resource = v.resource
@@ -203,8 +203,8 @@ nodes (mechanism, resource, device, node) AS MATERIALIZED (
     UNION ALL
     SELECT 'dra', resource, device, node FROM dra_nodes
 ),
-ident (mechanism, resource, device, physical_id, resolved, share) AS MATERIALIZED (
-    SELECT v.mechanism, v.resource, v.device,
+ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
+    SELECT v.mechanism, v.resource, v.device, v.base,
            coalesce((SELECT json_group_array(x.node) FROM (
                         SELECT n.node FROM nodes n
                         WHERE n.mechanism = v.mechanism AND n.resource = v.resource
@@ -217,15 +217,14 @@ ident (mechanism, resource, device, physical_id, resolved, share) AS MATERIALIZE
            v.share
     FROM devs v
 ),
-holders (mechanism, resource, device, base, pod_uid, container, claim, namespace) AS (
-    SELECT DISTINCT 'device-plugin', a.resource, d.device_id, NULL, p.uid, c.name, NULL, NULL
+holders (mechanism, resource, device, pod_uid, container, namespace) AS (
+    SELECT DISTINCT 'device-plugin', a.resource, d.device_id, p.uid, c.name, NULL
     FROM allocation_devices d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
     UNION ALL
-    SELECT 'dra', d.driver, d.pool || '/' || d.device, NULL, p.pod_uid, NULL, c.claim_uid,
-           c.namespace
+    SELECT 'dra', d.driver, d.pool || '/' || d.device, p.pod_uid, NULL, c.namespace
     FROM dra_devices d
     JOIN dra_claims c ON c.id = d.claim_id
     LEFT JOIN dra_claim_pods p ON p.claim_id = c.id
@@ -315,8 +314,8 @@ nodes (mechanism, resource, device, node) AS MATERIALIZED (
     UNION ALL
     SELECT 'dra', resource, device, node FROM dra_nodes
 ),
-ident (mechanism, resource, device, physical_id, resolved, share) AS MATERIALIZED (
-    SELECT v.mechanism, v.resource, v.device,
+ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
+    SELECT v.mechanism, v.resource, v.device, v.base,
            coalesce((SELECT json_group_array(x.node) FROM (
                         SELECT n.node FROM nodes n
                         WHERE n.mechanism = v.mechanism AND n.resource = v.resource
@@ -329,87 +328,75 @@ ident (mechanism, resource, device, physical_id, resolved, share) AS MATERIALIZE
            v.share
     FROM devs v
 ),
-holders (mechanism, resource, device, base, pod_uid, container, claim, namespace) AS (
-    SELECT DISTINCT 'device-plugin', a.resource, d.device_id, NULL, p.uid, c.name, NULL, NULL
+holders (mechanism, resource, device, pod_uid, container, namespace) AS (
+    SELECT DISTINCT 'device-plugin', a.resource, d.device_id, p.uid, c.name, NULL
     FROM allocation_devices d
     JOIN allocations a ON a.id = d.allocation_id
     JOIN containers c ON c.id = a.container_id
     JOIN pods p ON p.id = c.pod_id
     UNION ALL
-    SELECT 'dra', d.driver, d.pool || '/' || d.device, NULL, p.pod_uid, NULL, c.claim_uid,
-           c.namespace
+    SELECT 'dra', d.driver, d.pool || '/' || d.device, p.pod_uid, NULL, c.namespace
     FROM dra_devices d
     JOIN dra_claims c ON c.id = d.claim_id
     LEFT JOIN dra_claim_pods p ON p.claim_id = c.id
 ),
-dn (mechanism, resource, device, node) AS MATERIALIZED (
-    SELECT mechanism, resource, device, node FROM nodes
+pids (pid, resolved) AS MATERIALIZED (SELECT DISTINCT physical_id, resolved FROM ident),
+pn (pid, node) AS MATERIALIZED (
+    SELECT p.pid, j.value FROM pids p, json_each(p.pid) j WHERE p.resolved
     UNION ALL
-    SELECT mechanism, resource, device, physical_id FROM ident WHERE NOT resolved
+    SELECT pid, pid FROM pids WHERE NOT resolved
 ),
-keyed (k, mechanism, resource, device) AS MATERIALIZED (
-    SELECT row_number() OVER (), mechanism, resource, device FROM ident
-),
-kn (k, node) AS MATERIALIZED (
-    SELECT k.k, d.node FROM dn d
-    JOIN keyed k ON k.mechanism = d.mechanism AND k.resource = d.resource
-     AND k.device = d.device
-),
-width (node, c) AS MATERIALIZED (SELECT node, count(*) FROM kn GROUP BY node),
-size (k, n) AS MATERIALIZED (SELECT k, count(*) FROM kn GROUP BY k),
-rare (k, node, c) AS MATERIALIZED (
-    SELECT kn.k, kn.node, min(w.c) FROM kn JOIN width w ON w.node = kn.node GROUP BY kn.k
+width (node, c) AS MATERIALIZED (SELECT node, count(*) FROM pn GROUP BY node),
+size (pid, n) AS MATERIALIZED (SELECT pid, count(*) FROM pn GROUP BY pid),
+rare (pid, node, c) AS MATERIALIZED (
+    SELECT pn.pid, pn.node, min(w.c) FROM pn JOIN width w ON w.node = pn.node GROUP BY pn.pid
 ),
 within (part, whole) AS MATERIALIZED (
-    SELECT r.k, o.k FROM rare r
-    JOIN kn o ON o.node = r.node
-    JOIN size s ON s.k = r.k
-    WHERE (SELECT count(*) FROM kn a JOIN kn b ON b.node = a.node AND b.k = o.k
-           WHERE a.k = r.k) = s.n
+    SELECT r.pid, o.pid FROM rare r
+    JOIN pn o ON o.node = r.node
+    JOIN size s ON s.pid = r.pid
+    WHERE (SELECT count(*) FROM pn a JOIN pn b ON b.node = a.node AND b.pid = o.pid
+           WHERE a.pid = r.pid) = s.n
 ),
-held (k, mechanism, resource, device, base, pod_uid, container, claim) AS MATERIALIZED (
-    SELECT k.k, h.mechanism, h.resource, h.device,
-           CASE WHEN h.mechanism = 'device-plugin' THEN v.base END,
-           h.pod_uid, h.container, h.claim
+rel (pid, other) AS MATERIALIZED (
+    SELECT part, whole FROM within UNION SELECT whole, part FROM within
+),
+-- Each holder with its physical id and the sharing it declared: holders of one group share
+-- the card as declared — replicas of one time-sliced device, or one DRA device in several
+-- claims (a ShareID, or admin access, which the checkpoint does not record: DRA's allocator
+-- hands an allocated device to another claim for nothing else). NULL: exclusive.
+held (pid, grp, mechanism, resource, device, pod_uid, container, namespace) AS MATERIALIZED (
+    SELECT i.physical_id,
+           CASE WHEN h.mechanism = 'dra' THEN 'dra|' || h.resource || '|' || h.device
+                WHEN i.base <> h.device THEN 'replica|' || h.resource || '|' || i.base END,
+           h.mechanism, h.resource, h.device, h.pod_uid, h.container, h.namespace
     FROM holders h
-    JOIN keyed k ON k.mechanism = h.mechanism AND k.resource = h.resource
-     AND k.device = h.device
-    JOIN devs v ON v.mechanism = h.mechanism AND v.resource = h.resource
-     AND v.device = h.device
+    JOIN ident i ON i.mechanism = h.mechanism AND i.resource = h.resource
+     AND i.device = h.device
     WHERE h.pod_uid IS NOT NULL
 ),
--- Holders of two devices one within the other, from different pods, that did not declare
--- sharing: replicas of one time-sliced device (different replicas of one base), or one DRA
--- device in several claims (a ShareID, or admin access, which the checkpoint does not
--- record: DRA's allocator hands an allocated device to another claim for nothing else).
-clash (ak, apod, acontainer, aclaim, bk, bpod, bcontainer, bclaim) AS MATERIALIZED (
-    SELECT a.k, a.pod_uid, a.container, a.claim, b.k, b.pod_uid, b.container, b.claim
-    FROM within w
-    JOIN held a ON a.k = w.part
-    JOIN held b ON b.k = w.whole
-    WHERE a.pod_uid <> b.pod_uid
-      AND NOT (a.mechanism = 'dra' AND b.mechanism = 'dra' AND a.resource = b.resource
-               AND a.device = b.device)
-      AND NOT (a.mechanism = 'device-plugin' AND b.mechanism = 'device-plugin'
-               AND a.resource = b.resource AND a.base = b.base AND a.device <> b.device
-               AND a.base <> a.device AND b.base <> b.device)
+-- Per physical id, each pod holding it or one within or around it, with the one group all
+-- those holdings of the pod declared (NULL: none, or more than one).
+pq (pid, pod_uid, grp, pods) AS MATERIALIZED (
+    SELECT r.pid, x.pod_uid,
+           CASE WHEN count(*) = count(x.grp) AND min(x.grp) = max(x.grp) THEN min(x.grp) END,
+           count(*) OVER (PARTITION BY r.pid)
+    FROM rel r JOIN held x ON x.pid = r.other
+    GROUP BY r.pid, x.pod_uid
 ),
-both_ways (k, pod_uid, container, claim, other) AS (
-    SELECT ak, apod, acontainer, aclaim, bpod FROM clash
-    UNION ALL
-    SELECT bk, bpod, bcontainer, bclaim, apod FROM clash
+group_pods (pid, grp, pods) AS MATERIALIZED (
+    SELECT pid, grp, count(*) FROM pq WHERE grp IS NOT NULL GROUP BY pid, grp
 )
-SELECT i.physical_id AS physical_id, k.mechanism AS mechanism, k.resource AS resource,
-       k.device AS device, b.pod_uid AS pod_uid,
-       coalesce(n.namespace, (SELECT c.namespace FROM dra_claims c
-                              WHERE c.claim_uid = b.claim)) AS namespace,
-       n.name AS pod_name, b.container AS container,
-       1 + count(DISTINCT b.other) AS pod_count
-FROM both_ways b
-JOIN keyed k ON k.k = b.k
-JOIN ident i ON i.mechanism = k.mechanism AND i.resource = k.resource AND i.device = k.device
-LEFT JOIN pod_names n ON n.pod_uid = b.pod_uid
-GROUP BY b.k, b.pod_uid, b.container, b.claim
+SELECT h.pid AS physical_id, h.mechanism AS mechanism, h.resource AS resource,
+       h.device AS device, h.pod_uid AS pod_uid,
+       coalesce(n.namespace, h.namespace) AS namespace, n.name AS pod_name,
+       h.container AS container,
+       q.pods - coalesce(g.pods, 0) + coalesce(q.grp = h.grp, 0) AS pod_count
+FROM held h
+CROSS JOIN pq q ON q.pid = h.pid AND q.pod_uid = h.pod_uid
+LEFT JOIN group_pods g ON g.pid = h.pid AND g.grp = h.grp
+LEFT JOIN pod_names n ON n.pod_uid = h.pod_uid
+WHERE q.pods - coalesce(g.pods, 0) + coalesce(q.grp = h.grp, 0) > 1
 """
 
 _VIEWS = (
