@@ -128,16 +128,17 @@ def import_node(
         if len(source.skipped) > SKIPPED_SHOWN:
             click.echo(f"  ... and {len(source.skipped) - SKIPPED_SHOWN} more")
     if report.cdi is not None:
-        cdi_line(report.cdi)
+        cdi_line(report.cdi, defaults=tuple(map(str, cdi_dirs)) == DEFAULT_CDI_DIRS)
 
 
-def cdi_line(report: CdiReport) -> None:
-    """The CDI read on stdout; every spec or device skipped on stderr, as a warning."""
+def cdi_line(report: CdiReport, *, defaults: bool) -> None:
+    """The CDI read on stdout; every spec or device skipped on stderr, as a warning. A default
+    directory that is not there is no news (a node without CDI)."""
     click.echo(
         f"imported CDI specs: {report.devices} devices, {report.written} spec files written, "
         f"{report.removed} removed" + ("" if report.changed else " (unchanged)")
     )
-    for directory in report.absent:
+    for directory in () if defaults else report.absent:
         click.echo(f"absent: CDI directory {escape_controls(directory)} (left as it was)")
     for reason in report.skipped:
         click.echo(f"warning: CDI spec skipped: {escape_controls(reason)}", err=True)
