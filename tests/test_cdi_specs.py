@@ -108,6 +108,15 @@ def test_a_partial_spec_keeps_its_good_devices_and_names_the_others() -> None:
     ]
 
 
+def test_the_specs_own_nodes_go_only_with_a_device_that_has_nodes() -> None:
+    common = {"deviceNodes": [{"path": "/dev/ctl"}]}
+    text = _json([_dev("card", "/dev/card"), {"name": "bare"}], containerEdits=common)
+    devices, skipped = parse_spec(text.encode(), "s.json")
+    # Alone, the control node would make "bare" a part of every card of the spec.
+    assert devices == {"v.example/c=card": ("/dev/card", "/dev/ctl"), "v.example/c=bare": ()}
+    assert skipped == []
+
+
 def test_an_oversized_file_is_no_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cdi_specs, "MAX_SPEC_BYTES", 64)
     (tmp_path / "big.json").write_text(_json([_dev("d", "/dev/" + "x" * 100)]))
