@@ -94,10 +94,12 @@ def test_watch_picks_up_a_cdi_change_and_keeps_it_when_the_directory_goes(
         # A bad rewrite is said once and keeps what the spec gave.
         replace_file(cdi / "nvidia.json", b"{")
         watch.wait(lambda: "CDI spec skipped" in watch.log(), "the bad spec reported")
-        shutil.rmtree(cdi)
-        time.sleep(1.0)  # three polling ticks with the directory gone
+        time.sleep(1.0)  # three polling ticks more with the bad spec
         assert watch.query(resolved) == [(1,)]
         assert watch.log().count("CDI spec skipped") == 1
+        shutil.rmtree(cdi)
+        time.sleep(1.0)  # and with the directory gone
+        assert watch.query(resolved) == [(1,)]
     finally:
         assert watch.stop() == 0
 
