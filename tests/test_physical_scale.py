@@ -113,6 +113,9 @@ def test_the_physical_views_at_node_scale(big: Path) -> None:
         runs = [_read(big, view) for _ in range(2)]
         assert all(m.code == 0 for m in runs), runs[0].stderr
         figures[view] = (min(m.cpu_s for m in runs), max(m.peak_rss_mib for m in runs))
+    runs = [ss.measure(ss.podstore_argv("--db", str(big), "metrics")) for _ in range(2)]
+    assert all(m.code == 0 for m in runs), runs[0].stderr
+    figures["podstore metrics"] = (min(m.cpu_s for m in runs), max(m.peak_rss_mib for m in runs))
     load = os.getloadavg()[0]
     print(f"\n{entries:,} entries, {PODS:,} pods, load {load:.2f}: CPU s / peak RSS MiB")
     for view, (cpu, rss) in figures.items():

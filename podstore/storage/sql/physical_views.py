@@ -198,17 +198,21 @@ group_pods (pid, grp, pods) AS MATERIALIZED (
 V_PHYSICAL_DOUBLE_ALLOCATIONS = f"""
 CREATE VIEW v_physical_double_allocations AS
 WITH
-{_IDENTITY_CTES},{_HOLDERS},{_RELATED}
-SELECT h.pid AS physical_id, h.mechanism AS mechanism, h.resource AS resource,
-       h.device AS device, h.pod_uid AS pod_uid,
-       coalesce(n.namespace, h.namespace) AS namespace, n.name AS pod_name,
-       h.container AS container,
-       q.pods - coalesce(g.pods, 0) + coalesce(q.grp = h.grp, 0) AS pod_count
-FROM held h
-CROSS JOIN pq q ON q.pid = h.pid AND q.pod_uid = h.pod_uid
-LEFT JOIN group_pods g ON g.pid = h.pid AND g.grp = h.grp
-LEFT JOIN pod_names n ON n.pod_uid = h.pod_uid
-WHERE q.pods - coalesce(g.pods, 0) + coalesce(q.grp = h.grp, 0) > 1
+{_IDENTITY_CTES},{_HOLDERS},{_RELATED},
+found (physical_id, mechanism, resource, device, pod_uid, namespace, pod_name, container,
+       pod_count) AS MATERIALIZED (
+    SELECT h.pid, h.mechanism, h.resource, h.device, h.pod_uid,
+           coalesce(n.namespace, h.namespace), n.name, h.container,
+           q.pods - coalesce(g.pods, 0) + coalesce(q.grp = h.grp, 0)
+    FROM held h
+    CROSS JOIN pq q ON q.pid = h.pid AND q.pod_uid = h.pod_uid
+    LEFT JOIN group_pods g ON g.pid = h.pid AND g.grp = h.grp
+    LEFT JOIN pod_names n ON n.pod_uid = h.pod_uid
+)
+-- Materialized whole: a query that aggregates over the view keeps this plan.
+SELECT physical_id, mechanism, resource, device, pod_uid, namespace, pod_name, container,
+       pod_count
+FROM found WHERE pod_count > 1
 """
 
 #: (name, CREATE statement) in creation order; drop in reverse.
