@@ -94,7 +94,6 @@ dra_nodes (resource, device, node) AS (
     SELECT DISTINCT d.driver, d.pool || '/' || d.device, n.host_path
     FROM dra_devices d, json_each(d.cdi_device_ids) j
     JOIN cdi_device_nodes n ON n.name = j.value
-    WHERE json_valid(d.cdi_device_ids)
 ),
 devs (mechanism, resource, device, base, share) AS (
     SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
@@ -187,7 +186,6 @@ dra_nodes (resource, device, node) AS (
     SELECT DISTINCT d.driver, d.pool || '/' || d.device, n.host_path
     FROM dra_devices d, json_each(d.cdi_device_ids) j
     JOIN cdi_device_nodes n ON n.name = j.value
-    WHERE json_valid(d.cdi_device_ids)
 ),
 devs (mechanism, resource, device, base, share) AS (
     SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
@@ -298,7 +296,6 @@ dra_nodes (resource, device, node) AS (
     SELECT DISTINCT d.driver, d.pool || '/' || d.device, n.host_path
     FROM dra_devices d, json_each(d.cdi_device_ids) j
     JOIN cdi_device_nodes n ON n.name = j.value
-    WHERE json_valid(d.cdi_device_ids)
 ),
 devs (mechanism, resource, device, base, share) AS (
     SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,

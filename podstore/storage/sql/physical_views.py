@@ -7,7 +7,7 @@ specs (``cdi_device_nodes``) and the plugin's response. Two devices are one card
 a part of the other (a MIG partition and its whole GPU), when the nodes of one are all nodes
 of the other: two MIG partitions of one GPU share the GPU's node but each has its own, so
 neither holds the other. A device nothing resolves stands for itself
-(``mechanism:resource:device``).
+(``mechanism:resource:base``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ dra_nodes (resource, device, node) AS (
     SELECT DISTINCT d.driver, d.pool || '/' || d.device, n.host_path
     FROM dra_devices d, json_each(d.cdi_device_ids) j
     JOIN cdi_device_nodes n ON n.name = j.value
-    WHERE json_valid(d.cdi_device_ids)
 ),
 devs (mechanism, resource, device, base, share) AS (
     SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
