@@ -287,3 +287,17 @@ def test_import_node_without_cdi_resolves_host_paths_only(tmp_path: Path) -> Non
     assert f"absent: CDI directory {tmp_path / 'no-cdi'} (left as it was)" in out.stdout
     held = {r["device"]: (r["physical_id"], r["resolved"]) for r in rows(db, "v_physical_devices")}
     assert held == {"GPU-0": (f"device-plugin:{GPU}:GPU-0", 0), "card-1": (f'["{card(1)}"]', 1)}
+
+
+def test_a_claim_no_pod_uses_yet_is_listed_without_a_pod_and_clashes_with_nobody(
+    tmp_path: Path,
+) -> None:
+    node = PhysicalNode(
+        entries=[entry("a", ["GPU-0"], response(cdi=(f"{GPU}=GPU-0",)))],
+        registered={GPU: ["GPU-0"]},
+        claims=[claim("z", [], "gpu-0", [f"{GPU}=GPU-0"])],
+    )
+    db = load(tmp_path, node)
+    held = {(r["mechanism"], r["pod_uid"], r["namespace"]) for r in rows(db, "v_physical_devices")}
+    assert held == {("device-plugin", pod("a"), None), ("dra", None, "default")}
+    assert rows(db, "v_physical_double_allocations") == []
