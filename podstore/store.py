@@ -47,6 +47,7 @@ from podstore.storage.sql import events as events_sql
 from podstore.storage.sql import node_read as node_read_sql
 from podstore.types import (
     AllocationEvent,
+    CdiReport,
     ContainerNuma,
     DeviceRunContainerOptions,
     DRAOwner,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         MemoryBlock,
         MemoryManagerState,
     )
+    from podstore.checkpoint.cdi_specs import CdiSpecs
     from podstore.storage.node import sync as node_sync
 
 # What only writes, imports, exports and syncs need is imported in the methods: a process that
@@ -641,15 +643,32 @@ class PodStore:
         *,
         sysfs: str | os.PathLike[str] = DEFAULT_SYSFS,
         pod_logs: str | os.PathLike[str] = DEFAULT_POD_LOGS,
+        cdi_dirs: Sequence[str | os.PathLike[str]] | None = None,
         max_bytes: int | None = None,
     ) -> NodeImportReport:
-        """Load the node's checkpoints, topology and pod names in one transaction (docs/api.md).
-        Raises what a failing file raises, or CheckpointNotFoundError; nothing changes then."""
+        """Load the node's checkpoints, topology, pod names and CDI specs (``cdi_dirs``,
+        default ``/etc/cdi`` and ``/var/run/cdi``) in one transaction (docs/api.md). Raises
+        what a failing file raises, or CheckpointNotFoundError; nothing changes then."""
+        from podstore.checkpoint.cdi_specs import DEFAULT_CDI_DIRS
         from podstore.storage.node import import_dir
 
-        prepared = import_dir.prepare(kubelet_dir, sysfs, pod_logs, max_bytes=max_bytes)
+        dirs = DEFAULT_CDI_DIRS if cdi_dirs is None else tuple(os.fspath(d) for d in cdi_dirs)
+        prepared = import_dir.prepare(
+            kubelet_dir, sysfs, pod_logs, cdi_dirs=dirs, max_bytes=max_bytes
+        )
         with self._sessions.write() as conn:
             return import_dir.apply(conn, prepared)
+
+    def set_cdi_specs(self, specs: CdiSpecs) -> CdiReport:
+        """Bring the stored CDI devices to ``specs`` (``read_cdi_specs``); what an absent
+        directory or an unreadable spec gave before stays."""
+        from podstore.checkpoint.cdi_specs import CdiSpecs
+        from podstore.storage.node import cdi
+
+        if not isinstance(specs, CdiSpecs):
+            raise InvalidInputError(f"specs: expected CdiSpecs, got {type(specs).__name__}")
+        with self._sessions.write() as conn:
+            return cdi.apply(conn, specs)
 
     def topology(self) -> list[NumaUsage]:
         """The node's picture per NUMA node, with holders (``podstore topology``)."""

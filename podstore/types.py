@@ -344,6 +344,22 @@ class NodeSyncReport:
 
 
 @dataclass(frozen=True, slots=True)
+class CdiReport:
+    """What a CDI read changed: spec files whose rows were written or removed, the devices
+    the specs read name, the directories that were not there, and what was skipped."""
+
+    written: int
+    removed: int
+    devices: int
+    absent: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeImportReport:
     """What ``PodStore.import_node`` did: a report per kind whose file was there, the
     ``absent`` kinds, and the topology and names reports (None: no source) (docs/api.md)."""
@@ -353,6 +369,8 @@ class NodeImportReport:
     absent: tuple[str, ...]
     topology: NodeSyncReport | None
     names: NodeSyncReport | None
+    #: The CDI specs read (None: not read).
+    cdi: CdiReport | None = None
 
     @property
     def events(self) -> int:
@@ -360,7 +378,8 @@ class NodeImportReport:
 
     @property
     def changed(self) -> bool:
-        return any(r.changed for r in self._parts())
+        cdi = self.cdi is not None and self.cdi.changed
+        return cdi or any(r.changed for r in self._parts())
 
     def _parts(self) -> list[SyncReport | NodeSyncReport]:
         parts = (*self.checkpoints.values(), self.topology, self.names)

@@ -127,6 +127,29 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
         (11, "2026-12-01T12:35:00.000000Z", "registered", None, None, "listed"),
     ],
     "The hash chain (revision 0005) and `history_chain_links`": [(13, "registered", 32, 0)],
+    # The fixture has no CDI specs: GPU-3, held by two pods, keeps its own id.
+    "`v_physical_double_allocations` — holders of one card in several pods, sharing undeclared": [
+        (
+            "device-plugin:nvidia.com/gpu:GPU-3",
+            "device-plugin",
+            "nvidia.com/gpu",
+            "GPU-3",
+            None,
+            None,
+            "worker",
+            2,
+        ),
+        (
+            "device-plugin:nvidia.com/gpu:GPU-3",
+            "device-plugin",
+            "nvidia.com/gpu",
+            "GPU-3",
+            None,
+            None,
+            "rogue",
+            2,
+        ),
+    ],
 }
 
 

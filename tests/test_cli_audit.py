@@ -143,9 +143,12 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
-            {"revision": "0010", "down_revision": "0008",
+            {"revision": "0010", "down_revision": "0009",
              "message": "Allocation intervals: ``end`` events in the history, and the view "
              "``v_allocation_intervals``."},
+            {"revision": "0009", "down_revision": "0008",
+             "message": "Physical devices: the CDI devices' host device nodes, and the views "
+             "over them."},
             {"revision": "0008", "down_revision": "0007",
              "message": "Each node item's canonical text kept beside it; each node file's bytes "
              "digested."},

@@ -408,3 +408,37 @@ def test_usage_refuses_bad_windows_and_changes_nothing(tmp_path: Path) -> None:
     assert db.read_bytes() == before
     missing = podstore("--db", str(tmp_path / "none.db"), "usage", cwd=tmp_path)
     assert missing.returncode == 1 and not (tmp_path / "none.db").exists()
+
+
+def test_intervals_bill_the_physical_device_replicas_as_shares(
+    store: PodStore, clock: Clock
+) -> None:
+    """v_allocation_intervals takes v_device_identity's physical id and share: two pods on
+    replicas of one time-sliced card for an hour are a quarter card-hour each; a whole card
+    named by its host path is that path's card while held. Once its entry is gone nothing on
+    the node names its path any more, and a finished holding of an unregistered device is its
+    own unresolved id (docs/sql.md)."""
+    from podstore import ContainerAllocateResponse, DeviceSpec
+
+    shared = "nvidia.com/gpu.shared"
+    store.set_registered_devices({shared: [f"GPU-6::{r}" for r in range(4)]})
+    resp = ContainerAllocateResponse()
+    resp.devices.append(DeviceSpec(container_path="/dev/nvidia0", host_path="/dev/nvidia0"))
+    store.insert("p1", "main", GPU, {0: ["GPU-0"]}, resp.SerializeToString())
+    store.insert("p2", "main", shared, {0: ["GPU-6::0"]}, b"")
+    store.insert("p3", "main", shared, {0: ["GPU-6::3"]}, b"")
+    clock.set(3600)
+    query = "SELECT pod_uid, physical_id, share FROM v_allocation_intervals ORDER BY pod_uid"
+    unresolved = f"device-plugin:{shared}:GPU-6"
+    assert [tuple(r) for r in store.query(query).rows] == [
+        ("p1", '["/dev/nvidia0"]', 1.0),
+        ("p2", unresolved, 0.25),
+        ("p3", unresolved, 0.25),
+    ]
+    window = {"since": at(0), "until": at(3600)}
+    by = {r[0]: r[1] for r in store.query(usage_sql("physical", False), window).rows}
+    assert by == {'["/dev/nvidia0"]': 3600.0, unresolved: 1800.0}
+    store.delete(["p1", "p2", "p3"])
+    rows = [tuple(r) for r in store.query(query).rows]
+    assert rows[0] == ("p1", f"device-plugin:{GPU}:GPU-0", 1.0)
+    assert rows[1:] == [("p2", unresolved, 0.25), ("p3", unresolved, 0.25)]

@@ -277,6 +277,8 @@ def test_the_contract_table_names_exactly_these_metrics() -> None:
         "podstore_cri_up",
         "podstore_cri_polls_total",
         "podstore_cri_ends_total",
+        # physical-devices.md
+        "podstore_physical_double_allocations",
         # Served when the follower ships (tests/fleet/ scrape them from a shipping watch).
         *(name for name in EXISTING if name.startswith("podstore_ship_")),
         # Served with watch --kubelet-version (test_watch_release scrapes them).

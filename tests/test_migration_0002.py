@@ -19,7 +19,7 @@ from podstore.sqlite.migrate import head_revision, run_downgrade, run_upgrade
 from podstore.storage.entries import current_entries, current_registered
 from podstore.storage.events import replay
 from podstore.storage.schema import metadata
-from podstore.storage.sql import intervals, node_views, views
+from podstore.storage.sql import intervals, node_views, physical_views, views
 
 CORE = (
     "pods",
@@ -256,7 +256,14 @@ def test_head_schema_matches_schema_py_and_the_views_match_views_py(db_path: Pat
     finally:
         conn.close()
     # The frozen copy in 0002 must still be what views.py says (until a revision changes it);
-    # revision 0007's views are node_views.py's, revision 0010's intervals.py's.
-    expected = views.VIEWS + views.TRIGGERS + node_views.NODE_VIEWS + intervals.INTERVAL_VIEWS
+    # revision 0007's views are node_views.py's, 0009's physical_views.py's, 0010's
+    # intervals.py's.
+    expected = (
+        views.VIEWS
+        + views.TRIGGERS
+        + node_views.NODE_VIEWS
+        + physical_views.PHYSICAL_VIEWS
+        + intervals.INTERVAL_VIEWS
+    )
     assert stored == {name: sql.strip() for name, sql in expected}
     assert set(schema_objects(db_path)) >= ADDED_TABLES

@@ -53,7 +53,7 @@ def test_down_and_up_keep_every_other_row_and_the_chain(filled: Path, tmp_path: 
     head = table_dump(db)
     assert _view(db) == V_ALLOCATION_INTERVALS.strip()
 
-    run_downgrade(ConnectOptions(path=str(db)), "0008")
+    run_downgrade(ConnectOptions(path=str(db)), "0009")
     down = table_dump(db)
     assert _view(db) is None
     assert [e for e in down["allocation_events"] if e[2] == "end"] == []

@@ -199,10 +199,12 @@ def test_double_allocation_makes_its_alert_pending(
     assert alert["annotations"]["summary"].endswith(f"on {node}")
     assert f"podstore devices --resource {GPU}" in alert["annotations"]["description"]
     # The NIC has no double allocation, and no other alert of the rules fires on this node
-    # but kubelet 1.30's refusal of the DRA file (pending for its 10 minutes).
+    # but kubelet 1.30's refusal of the DRA file (pending for its 10 minutes) and the
+    # physical double allocation (the same GPU, by its device ID: no CDI spec names it).
     others = {(a["labels"]["alertname"], a["labels"].get("kind")) for a in prometheus.alerts()}
     assert others == {
         ("PodstoreDoubleAllocatedDevices", None),
+        ("PodstorePhysicalDoubleAllocation", None),
         ("PodstoreKubeletReleaseRefuses", "dra"),
     }
 

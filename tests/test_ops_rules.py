@@ -27,6 +27,7 @@ OPERATOR = DEPLOY / "podstore-prometheusrule.yaml"
 # What the issue asks the rules to watch, by alert.
 REQUIRED = {
     "PodstoreDoubleAllocatedDevices",
+    "PodstorePhysicalDoubleAllocation",
     "PodstoreSyncsFailing",
     "PodstoreCheckpointStale",
     "PodstoreFollowerDown",

@@ -15,6 +15,7 @@ import podstore
 from podstore import PodStore
 from podstore.storage.sql import (
     audit,
+    cdi,
     checks,
     entries,
     events,
@@ -23,6 +24,7 @@ from podstore.storage.sql import (
     node_checks,
     node_read,
     node_views,
+    physical_views,
     pods,
     ship,
     sync,
@@ -46,6 +48,8 @@ MODULES = (
     node_checks,
     node_read,
     node_views,
+    cdi,
+    physical_views,
     intervals,
 )
 PACKAGE = Path(podstore.__file__).parent
@@ -79,6 +83,8 @@ def _statements() -> dict[str, str]:
     for by in intervals.USAGE_GROUPS:
         for one in (False, True):
             found[f"intervals.usage_sql({by}, {one})"] = intervals.usage_sql(by, one)
+    for name, create in physical_views.PHYSICAL_VIEWS:
+        found[f"physical_views.{name}"] = create
     for n in range(len(events.HISTORY_FILTERS) + 1):
         for combo in itertools.combinations(sorted(events.HISTORY_FILTERS), n):
             found[f"events.history_sql{combo}"] = events.history_sql(combo)

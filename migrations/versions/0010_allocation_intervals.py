@@ -1,7 +1,7 @@
 """Allocation intervals: ``end`` events in the history, and the view ``v_allocation_intervals``.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-06
 
 The history takes a new op, ``end`` (storage/ends.py): the earliest evidence that a holder let
@@ -26,7 +26,7 @@ from alembic import op
 
 revision: str = "0010"
 # The lead re-points this when the revisions between are merged.
-down_revision: str | None = "0008"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -134,8 +134,10 @@ i AS (
     FROM ended
 )
 SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
-       i.mechanism || ':' || i.resource || ':' || i.device AS physical_id,
-       1.0 AS share,
+       coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
+           AS physical_id,
+       CASE WHEN i.mechanism = 'dra' AND i."end" IS NOT NULL THEN 1.0
+            ELSE coalesce(d.share, 1.0) END AS share,
        i.pod_uid AS pod_uid,
        coalesce(pn.namespace,
     (SELECT json_extract(n.device_ids, '$.namespace') FROM allocation_events n
@@ -152,6 +154,8 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
        i.end_source AS end_source, i.start_cut AS start_cut
 FROM i
 LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid
+LEFT JOIN v_device_identity d
+       ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device
 """
 
 

@@ -8,12 +8,13 @@ from typing import Any
 
 import click
 
+from podstore.checkpoint.cdi_specs import DEFAULT_CDI_DIRS
 from podstore.checkpoint.podnames import DEFAULT_POD_LOGS
 from podstore.checkpoint.topology import DEFAULT_SYSFS
 from podstore.cli.checkpoint import KIND_NAMES, node_report_line
 from podstore.cli.context import Context
 from podstore.cli.output import emit, escape_controls, output_option
-from podstore.types import ContainerNuma, NumaUsage, SyncReport
+from podstore.types import CdiReport, ContainerNuma, NumaUsage, SyncReport
 
 #: Where kubelet keeps its state.
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
@@ -33,7 +34,18 @@ SKIPPED_SHOWN = 10
 
 
 def node_dirs(fn: Any) -> Any:
-    """``--sysfs`` and ``--pod-logs``, shared by ``import-node`` and ``watch``."""
+    """``--sysfs``, ``--pod-logs`` and ``--cdi-dir``, shared by ``import-node`` and ``watch``."""
+    fn = click.option(
+        "--cdi-dir",
+        "cdi_dirs",
+        type=click.Path(file_okay=False, path_type=Path),
+        multiple=True,
+        default=DEFAULT_CDI_DIRS,
+        show_default=True,
+        help="A directory of CDI spec files (*.json, *.yaml), whose devices' host device "
+        "nodes name the physical devices; repeatable, later ones first in priority as CDI "
+        "has it. One that is not there keeps what it gave before.",
+    )(fn)
     fn = click.option(
         "--pod-logs",
         type=click.Path(file_okay=False, path_type=Path),
@@ -74,20 +86,26 @@ def _device_line(report: SyncReport) -> str:
 )
 @click.pass_obj
 def import_node(
-    ctx: Context, kubelet_dir: Path, sysfs: Path, pod_logs: Path, max_bytes: int | None
+    ctx: Context,
+    kubelet_dir: Path,
+    sysfs: Path,
+    pod_logs: Path,
+    cdi_dirs: tuple[Path, ...],
+    max_bytes: int | None,
 ) -> None:
     """Load the whole node in one transaction: every checkpoint present in KUBELET_DIR
     (default /var/lib/kubelet) — the device manager's, the CPU, memory and DRA managers' —,
-    the NUMA topology (--sysfs) and the pod names (--pod-logs).
+    the NUMA topology (--sysfs), the pod names (--pod-logs) and the CDI specs (--cdi-dir).
 
     Each writes only what differs, each change a history event. Every present file is
     verified first: one that fails refuses the whole command (exit 1, nothing changed). A
     kind whose file is absent is left as it was and reported, and so are the topology and
-    names when --sysfs or --pod-logs is not there; a KUBELET_DIR without any of the files is
-    refused (exit 1). Exit status 0 when loaded.
+    names when --sysfs or --pod-logs is not there, and a --cdi-dir that is not there keeps
+    what it gave (a spec that is no CDI spec is skipped, on stderr); a KUBELET_DIR without
+    any of the files is refused (exit 1). Exit status 0 when loaded.
     """
     report = ctx.store().import_node(
-        kubelet_dir, sysfs=sysfs, pod_logs=pod_logs, max_bytes=max_bytes
+        kubelet_dir, sysfs=sysfs, pod_logs=pod_logs, cdi_dirs=cdi_dirs, max_bytes=max_bytes
     )
     for part in report.checkpoints.values():
         if isinstance(part, SyncReport):
@@ -109,6 +127,21 @@ def import_node(
             click.echo(f"  skipped {escape_controls(reason)}")
         if len(source.skipped) > SKIPPED_SHOWN:
             click.echo(f"  ... and {len(source.skipped) - SKIPPED_SHOWN} more")
+    if report.cdi is not None:
+        cdi_line(report.cdi, defaults=tuple(map(str, cdi_dirs)) == DEFAULT_CDI_DIRS)
+
+
+def cdi_line(report: CdiReport, *, defaults: bool) -> None:
+    """The CDI read on stdout; every spec or device skipped on stderr, as a warning. A default
+    directory that is not there is no news (a node without CDI)."""
+    click.echo(
+        f"imported CDI specs: {report.devices} devices, {report.written} spec files written, "
+        f"{report.removed} removed" + ("" if report.changed else " (unchanged)")
+    )
+    for directory in () if defaults else report.absent:
+        click.echo(f"absent: CDI directory {escape_controls(directory)} (left as it was)")
+    for reason in report.skipped:
+        click.echo(f"warning: CDI spec skipped: {escape_controls(reason)}", err=True)
 
 
 def _row(value: NumaUsage | ContainerNuma, columns: list[str]) -> dict[str, Any]:

@@ -156,6 +156,7 @@ def watch(
     cri_socket: Path | None,
     sysfs: Path,
     pod_logs: Path,
+    cdi_dirs: tuple[Path, ...],
     kubelet_version: Any,
     feature_gates: dict[str, bool],
 ) -> None:
@@ -170,7 +171,8 @@ def watch(
     With --kubelet-dir DIR every checkpoint there is followed the same way, each by its own
     rename: the device manager's, and the CPU, memory and DRA managers' state; a file absent
     since the start is no error (it is followed until it appears). The topology and pod names
-    are read again after every sync and at every polling tick.
+    are read again after every sync and at every polling tick, and so are the CDI specs
+    (--cdi-dir; a directory that is not there keeps what it gave).
     """
     given = [n for n, v in (("--ship-to", ship_to), ("--ship-to-file", ship_to_file),
                             ("--ship-to-env", ship_to_env)) if v]  # fmt: skip
@@ -209,6 +211,7 @@ def watch(
         sysfs=str(sysfs),
         pod_logs=str(pod_logs),
         cri_socket=None if cri_socket is None else os.path.abspath(cri_socket),
+        cdi_dirs=tuple(os.path.abspath(d) for d in cdi_dirs),
         kubelet_version=kubelet_version,
         feature_gates=feature_gates,
     )

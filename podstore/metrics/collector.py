@@ -156,7 +156,7 @@ class StoreCollector(Collector):
             "distinct devices DRA drivers prepared for claims",
             labels=["driver"],
         )
-        misaligned = 0
+        misaligned = physical = 0
         for metric, numa, label, value in self.store.query(node_sql.NODE_GAUGES).rows:
             node = "unknown" if numa is None else str(numa)
             if metric in per_numa:
@@ -165,6 +165,8 @@ class StoreCollector(Collector):
                 memory.add_metric([node, str(label)], int(value))
             elif metric == "dra_allocated_devices":
                 dra.add_metric([str(label)], int(value))
+            elif metric == "physical_double_allocations":
+                physical = int(value)
             else:
                 misaligned = int(value)
         yield from per_numa.values()
@@ -175,6 +177,12 @@ class StoreCollector(Collector):
             "containers whose devices, CPUs and memory are not on the same NUMA nodes "
             "(v_numa_misaligned)",
             misaligned,
+        )
+        yield _gauge(
+            "physical_double_allocations",
+            "physical devices held from more than one pod without declared sharing, across "
+            "device plugins and DRA (v_physical_double_allocations)",
+            physical,
         )
 
     def _follower(self) -> Iterator[Metric]:

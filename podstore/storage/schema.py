@@ -437,6 +437,19 @@ node_items = Table(
     **_CLUSTERED,
 )
 
+# Revision 0009: the host device nodes each CDI device gives a container, per spec file
+# (``spec_path``), so that a spec that cannot be read keeps what it gave before.
+cdi_device_nodes = Table(
+    "cdi_device_nodes",
+    metadata,
+    Column("spec_path", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("host_path", Text, nullable=False),
+    PrimaryKeyConstraint("spec_path", "name", "host_path"),
+    Index("ix_cdi_device_nodes_name", "name", "host_path"),
+    **_CLUSTERED,
+)
+
 #: The tables revisions 0007 and 0008 added.
 NODE_TABLES = (
     "node_files",

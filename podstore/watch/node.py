@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from podstore.checkpoint import FILE_NAMES, KINDS, read_numa_topology, read_pod_names
+from podstore.checkpoint.cdi_specs import DEFAULT_CDI_DIRS, read_cdi_specs
 from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import PodStoreError
 from podstore.metrics.stats import SyncStats
@@ -30,6 +31,7 @@ class NodeDirs:
     kubelet_dir: str
     sysfs: str
     pod_logs: str
+    cdi_dirs: tuple[str, ...] = DEFAULT_CDI_DIRS
 
     def path(self, kind: str) -> str:
         return os.path.join(self.kubelet_dir, FILE_NAMES[kind])
@@ -90,8 +92,8 @@ class NodeFollower(Follower):
 
 
 class TopologyAndNames:
-    """The topology and pod names, written when they differ; a source that is not there (a
-    mistyped path) leaves the store's as they were, and says so once."""
+    """The topology, pod names and CDI specs, written when they differ; a source that is not
+    there (a mistyped path) leaves the store's as they were, and says so once."""
 
     def __init__(self, store: PodStore, dirs: NodeDirs) -> None:
         self.store = store
@@ -99,6 +101,7 @@ class TopologyAndNames:
         self._lock = threading.Lock()
         self._seen: tuple[object, ...] | None = None
         self._said: set[str] = set()
+        self._cdi_said: frozenset[str] = frozenset()
 
     def _there(self, ok: bool, path: str, what: str) -> bool:
         if ok:
@@ -115,10 +118,15 @@ class TopologyAndNames:
             has_logs = self._there(os.path.isdir(self.dirs.pod_logs), self.dirs.pod_logs, "names")
             topology = read_numa_topology(self.dirs.sysfs) if has_sysfs else None
             names = read_pod_names(self.dirs.pod_logs) if has_logs else None
+            cdi = read_cdi_specs(self.dirs.cdi_dirs)
+            self._report_cdi(cdi.skipped)
             seen = (
                 None if topology is None else topology.nodes,
                 has_sysfs,
                 None if names is None else names.pods,
+                cdi.devices,
+                cdi.unreadable,
+                cdi.absent,
             )
             if seen == self._seen:
                 return
@@ -129,12 +137,27 @@ class TopologyAndNames:
                         changed += self.store.set_numa_topology(topology).events
                     if names is not None:
                         changed += self.store.set_pod_names(names).events
+                    specs = self.store.set_cdi_specs(cdi)
             except PodStoreError as exc:
-                log.error("recording the topology and pod names failed: %s", exc)
+                log.error("recording the topology, pod names and CDI specs failed: %s", exc)
                 return
             self._seen = seen
             if changed:
                 log.info("recorded %d changes of the NUMA topology and pod names", changed)
+            if specs.changed:
+                log.info(
+                    "recorded the CDI specs: %d devices, %d spec files written, %d removed",
+                    specs.devices,
+                    specs.written,
+                    specs.removed,
+                )
+
+    def _report_cdi(self, skipped: tuple[str, ...]) -> None:
+        """Each skipped spec or device once, while it stays skipped."""
+        for reason in skipped:
+            if reason not in self._cdi_said:
+                log.warning("CDI spec skipped: %s", reason)
+        self._cdi_said = frozenset(skipped)
 
 
 def node_followers(

@@ -12,6 +12,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from podstore import logs
+from podstore.checkpoint.cdi_specs import DEFAULT_CDI_DIRS
 from podstore.errors import InvalidInputError, PodStoreError
 from podstore.metrics.stats import SyncStats
 from podstore.pure.secrets import mask_url, scrub, url_password
@@ -64,6 +65,8 @@ class WatchConfig:
     kubelet_dir: str | None = None
     sysfs: str = "/sys"
     pod_logs: str = "/var/log/pods"
+    #: ``--cdi-dir``: the CDI spec directories, read with the topology and names.
+    cdi_dirs: tuple[str, ...] = DEFAULT_CDI_DIRS
     #: ``--kubelet-version``: the parsed release whose verdicts the gauges show (None: none).
     kubelet_version: Release | None = None
     feature_gates: dict[str, bool] = field(default_factory=dict)
@@ -118,7 +121,7 @@ class Watch:
     def _follow_node(self, kubelet_dir: str) -> None:
         """A follower per checkpoint of the kubelet directory (the device manager's is
         ``self.follower``, whose sync hooks the others share, so every part hears of theirs)."""
-        dirs = NodeDirs(kubelet_dir, self.config.sysfs, self.config.pod_logs)
+        dirs = NodeDirs(kubelet_dir, self.config.sysfs, self.config.pod_logs, self.config.cdi_dirs)
         followers = node_followers(self.store, dirs, self.config.interval, self.stats_by_kind)
         self.follower, *self.node_followers = followers
         self.stats = self.stats_by_kind["devices"]

@@ -35,6 +35,8 @@ EXISTING = frozenset(
         "podstore_memory_assigned_bytes",
         "podstore_dra_allocated_devices",
         "podstore_numa_misaligned_containers",
+        # physical-devices.md: cross-mechanism double allocations.
+        "podstore_physical_double_allocations",
         # watch --ship-to…: the shipper's calls and the lag behind the node.
         "podstore_ship_successes_total",
         "podstore_ship_failures_total",

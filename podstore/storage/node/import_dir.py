@@ -1,8 +1,9 @@
 """``import_node``: every checkpoint of a kubelet directory, the NUMA topology and pod names,
 verified before the write lock (one failure writes nothing), then each written where it differs.
 
-An absent file, a ``sysfs`` that is no sysfs or a ``pod_logs`` that is no directory leaves its
-kind as it was: a mistyped path must not delete what a real one gave.
+An absent file, a ``sysfs`` that is no sysfs, a ``pod_logs`` that is no directory or a CDI
+directory that is not there leaves its kind as it was: a mistyped path must not delete what a
+real one gave.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from podstore.checkpoint import (
     read_numa_topology,
     read_pod_names,
 )
+from podstore.checkpoint.cdi_specs import DEFAULT_CDI_DIRS, CdiSpecs, read_cdi_specs
 from podstore.checkpoint.topology import is_sysfs
 from podstore.errors import CheckpointNotFoundError
 from podstore.storage import sync as device_sync
-from podstore.storage.node import numa_and_names
+from podstore.storage.node import cdi, numa_and_names
 from podstore.storage.node import sync as node_sync
 from podstore.types import NodeImportReport, NodeSyncReport, SyncReport
 
@@ -43,6 +45,7 @@ class PreparedNode:
     pod_logs: str = ""
     #: Read from ``pod_logs`` (None: it is no directory, the stored names stay).
     names: PodNames | None = None
+    cdi: CdiSpecs | None = None
 
 
 def prepare(
@@ -50,12 +53,13 @@ def prepare(
     sysfs: str | os.PathLike[str],
     pod_logs: str | os.PathLike[str],
     *,
+    cdi_dirs: tuple[str, ...] | list[str] = DEFAULT_CDI_DIRS,
     max_bytes: int | None = None,
 ) -> PreparedNode:
     """Read and verify every present checkpoint of ``kubelet_dir``, the topology under
-    ``sysfs`` and the names under ``pod_logs``. Raises the first file's error (unreadable,
-    corrupt, not of its kind, values the store cannot hold), and CheckpointNotFoundError
-    when none of the files is there."""
+    ``sysfs``, the names under ``pod_logs`` and the CDI specs of ``cdi_dirs``. Raises the
+    first file's error (unreadable, corrupt, not of its kind, values the store cannot hold),
+    and CheckpointNotFoundError when none of the files is there."""
     root = os.path.abspath(os.fspath(kubelet_dir))
     out = PreparedNode(root, None)
     for kind in KINDS:
@@ -78,6 +82,7 @@ def prepare(
     out.pod_logs = os.path.abspath(os.fspath(pod_logs))
     if os.path.isdir(pod_logs):
         out.names = read_pod_names(pod_logs)
+    out.cdi = read_cdi_specs(cdi_dirs)
     return out
 
 
@@ -108,4 +113,7 @@ def apply(conn: sqlite3.Connection, prepared: PreparedNode) -> NodeImportReport:
             prepared.pod_logs,
         )
         names = replace(names, skipped=prepared.names.skipped)
-    return NodeImportReport(prepared.kubelet_dir, reports, tuple(prepared.absent), topology, names)
+    cdi_report = None if prepared.cdi is None else cdi.apply(conn, prepared.cdi)
+    return NodeImportReport(
+        prepared.kubelet_dir, reports, tuple(prepared.absent), topology, names, cdi_report
+    )

@@ -14,13 +14,20 @@ Revision 0010 keeps a frozen copy of the view's text (a test holds a store at he
 
 from __future__ import annotations
 
-# The identity of a held device. Until physical identities resolve, a device is its own
-# physical device (``mechanism:resource:device``) held whole; a time-sliced replica (``ID::N``)
-# keeps its own name. This is the one place that says so: the identity join replaces it.
+# The identity of a held device is v_device_identity's (revision 0009), which knows the devices
+# held now or registered. A device it does not know (a DRA device no claim holds any more) is
+# its own physical device, held whole. A DRA device's share there is the split among its holders
+# now, so it applies to a holding still open; kubelet's file keeps no record of the capacity a
+# finished share consumed, and a finished DRA holding counts whole. A replica whose count is
+# unknown (share NULL there) counts whole as well: billing it as nothing would hide it.
 _IDENTITY_COLUMNS = """
-       i.mechanism || ':' || i.resource || ':' || i.device AS physical_id,
-       1.0 AS share"""
-_IDENTITY_JOIN = ""
+       coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
+           AS physical_id,
+       CASE WHEN i.mechanism = 'dra' AND i."end" IS NOT NULL THEN 1.0
+            ELSE coalesce(d.share, 1.0) END AS share"""
+_IDENTITY_JOIN = """
+LEFT JOIN v_device_identity d
+       ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device"""
 
 # The entry ops that set an entry's devices; `delete` ends the entry.
 _ENTRY_OPS = "'insert', 'replace', 'import', 'backfill', 'delete'"

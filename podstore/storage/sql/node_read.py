@@ -165,4 +165,7 @@ NODE_GAUGES = """
     FROM dra_devices GROUP BY driver
     UNION ALL
     SELECT 'numa_misaligned_containers', NULL, NULL, count(*) FROM v_numa_misaligned
+    UNION ALL
+    SELECT 'physical_double_allocations', NULL, NULL, count(DISTINCT physical_id)
+    FROM v_physical_double_allocations
 """
