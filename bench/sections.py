@@ -28,6 +28,7 @@ EXTENSIONS: tuple[str, ...] = (
     "bench.nodestate",
     "bench.startup",
     "bench.loopstall",
+    "bench.attribution",
 )
 
 
