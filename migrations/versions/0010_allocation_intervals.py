@@ -54,7 +54,10 @@ FLOOR_KEY = "history_seq_floor"
 
 V_ALLOCATION_INTERVALS = """
 CREATE VIEW v_allocation_intervals AS
-WITH dp_events AS (
+WITH identity_now AS MATERIALIZED (
+    SELECT mechanism, resource, device, physical_id, share FROM v_device_identity
+),
+dp_events AS (
     SELECT seq, ts, op, pod_uid, container, resource, device_ids,
            row_number() OVER w AS rn,
            lead(seq) OVER w AS next_seq, lead(ts) OVER w AS next_ts
@@ -154,7 +157,7 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
        i.end_source AS end_source, i.start_cut AS start_cut
 FROM i
 LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid
-LEFT JOIN v_device_identity d
+LEFT JOIN identity_now d
        ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device
 """
 
