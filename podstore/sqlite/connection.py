@@ -142,6 +142,17 @@ def database_url(path_or_url: str | os.PathLike[str]) -> str:
 def connect(options: ConnectOptions) -> sqlite3.Connection:
     """Open one configured connection (isolation_level=None: podstore issues every BEGIN,
     so writers take the lock up front)."""
+    try:
+        return _connect(options)
+    except UnicodeDecodeError:
+        # SQLite's message quoted damaged schema bytes, which Python could not decode: the
+        # schema is damaged, and the message is lost with it.
+        raise StoreCorruptError(
+            "the database file is damaged: its schema could not be read"
+        ) from None
+
+
+def _connect(options: ConnectOptions) -> sqlite3.Connection:
     if STATE.generation:  # a forked child: a file it may not use is refused before opening
         forking.check_usable(options.path)
     with translated_errors():
@@ -201,6 +212,9 @@ def _connect_readonly(options: ConnectOptions) -> sqlite3.Connection:
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
+    except UnicodeDecodeError:
+        conn.close()
+        raise
     except sqlite3.OperationalError as exc:
         conn.close()
         name = str(getattr(exc, "sqlite_errorname", ""))
