@@ -11,9 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 from harness.fleetlib import as_role, connect, rows
-from harness.physical import GPU, PhysicalNode, claim, entry, response
+from harness.physical import GPU, PhysicalNode, claim, entry, pod, response
 
 from podstore import PodStore
+from podstore.checkpoint import PodName
 from podstore.fleet import admin, migrate
 from podstore.fleet.ship import ship
 
@@ -57,7 +58,8 @@ EVERY_CASE = PhysicalNode(
     registered={
         GPU: ["GPU-0", "MIG-5-1", "MIG-6-0", "MIG-6-1", "X-1"],
         CARD: ["card-1"],
-        SHARED: [f"GPU-2::{i}" for i in range(4)],
+        # The base registered beside its replicas is not one of them.
+        SHARED: ["GPU-2", *(f"GPU-2::{i}" for i in range(4))],
     },
     claims=[
         claim("b", ["b"], "gpu-0", [f"{GPU}=GPU-0"]),
@@ -78,6 +80,8 @@ EVERY_CASE = PhysicalNode(
 
 def load(store: PodStore, root: Path, node: PhysicalNode) -> None:
     kubelet, cdi = node.write(root)
+    # Names for some pods of each mechanism: the views take them as the node's do.
+    store.set_pod_names({pod(x): PodName(f"team-{x}", f"pod-{x}") for x in "abcgs"})
     store.import_node(kubelet, sysfs=root / "no-sys", pod_logs=root / "no-logs", cdi_dirs=[cdi])
 
 
