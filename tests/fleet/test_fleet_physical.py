@@ -10,11 +10,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
+from harness.docblocks import DOCS, reads_the_fleet, sql_blocks
 from harness.fleetlib import as_role, connect, rows
 from harness.physical import GPU, PhysicalNode, claim, entry, pod, response
 
 from podstore import PodStore
 from podstore.checkpoint import PodName
+from podstore.cli import cli
 from podstore.fleet import admin, migrate
 from podstore.fleet.ship import ship
 
@@ -304,3 +307,22 @@ def test_the_same_facts_rewrite_nothing_other_facts_replace_them_whole(
         )] == [tuple(cdi[0].values())]  # fmt: skip
         ship(store, fleet_url, node="node-1")
         assert_twins(fleet_url, store)
+
+
+def test_the_documented_physical_query_answers_on_the_fleet(tmp_path: Path, fleet_url: str) -> None:
+    """docs/sql.md's query over the fleet's physical views, through ``fleet sql`` (the reader
+    role), gives the rows the node's own view says."""
+    (sql,) = [s for h, s in sql_blocks(DOCS / "sql.md") if reads_the_fleet(s) and "physical" in h]
+    with PodStore.open(tmp_path / "n.db") as store:
+        load(store, tmp_path, EVERY_CASE)
+        ship(store, fleet_url, node="node-1")
+        mine = store.query(
+            "SELECT physical_id, mechanism, resource, device, namespace, pod_name, pod_count "
+            "FROM v_physical_double_allocations"
+        ).rows
+    expected = sorted((("node-1", *r) for r in mine), key=repr)
+    assert len(expected) == 11  # X-1 twice: its two holders
+    assert sorted((tuple(r) for r in rows(fleet_url, sql)), key=repr) == expected
+    run = CliRunner().invoke(cli, ["fleet", "sql", "--url", fleet_url, "-o", "csv", "--", sql])
+    assert run.exit_code == 0, run.output
+    assert len(run.output.strip().splitlines()) == 1 + len(expected)
