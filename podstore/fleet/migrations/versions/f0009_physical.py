@@ -195,13 +195,15 @@ CROSS JOIN LATERAL (
             CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
+    replicas (resource, base, n) AS MATERIALIZED (
+        SELECT resource, base, count(*) FROM reg WHERE device <> base GROUP BY resource, base
+    ),
     devs (mechanism, resource, device, base, share) AS (
         SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
-               CASE WHEN h.base = h.device THEN CAST(1 AS double precision) ELSE (
-                   SELECT CAST(1 AS double precision) / nullif(count(*), 0) FROM reg g
-                   WHERE g.resource = h.resource AND g.base = h.base
-                     AND g.device <> g.base) END
+               CASE WHEN h.base = h.device THEN CAST(1 AS double precision)
+                    ELSE CAST(1 AS double precision) / g.n END
         FROM dp h
+        LEFT JOIN replicas g ON g.resource = h.resource AND g.base = h.base
         UNION ALL
         SELECT 'dra', resource, device, device, CAST(1 AS double precision) / holders FROM dra
     ),
@@ -210,19 +212,19 @@ CROSS JOIN LATERAL (
         UNION ALL
         SELECT 'dra', resource, device, node FROM dra_nodes
     ),
+    named (mechanism, resource, device, physical_id) AS MATERIALIZED (
+        SELECT mechanism, resource, device,
+               '[' || string_agg(CAST(to_json(node) AS text), ',' ORDER BY node COLLATE "C")
+               || ']'
+        FROM nodes GROUP BY mechanism, resource, device
+    ),
     ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
         SELECT v.mechanism, v.resource, v.device, v.base,
-               coalesce((SELECT '[' || string_agg(CAST(to_json(n.node) AS text), ','
-                                                  ORDER BY n.node COLLATE "C") || ']'
-                         FROM nodes n
-                         WHERE n.mechanism = v.mechanism AND n.resource = v.resource
-                           AND n.device = v.device),
-                        v.mechanism || ':' || v.resource || ':' || v.base),
-               CASE WHEN EXISTS (SELECT 1 FROM nodes n WHERE n.mechanism = v.mechanism
-                                 AND n.resource = v.resource AND n.device = v.device)
-                    THEN 1 ELSE 0 END,
-               v.share
+               coalesce(n.physical_id, v.mechanism || ':' || v.resource || ':' || v.base),
+               CASE WHEN n.physical_id IS NOT NULL THEN 1 ELSE 0 END, v.share
         FROM devs v
+        LEFT JOIN named n
+          ON n.mechanism = v.mechanism AND n.resource = v.resource AND n.device = v.device
     )
     SELECT mechanism, resource, device, physical_id, resolved, share FROM ident
 ) x
@@ -322,13 +324,15 @@ CROSS JOIN LATERAL (
             CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
+    replicas (resource, base, n) AS MATERIALIZED (
+        SELECT resource, base, count(*) FROM reg WHERE device <> base GROUP BY resource, base
+    ),
     devs (mechanism, resource, device, base, share) AS (
         SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
-               CASE WHEN h.base = h.device THEN CAST(1 AS double precision) ELSE (
-                   SELECT CAST(1 AS double precision) / nullif(count(*), 0) FROM reg g
-                   WHERE g.resource = h.resource AND g.base = h.base
-                     AND g.device <> g.base) END
+               CASE WHEN h.base = h.device THEN CAST(1 AS double precision)
+                    ELSE CAST(1 AS double precision) / g.n END
         FROM dp h
+        LEFT JOIN replicas g ON g.resource = h.resource AND g.base = h.base
         UNION ALL
         SELECT 'dra', resource, device, device, CAST(1 AS double precision) / holders FROM dra
     ),
@@ -337,19 +341,19 @@ CROSS JOIN LATERAL (
         UNION ALL
         SELECT 'dra', resource, device, node FROM dra_nodes
     ),
+    named (mechanism, resource, device, physical_id) AS MATERIALIZED (
+        SELECT mechanism, resource, device,
+               '[' || string_agg(CAST(to_json(node) AS text), ',' ORDER BY node COLLATE "C")
+               || ']'
+        FROM nodes GROUP BY mechanism, resource, device
+    ),
     ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
         SELECT v.mechanism, v.resource, v.device, v.base,
-               coalesce((SELECT '[' || string_agg(CAST(to_json(n.node) AS text), ','
-                                                  ORDER BY n.node COLLATE "C") || ']'
-                         FROM nodes n
-                         WHERE n.mechanism = v.mechanism AND n.resource = v.resource
-                           AND n.device = v.device),
-                        v.mechanism || ':' || v.resource || ':' || v.base),
-               CASE WHEN EXISTS (SELECT 1 FROM nodes n WHERE n.mechanism = v.mechanism
-                                 AND n.resource = v.resource AND n.device = v.device)
-                    THEN 1 ELSE 0 END,
-               v.share
+               coalesce(n.physical_id, v.mechanism || ':' || v.resource || ':' || v.base),
+               CASE WHEN n.physical_id IS NOT NULL THEN 1 ELSE 0 END, v.share
         FROM devs v
+        LEFT JOIN named n
+          ON n.mechanism = v.mechanism AND n.resource = v.resource AND n.device = v.device
     ),
     holders (mechanism, resource, device, pod_uid, container, namespace) AS (
         SELECT DISTINCT 'device-plugin', a.resource, a.device_id, a.pod_uid, a.container,
@@ -466,13 +470,15 @@ CROSS JOIN LATERAL (
             CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
+    replicas (resource, base, n) AS MATERIALIZED (
+        SELECT resource, base, count(*) FROM reg WHERE device <> base GROUP BY resource, base
+    ),
     devs (mechanism, resource, device, base, share) AS (
         SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
-               CASE WHEN h.base = h.device THEN CAST(1 AS double precision) ELSE (
-                   SELECT CAST(1 AS double precision) / nullif(count(*), 0) FROM reg g
-                   WHERE g.resource = h.resource AND g.base = h.base
-                     AND g.device <> g.base) END
+               CASE WHEN h.base = h.device THEN CAST(1 AS double precision)
+                    ELSE CAST(1 AS double precision) / g.n END
         FROM dp h
+        LEFT JOIN replicas g ON g.resource = h.resource AND g.base = h.base
         UNION ALL
         SELECT 'dra', resource, device, device, CAST(1 AS double precision) / holders FROM dra
     ),
@@ -481,19 +487,19 @@ CROSS JOIN LATERAL (
         UNION ALL
         SELECT 'dra', resource, device, node FROM dra_nodes
     ),
+    named (mechanism, resource, device, physical_id) AS MATERIALIZED (
+        SELECT mechanism, resource, device,
+               '[' || string_agg(CAST(to_json(node) AS text), ',' ORDER BY node COLLATE "C")
+               || ']'
+        FROM nodes GROUP BY mechanism, resource, device
+    ),
     ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
         SELECT v.mechanism, v.resource, v.device, v.base,
-               coalesce((SELECT '[' || string_agg(CAST(to_json(n.node) AS text), ','
-                                                  ORDER BY n.node COLLATE "C") || ']'
-                         FROM nodes n
-                         WHERE n.mechanism = v.mechanism AND n.resource = v.resource
-                           AND n.device = v.device),
-                        v.mechanism || ':' || v.resource || ':' || v.base),
-               CASE WHEN EXISTS (SELECT 1 FROM nodes n WHERE n.mechanism = v.mechanism
-                                 AND n.resource = v.resource AND n.device = v.device)
-                    THEN 1 ELSE 0 END,
-               v.share
+               coalesce(n.physical_id, v.mechanism || ':' || v.resource || ':' || v.base),
+               CASE WHEN n.physical_id IS NOT NULL THEN 1 ELSE 0 END, v.share
         FROM devs v
+        LEFT JOIN named n
+          ON n.mechanism = v.mechanism AND n.resource = v.resource AND n.device = v.device
     ),
     holders (mechanism, resource, device, pod_uid, container, namespace) AS (
         SELECT DISTINCT 'device-plugin', a.resource, a.device_id, a.pod_uid, a.container,
@@ -520,12 +526,16 @@ CROSS JOIN LATERAL (
         SELECT DISTINCT ON (pn.pid) pn.pid, pn.node FROM pn JOIN width w ON w.node = pn.node
         ORDER BY pn.pid, w.c
     ),
+    candidates (part, whole) AS MATERIALIZED (
+        SELECT r.pid, o.pid FROM rare r JOIN pn o ON o.node = r.node
+    ),
     within (part, whole) AS MATERIALIZED (
-        SELECT r.pid, o.pid FROM rare r
-        JOIN pn o ON o.node = r.node
-        JOIN size z ON z.pid = r.pid
-        WHERE (SELECT count(*) FROM pn a JOIN pn b ON b.node = a.node AND b.pid = o.pid
-               WHERE a.pid = r.pid) = z.n
+        SELECT c.part, c.whole FROM candidates c
+        JOIN size z ON z.pid = c.part
+        JOIN pn a ON a.pid = c.part
+        JOIN pn b ON b.pid = c.whole AND b.node = a.node
+        GROUP BY c.part, c.whole, z.n
+        HAVING count(*) = z.n
     ),
     rel (pid, other) AS MATERIALIZED (
         SELECT part, whole FROM within UNION SELECT whole, part FROM within
