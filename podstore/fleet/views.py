@@ -177,7 +177,10 @@ WHERE aligned = 0
 # (fleet_cdi_device_nodes, fleet_response_nodes). Byte order (COLLATE "C") wherever the node
 # sorts or compares text, as SQLite does; the physical id is the node's JSON text, compact.
 # Where the node's SQL asks a correlated subquery (SQLite indexes a materialized CTE for it,
-# PostgreSQL does not and would scan it per row), the same sets come from grouped joins.
+# PostgreSQL does not and would scan it per row), the same sets come from grouped joins. JSON
+# lists are unpacked by f0009's fleet_json_* functions, which tell the planner a list holds a
+# couple of items: jsonb_array_elements counts 100, and the estimates multiplied through the
+# CTEs made it build hash tables in thousands of batches (seconds per read of one node).
 _BASE = """CASE
             WHEN rtrim({d}, '0123456789') LIKE '%_::'
                  AND rtrim({d}, '0123456789') <> {d}
@@ -193,8 +196,7 @@ _IDENTITY_CTES = f"""
     reg (resource, device, base) AS MATERIALIZED (
         SELECT r.resource, d.device, {_BASE.format(d="d.device")}
         FROM fleet_registered r
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(r.device_ids) = 'array' THEN r.device_ids END) AS d (device)
+        CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
         WHERE r.store_id = s.store_id
     ),
     cdi (name, node) AS MATERIALIZED (
@@ -239,16 +241,13 @@ _IDENTITY_CTES = f"""
         SELECT i.item_key, i.value ->> 'namespace', i.value -> 'pods', d.key,
                (x.value ->> 'pool') || '/' || (x.value ->> 'device'), x.value -> 'cdi'
         FROM fleet_node_items i
-        CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(i.value -> 'drivers') = 'object'
-                                           THEN i.value -> 'drivers' END) AS d
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(d.value) = 'array' THEN d.value END) AS x
+        CROSS JOIN LATERAL fleet_json_entries(i.value -> 'drivers') AS d
+        CROSS JOIN LATERAL fleet_json_items(d.value) AS x (value)
         WHERE i.store_id = s.store_id AND i.kind = 'dra'
     ),
     claim_pods (claim, driver, device, namespace, pod_uid) AS MATERIALIZED (
         SELECT c.claim, c.driver, c.device, c.namespace, p.pod_uid FROM claims c
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.pods) = 'array' THEN c.pods END) AS p (pod_uid) ON true
+        LEFT JOIN LATERAL fleet_json_texts(c.pods) AS p (pod_uid) ON true
     ),
     dra (resource, device, holders) AS MATERIALIZED (
         SELECT driver, device, count(*) FROM claim_pods GROUP BY driver, device
@@ -256,8 +255,7 @@ _IDENTITY_CTES = f"""
     dra_nodes (resource, device, node) AS (
         SELECT DISTINCT c.driver, c.device, n.node
         FROM claims c
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
+        CROSS JOIN LATERAL fleet_json_texts(c.cdi) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
     replicas (resource, base, n) AS MATERIALIZED (
@@ -310,7 +308,7 @@ _RELATED = """
     pids (pid, resolved) AS MATERIALIZED (SELECT DISTINCT physical_id, resolved FROM ident),
     pn (pid, node) AS MATERIALIZED (
         SELECT p.pid, j.node FROM pids p
-        CROSS JOIN LATERAL jsonb_array_elements_text(CAST(p.pid AS jsonb)) AS j (node)
+        CROSS JOIN LATERAL fleet_json_texts(CAST(p.pid AS jsonb)) AS j (node)
         WHERE p.resolved = 1
         UNION ALL
         SELECT pid, pid FROM pids WHERE resolved = 0

@@ -20,6 +20,8 @@ Create Date: 2026-12-06
   and ``v_fleet_allocation_intervals`` re-created to take ``physical_id`` and ``share`` from
   ``v_fleet_device_identity``. The reader roles ``fleet grant-reader`` made read them and the
   new tables.
+- ``fleet_json_texts``, ``fleet_json_items``, ``fleet_json_entries``: JSON lists unpacked for
+  the views with a planner estimate of a couple of items.
 - Downgrade: f0007's intervals view back, the rest dropped.
 """
 
@@ -101,6 +103,33 @@ $fn$
 """
 SHIP_PHYSICAL_NAME = "fleet_ship_physical(uuid, text, json, json)"
 
+# JSON lists unpacked for the views with an estimate of a couple of items (jsonb's own functions
+# count 100, and the products through the views' CTEs made hash joins spill into thousands of
+# batches). Their SET clause keeps PostgreSQL from inlining them, which would drop the estimate;
+# pure, so callable by anyone.
+JSON_FUNCTIONS = (
+    """
+CREATE FUNCTION fleet_json_texts(v jsonb) RETURNS SETOF text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 2 SET search_path = pg_catalog
+AS $fn$ SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(v) = 'array' THEN v END) $fn$
+""",
+    """
+CREATE FUNCTION fleet_json_items(v jsonb) RETURNS SETOF jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 2 SET search_path = pg_catalog
+AS $fn$ SELECT jsonb_array_elements(CASE WHEN jsonb_typeof(v) = 'array' THEN v END) $fn$
+""",
+    """
+CREATE FUNCTION fleet_json_entries(v jsonb, OUT key text, OUT value jsonb) RETURNS SETOF record
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 1 SET search_path = pg_catalog
+AS $fn$ SELECT * FROM jsonb_each(CASE WHEN jsonb_typeof(v) = 'object' THEN v END) $fn$
+""",
+)
+JSON_FUNCTION_NAMES = (
+    "fleet_json_entries(jsonb)",
+    "fleet_json_items(jsonb)",
+    "fleet_json_texts(jsonb)",
+)
+
 # ---- views: frozen copies of views.py as of this revision --------------------------------------
 
 FLEET_DEVICE_IDENTITY = """
@@ -124,8 +153,7 @@ CROSS JOIN LATERAL (
             THEN substr(d.device, 1, length(rtrim(d.device, '0123456789')) - 2)
             ELSE d.device END
         FROM fleet_registered r
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(r.device_ids) = 'array' THEN r.device_ids END) AS d (device)
+        CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
         WHERE r.store_id = s.store_id
     ),
     cdi (name, node) AS MATERIALIZED (
@@ -174,16 +202,13 @@ CROSS JOIN LATERAL (
         SELECT i.item_key, i.value ->> 'namespace', i.value -> 'pods', d.key,
                (x.value ->> 'pool') || '/' || (x.value ->> 'device'), x.value -> 'cdi'
         FROM fleet_node_items i
-        CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(i.value -> 'drivers') = 'object'
-                                           THEN i.value -> 'drivers' END) AS d
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(d.value) = 'array' THEN d.value END) AS x
+        CROSS JOIN LATERAL fleet_json_entries(i.value -> 'drivers') AS d
+        CROSS JOIN LATERAL fleet_json_items(d.value) AS x (value)
         WHERE i.store_id = s.store_id AND i.kind = 'dra'
     ),
     claim_pods (claim, driver, device, namespace, pod_uid) AS MATERIALIZED (
         SELECT c.claim, c.driver, c.device, c.namespace, p.pod_uid FROM claims c
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.pods) = 'array' THEN c.pods END) AS p (pod_uid) ON true
+        LEFT JOIN LATERAL fleet_json_texts(c.pods) AS p (pod_uid) ON true
     ),
     dra (resource, device, holders) AS MATERIALIZED (
         SELECT driver, device, count(*) FROM claim_pods GROUP BY driver, device
@@ -191,8 +216,7 @@ CROSS JOIN LATERAL (
     dra_nodes (resource, device, node) AS (
         SELECT DISTINCT c.driver, c.device, n.node
         FROM claims c
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
+        CROSS JOIN LATERAL fleet_json_texts(c.cdi) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
     replicas (resource, base, n) AS MATERIALIZED (
@@ -253,8 +277,7 @@ CROSS JOIN LATERAL (
             THEN substr(d.device, 1, length(rtrim(d.device, '0123456789')) - 2)
             ELSE d.device END
         FROM fleet_registered r
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(r.device_ids) = 'array' THEN r.device_ids END) AS d (device)
+        CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
         WHERE r.store_id = s.store_id
     ),
     cdi (name, node) AS MATERIALIZED (
@@ -303,16 +326,13 @@ CROSS JOIN LATERAL (
         SELECT i.item_key, i.value ->> 'namespace', i.value -> 'pods', d.key,
                (x.value ->> 'pool') || '/' || (x.value ->> 'device'), x.value -> 'cdi'
         FROM fleet_node_items i
-        CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(i.value -> 'drivers') = 'object'
-                                           THEN i.value -> 'drivers' END) AS d
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(d.value) = 'array' THEN d.value END) AS x
+        CROSS JOIN LATERAL fleet_json_entries(i.value -> 'drivers') AS d
+        CROSS JOIN LATERAL fleet_json_items(d.value) AS x (value)
         WHERE i.store_id = s.store_id AND i.kind = 'dra'
     ),
     claim_pods (claim, driver, device, namespace, pod_uid) AS MATERIALIZED (
         SELECT c.claim, c.driver, c.device, c.namespace, p.pod_uid FROM claims c
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.pods) = 'array' THEN c.pods END) AS p (pod_uid) ON true
+        LEFT JOIN LATERAL fleet_json_texts(c.pods) AS p (pod_uid) ON true
     ),
     dra (resource, device, holders) AS MATERIALIZED (
         SELECT driver, device, count(*) FROM claim_pods GROUP BY driver, device
@@ -320,8 +340,7 @@ CROSS JOIN LATERAL (
     dra_nodes (resource, device, node) AS (
         SELECT DISTINCT c.driver, c.device, n.node
         FROM claims c
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
+        CROSS JOIN LATERAL fleet_json_texts(c.cdi) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
     replicas (resource, base, n) AS MATERIALIZED (
@@ -399,8 +418,7 @@ CROSS JOIN LATERAL (
             THEN substr(d.device, 1, length(rtrim(d.device, '0123456789')) - 2)
             ELSE d.device END
         FROM fleet_registered r
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(r.device_ids) = 'array' THEN r.device_ids END) AS d (device)
+        CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
         WHERE r.store_id = s.store_id
     ),
     cdi (name, node) AS MATERIALIZED (
@@ -449,16 +467,13 @@ CROSS JOIN LATERAL (
         SELECT i.item_key, i.value ->> 'namespace', i.value -> 'pods', d.key,
                (x.value ->> 'pool') || '/' || (x.value ->> 'device'), x.value -> 'cdi'
         FROM fleet_node_items i
-        CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(i.value -> 'drivers') = 'object'
-                                           THEN i.value -> 'drivers' END) AS d
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(d.value) = 'array' THEN d.value END) AS x
+        CROSS JOIN LATERAL fleet_json_entries(i.value -> 'drivers') AS d
+        CROSS JOIN LATERAL fleet_json_items(d.value) AS x (value)
         WHERE i.store_id = s.store_id AND i.kind = 'dra'
     ),
     claim_pods (claim, driver, device, namespace, pod_uid) AS MATERIALIZED (
         SELECT c.claim, c.driver, c.device, c.namespace, p.pod_uid FROM claims c
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.pods) = 'array' THEN c.pods END) AS p (pod_uid) ON true
+        LEFT JOIN LATERAL fleet_json_texts(c.pods) AS p (pod_uid) ON true
     ),
     dra (resource, device, holders) AS MATERIALIZED (
         SELECT driver, device, count(*) FROM claim_pods GROUP BY driver, device
@@ -466,8 +481,7 @@ CROSS JOIN LATERAL (
     dra_nodes (resource, device, node) AS (
         SELECT DISTINCT c.driver, c.device, n.node
         FROM claims c
-        CROSS JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(c.cdi) = 'array' THEN c.cdi END) AS j (name)
+        CROSS JOIN LATERAL fleet_json_texts(c.cdi) AS j (name)
         JOIN cdi n ON n.name = j.name
     ),
     replicas (resource, base, n) AS MATERIALIZED (
@@ -515,7 +529,7 @@ CROSS JOIN LATERAL (
     pids (pid, resolved) AS MATERIALIZED (SELECT DISTINCT physical_id, resolved FROM ident),
     pn (pid, node) AS MATERIALIZED (
         SELECT p.pid, j.node FROM pids p
-        CROSS JOIN LATERAL jsonb_array_elements_text(CAST(p.pid AS jsonb)) AS j (node)
+        CROSS JOIN LATERAL fleet_json_texts(CAST(p.pid AS jsonb)) AS j (node)
         WHERE p.resolved = 1
         UNION ALL
         SELECT pid, pid FROM pids WHERE resolved = 0
@@ -736,6 +750,8 @@ def upgrade() -> None:
     for role in nodes:
         f0003._execute(f"GRANT EXECUTE ON FUNCTION {SHIP_PHYSICAL_NAME} TO {f0003._ident(role)}")
 
+    for create in JSON_FUNCTIONS:
+        f0003._execute(create)
     readers = f0003._readers("v_fleet_allocation_intervals")
     op.execute("DROP VIEW v_fleet_allocation_intervals")
     for _name, create in _VIEWS:
@@ -755,5 +771,7 @@ def downgrade() -> None:
     for role in readers:
         op.execute(f"GRANT SELECT ON v_fleet_allocation_intervals TO {f0003._ident(role)}")
     f0003._execute(f"DROP FUNCTION {SHIP_PHYSICAL_NAME}")
+    for name in JSON_FUNCTION_NAMES:
+        f0003._execute(f"DROP FUNCTION {name}")
     for table in reversed(_TABLES):
         op.drop_table(table)
