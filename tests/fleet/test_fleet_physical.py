@@ -49,6 +49,8 @@ EVERY_CASE = PhysicalNode(
     entries=[
         entry("a", ["GPU-0"], response(cdi=(f"{GPU}=GPU-0",))),
         entry("c", ["card-1"], response(host_paths=("/dev/nvidia1",)), resource=CARD),
+        # Overlaps claim d's card without either holding the other: not one card with d.
+        entry("q", ["card-19"], response(host_paths=("/dev/nvidia1", "/dev/nvidia9")), CARD),
         entry("k", ["MIG-5-1"], response(cdi=(f"{GPU}=MIG-5-1",))),
         entry("m", ["MIG-6-0"], response(cdi=(f"{GPU}=MIG-6-0",))),
         entry("n", ["MIG-6-1"], response(cdi=(f"{GPU}=MIG-6-1",))),
@@ -140,7 +142,8 @@ def test_the_fleets_physical_views_equal_the_nodes(tmp_path: Path, fleet_url: st
         # The node finds the cases its own tests find: nothing here is vacuous.
         assert {(r[1], r[3]) for r in doubles} == {
             ("device-plugin", "GPU-0"), ("dra", "pool/gpu-0"), ("device-plugin", "card-1"),
-            ("dra", "pool/gpu-1"), ("device-plugin", "MIG-5-1"), ("dra", "pool/gpu-5"),
+            ("dra", "pool/gpu-1"), ("device-plugin", "card-19"), ("device-plugin", "MIG-5-1"),
+            ("dra", "pool/gpu-5"),
             ("device-plugin", "X-1"), ("device-plugin", "GPU-2::0"),
             ("device-plugin", "GPU-2::1"), ("dra", "pool/gpu-2"),
         }  # fmt: skip
@@ -321,7 +324,7 @@ def test_the_documented_physical_query_answers_on_the_fleet(tmp_path: Path, flee
             "FROM v_physical_double_allocations"
         ).rows
     expected = sorted((("node-1", *r) for r in mine), key=repr)
-    assert len(expected) == 11  # X-1 twice: its two holders
+    assert len(expected) == 12  # X-1 twice: its two holders
     assert sorted((tuple(r) for r in rows(fleet_url, sql)), key=repr) == expected
     run = CliRunner().invoke(cli, ["fleet", "sql", "--url", fleet_url, "-o", "csv", "--", sql])
     assert run.exit_code == 0, run.output
