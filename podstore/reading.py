@@ -156,6 +156,19 @@ class Reader:
 
         return self._call(node_sync.current_items)
 
+    def physical_facts(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The CDI devices' host nodes (spec_path, name, host_path) and what each entry's
+        response names (pod_uid, container, resource, 'host' | 'cdi', value): the facts the
+        physical identity is computed from, which a ship sends beside the events."""
+
+        def read(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+            return (
+                conn.execute(ship_sql.PHYSICAL_CDI).fetchall(),
+                conn.execute(ship_sql.PHYSICAL_RESPONSES).fetchall(),
+            )
+
+        return self._call(read)
+
     def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self._call(lambda conn: conn.execute(sql, params).fetchall())
 

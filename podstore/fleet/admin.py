@@ -21,12 +21,14 @@ from podstore.pure import validate
 #: Role names ``grant-node`` and ``grant-reader`` accept (PostgreSQL's limit is 63 bytes).
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 NODE_ROLE_PREFIX = "podstore_node_"
-#: The shipping functions a node role may call (f0002; f0003 gave the snapshot node items).
+#: The shipping functions a node role may call (f0002; f0003 gave the snapshot node items;
+#: f0009 the physical-device facts).
 SHIP_FUNCTIONS = (
     "fleet_ship_open(uuid, text)",
     "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",
     "fleet_ship_snapshot(uuid, text, bigint, timestamptz, bytea, json, json, jsonb, bytea, json, "
     "json)",
+    "fleet_ship_physical(uuid, text, json, json)",
 )
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
 #: The functions with which any role keeps data of its own in large objects (PUBLIC's by default).

@@ -191,6 +191,33 @@ fleet_node_items = Table(
     Index("ix_fleet_node_items_devices", "devices", postgresql_using="gin"),
 )
 
+# The node's physical-device facts now (revision f0009), which write no history: its CDI devices'
+# host nodes (the node's ``cdi_device_nodes``), and what each entry's plugin response names —
+# host device nodes (``host``) and CDI device names (``cdi``). The shipper sends them whole with
+# every batch; ``fleet_ship_physical`` rewrites a store's rows only when they differ.
+fleet_cdi_device_nodes = Table(
+    "fleet_cdi_device_nodes",
+    metadata,
+    _store_id(),
+    Column("spec_path", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("host_path", Text, nullable=False),
+    PrimaryKeyConstraint("store_id", "spec_path", "name", "host_path"),
+)
+
+fleet_response_nodes = Table(
+    "fleet_response_nodes",
+    metadata,
+    _store_id(),
+    Column("pod_uid", Text, nullable=False),
+    Column("container", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    PrimaryKeyConstraint("store_id", "pod_uid", "container", "resource", "kind", "value"),
+    CheckConstraint("kind IN ('host', 'cdi')", name="kind"),
+)
+
 # A snapshot stands in for history pruned before it was shipped: the state at ``at_seq``
 # replaced the central state, and owners-at-time starts again from it for instants from ``ts``.
 fleet_snapshots = Table(

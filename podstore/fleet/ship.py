@@ -104,6 +104,16 @@ def _read_snapshot(reader: Reader, after: int) -> tuple[dict[str, Any], int]:
     return params, len(entries)
 
 
+def _read_physical(reader: Reader) -> dict[str, str]:
+    """The node's CDI devices and entry responses as ``fleet_ship_physical`` takes them: they
+    write no history, so they travel as current state (fleet revision f0009)."""
+    cdi, responses = reader.physical_facts()
+    return {
+        "cdi": _records(("spec_path", "name", "host_path"), cdi),
+        "responses": _records(("pod_uid", "container", "resource", "kind", "value"), responses),
+    }
+
+
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
@@ -159,6 +169,10 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                     batch = _read_batch(reader, last, batch_size)
                     gap_found = batch.high_water > last and _has_gap(batch, last, batch_size)
                     snap = _read_snapshot(reader, last) if gap_found else None
+                    # The last transaction of a ship sends the physical-device facts, read in
+                    # the snapshot of its events: the fleet's state and facts then agree.
+                    final = not gap_found and len(batch.events) < batch_size
+                    facts = _read_physical(reader) if final else None
                 if snap is not None:
                     params, entries = snap
                     snapshot_sql = text(q.SHIP_SNAPSHOT)
@@ -193,6 +207,8 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
                     if refused is None and batch.events:
                         batches = 1
                         last = batch.events[-1][0]
+                if refused is None and facts is not None:
+                    _changed, refused = pg.execute(text(q.SHIP_PHYSICAL), {**ids, **facts}).one()
                 # A refusal leaves the block normally: its count commits, nothing else.
             t.last = last
             if refused is not None:
@@ -204,7 +220,7 @@ def _ship(store: PodStore, target: FleetURL, node: str, batch_size: int, t: _Tot
             t.missing += missing
             # A full batch may have more behind it, and after a snapshot the events written
             # since it are read next; anything else was the end of the log.
-            if not gap_found and len(batch.events) < batch_size:
+            if final:
                 return
 
 

@@ -70,6 +70,14 @@ SHIP_SNAPSHOT = """
                              CAST(:node_items AS json))
 """
 
+#: The node's physical-device facts now (f0009): the store's rows replaced by these when they
+#: differ; how many of the two sets were rewritten, or the refusal.
+SHIP_PHYSICAL = """
+    SELECT changed, refused
+    FROM fleet_ship_physical(CAST(:store_id AS uuid), CAST(:node AS text),
+                             CAST(:cdi AS json), CAST(:responses AS json))
+"""
+
 # ---- reading -------------------------------------------------------------------------------
 
 # The counters are kept by the shipping functions: no history is counted per call.

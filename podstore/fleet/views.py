@@ -2,7 +2,7 @@
 (docs/sql.md) with ``node`` and ``store_id`` in front, its rule applied store by store, joined
 on ``store_id`` only, retired stores left out.
 
-Revisions f0002 to f0004 and f0007 keep frozen copies of this text: a change here needs a new
+Revisions f0002 to f0004, f0007 and f0009 keep frozen copies of this text: a change here needs a new
 revision (a test checks that a database at head holds exactly these definitions).
 """
 
@@ -170,9 +170,262 @@ FROM v_fleet_container_numa
 WHERE aligned = 0
 """
 
+# Physical devices (docs/sql.md, "Physical devices"; revision f0009): the node views' rules
+# (storage/sql/physical_views.py), store by store in a LATERAL subquery as the NUMA view does,
+# over the fleet's state of the store: its allocations and registered devices, its DRA claims
+# (fleet_node_items), and the node facts the shipper sends beside the events
+# (fleet_cdi_device_nodes, fleet_response_nodes). Byte order (COLLATE "C") wherever the node
+# sorts or compares text, as SQLite does; the physical id is the node's JSON text, compact.
+# Where the node's SQL asks a correlated subquery (SQLite indexes a materialized CTE for it,
+# PostgreSQL does not and would scan it per row), the same sets come from grouped joins. JSON
+# lists are unpacked by f0009's fleet_json_* functions, which tell the planner a list holds a
+# couple of items: jsonb_array_elements counts 100, and the estimates multiplied through the
+# CTEs made it build hash tables in thousands of batches (seconds per read of one node).
+_BASE = """CASE
+            WHEN rtrim({d}, '0123456789') LIKE '%_::'
+                 AND rtrim({d}, '0123456789') <> {d}
+            THEN substr({d}, 1, length(rtrim({d}, '0123456789')) - 2)
+            ELSE {d} END"""
+
+_IDENTITY_CTES = f"""
+    held_dp (alloc_id, resource, device) AS MATERIALIZED (
+        SELECT DISTINCT CAST(jsonb_build_array(a.pod_uid, a.container, a.resource) AS text),
+               a.resource, a.device_id
+        FROM fleet_allocations a WHERE a.store_id = s.store_id
+    ),
+    reg (resource, device, base) AS MATERIALIZED (
+        SELECT r.resource, d.device, {_BASE.format(d="d.device")}
+        FROM fleet_registered r
+        CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
+        WHERE r.store_id = s.store_id
+    ),
+    cdi (name, node) AS MATERIALIZED (
+        SELECT c.name, c.host_path FROM fleet_cdi_device_nodes c WHERE c.store_id = s.store_id
+    ),
+    resp (alloc_id, kind, value) AS MATERIALIZED (
+        SELECT CAST(jsonb_build_array(r.pod_uid, r.container, r.resource) AS text), r.kind,
+               r.value
+        FROM fleet_response_nodes r WHERE r.store_id = s.store_id
+    ),
+    dp (alloc_id, resource, device, base) AS MATERIALIZED (
+        SELECT alloc_id, resource, device, {_BASE.format(d="device")} FROM held_dp
+        UNION ALL
+        SELECT NULL, resource, device, base FROM reg r
+        WHERE NOT EXISTS (SELECT 1 FROM held_dp h
+                          WHERE h.resource = r.resource AND h.device = r.device)
+    ),
+    dp_own (resource, device, node) AS MATERIALIZED (
+        SELECT h.resource, h.device, n.node FROM dp h
+        JOIN cdi n ON n.name = h.resource || '=' || h.base
+        UNION
+        SELECT h.resource, h.device, n.node FROM dp h
+        JOIN resp r ON r.alloc_id = h.alloc_id AND r.kind = 'cdi'
+        JOIN cdi n ON n.name = r.value
+        WHERE substr(r.value, strpos(r.value, '=') + 1) IN (h.base, h.device)
+    ),
+    dp_entry (alloc_id, node) AS MATERIALIZED (
+        SELECT alloc_id, value FROM resp WHERE kind = 'host' AND value <> ''
+        UNION
+        SELECT r.alloc_id, n.node FROM resp r JOIN cdi n ON n.name = r.value
+        WHERE r.kind = 'cdi'
+    ),
+    dp_nodes (resource, device, node) AS (
+        SELECT resource, device, node FROM dp_own
+        UNION
+        SELECT h.resource, h.device, e.node FROM dp h
+        JOIN dp_entry e ON e.alloc_id = h.alloc_id
+        WHERE NOT EXISTS (SELECT 1 FROM dp_own o WHERE o.resource = h.resource
+                          AND o.device = h.device)
+    ),
+    claims (claim, namespace, pods, driver, device, cdi) AS MATERIALIZED (
+        SELECT i.item_key, i.value ->> 'namespace', i.value -> 'pods', d.key,
+               (x.value ->> 'pool') || '/' || (x.value ->> 'device'), x.value -> 'cdi'
+        FROM fleet_node_items i
+        CROSS JOIN LATERAL fleet_json_entries(i.value -> 'drivers') AS d
+        CROSS JOIN LATERAL fleet_json_items(d.value) AS x (value)
+        WHERE i.store_id = s.store_id AND i.kind = 'dra'
+    ),
+    claim_pods (claim, driver, device, namespace, pod_uid) AS MATERIALIZED (
+        SELECT c.claim, c.driver, c.device, c.namespace, p.pod_uid FROM claims c
+        LEFT JOIN LATERAL fleet_json_texts(c.pods) AS p (pod_uid) ON true
+    ),
+    dra (resource, device, holders) AS MATERIALIZED (
+        SELECT driver, device, count(*) FROM claim_pods GROUP BY driver, device
+    ),
+    dra_nodes (resource, device, node) AS (
+        SELECT DISTINCT c.driver, c.device, n.node
+        FROM claims c
+        CROSS JOIN LATERAL fleet_json_texts(c.cdi) AS j (name)
+        JOIN cdi n ON n.name = j.name
+    ),
+    replicas (resource, base, n) AS MATERIALIZED (
+        SELECT resource, base, count(*) FROM reg WHERE device <> base GROUP BY resource, base
+    ),
+    devs (mechanism, resource, device, base, share) AS (
+        SELECT DISTINCT 'device-plugin', h.resource, h.device, h.base,
+               CASE WHEN h.base = h.device THEN CAST(1 AS double precision)
+                    ELSE CAST(1 AS double precision) / g.n END
+        FROM dp h
+        LEFT JOIN replicas g ON g.resource = h.resource AND g.base = h.base
+        UNION ALL
+        SELECT 'dra', resource, device, device, CAST(1 AS double precision) / holders FROM dra
+    ),
+    nodes (mechanism, resource, device, node) AS MATERIALIZED (
+        SELECT 'device-plugin', resource, device, node FROM dp_nodes
+        UNION ALL
+        SELECT 'dra', resource, device, node FROM dra_nodes
+    ),
+    named (mechanism, resource, device, physical_id) AS MATERIALIZED (
+        SELECT mechanism, resource, device,
+               '[' || string_agg(CAST(to_json(node) AS text), ',' ORDER BY node COLLATE "C")
+               || ']'
+        FROM nodes GROUP BY mechanism, resource, device
+    ),
+    ident (mechanism, resource, device, base, physical_id, resolved, share) AS MATERIALIZED (
+        SELECT v.mechanism, v.resource, v.device, v.base,
+               coalesce(n.physical_id, v.mechanism || ':' || v.resource || ':' || v.base),
+               CASE WHEN n.physical_id IS NOT NULL THEN 1 ELSE 0 END, v.share
+        FROM devs v
+        LEFT JOIN named n
+          ON n.mechanism = v.mechanism AND n.resource = v.resource AND n.device = v.device
+    )"""
+
+# Every holder now: device plugins per (pod, container); DRA per (claim, pod), no container.
+_HOLDERS = """
+    holders (mechanism, resource, device, pod_uid, container, namespace) AS (
+        SELECT DISTINCT 'device-plugin', a.resource, a.device_id, a.pod_uid, a.container,
+               CAST(NULL AS text)
+        FROM fleet_allocations a WHERE a.store_id = s.store_id
+        UNION ALL
+        SELECT 'dra', driver, device, pod_uid, CAST(NULL AS text), namespace FROM claim_pods
+    ),
+    names (pod_uid, namespace, name) AS MATERIALIZED (
+        SELECT n.pod_uid, n.value ->> 'namespace', n.value ->> 'name' FROM fleet_node_items n
+        WHERE n.store_id = s.store_id AND n.kind = 'node' AND n.resource = 'pod-name'
+    )"""
+
+_RELATED = """
+    pids (pid, resolved) AS MATERIALIZED (SELECT DISTINCT physical_id, resolved FROM ident),
+    pn (pid, node) AS MATERIALIZED (
+        SELECT p.pid, j.node FROM pids p
+        CROSS JOIN LATERAL fleet_json_texts(CAST(p.pid AS jsonb)) AS j (node)
+        WHERE p.resolved = 1
+        UNION ALL
+        SELECT pid, pid FROM pids WHERE resolved = 0
+    ),
+    width (node, c) AS MATERIALIZED (SELECT node, count(*) FROM pn GROUP BY node),
+    size (pid, n) AS MATERIALIZED (SELECT pid, count(*) FROM pn GROUP BY pid),
+    rare (pid, node) AS MATERIALIZED (
+        SELECT DISTINCT ON (pn.pid) pn.pid, pn.node FROM pn JOIN width w ON w.node = pn.node
+        ORDER BY pn.pid, w.c
+    ),
+    candidates (part, whole) AS MATERIALIZED (
+        SELECT r.pid, o.pid FROM rare r JOIN pn o ON o.node = r.node
+    ),
+    within (part, whole) AS MATERIALIZED (
+        SELECT c.part, c.whole FROM candidates c
+        JOIN size z ON z.pid = c.part
+        JOIN pn a ON a.pid = c.part
+        JOIN pn b ON b.pid = c.whole AND b.node = a.node
+        GROUP BY c.part, c.whole, z.n
+        HAVING count(*) = z.n
+    ),
+    rel (pid, other) AS MATERIALIZED (
+        SELECT part, whole FROM within UNION SELECT whole, part FROM within
+    ),
+    held (pid, grp, mechanism, resource, device, pod_uid, container, namespace)
+    AS MATERIALIZED (
+        SELECT i.physical_id,
+               CASE WHEN h.mechanism = 'dra' THEN 'dra|' || h.resource || '|' || h.device
+                    WHEN i.base <> h.device THEN 'replica|' || h.resource || '|' || i.base END,
+               h.mechanism, h.resource, h.device, h.pod_uid, h.container, h.namespace
+        FROM holders h
+        JOIN ident i ON i.mechanism = h.mechanism AND i.resource = h.resource
+         AND i.device = h.device
+        WHERE h.pod_uid IS NOT NULL
+    ),
+    pq (pid, pod_uid, grp, pods) AS MATERIALIZED (
+        SELECT r.pid, x.pod_uid,
+               CASE WHEN count(*) = count(x.grp) AND min(x.grp) = max(x.grp)
+                    THEN min(x.grp) END,
+               count(*) OVER (PARTITION BY r.pid)
+        FROM rel r JOIN held x ON x.pid = r.other
+        GROUP BY r.pid, x.pod_uid
+    ),
+    group_pods (pid, grp, pods) AS MATERIALIZED (
+        SELECT pid, grp, count(*) FROM pq WHERE grp IS NOT NULL GROUP BY pid, grp
+    )"""
+
+V_FLEET_DEVICE_IDENTITY = f"""
+CREATE VIEW v_fleet_device_identity AS
+SELECT s.node AS node, s.store_id AS store_id, x.mechanism AS mechanism,
+       x.resource AS resource, x.device AS device, x.physical_id AS physical_id,
+       x.resolved AS resolved, x.share AS share
+FROM fleet_stores s
+CROSS JOIN LATERAL (
+    WITH
+{_IDENTITY_CTES}
+    SELECT mechanism, resource, device, physical_id, resolved, share FROM ident
+) x
+WHERE s.retired_at IS NULL
+"""
+
+V_FLEET_PHYSICAL_DEVICES = f"""
+CREATE VIEW v_fleet_physical_devices AS
+SELECT s.node AS node, s.store_id AS store_id, x.physical_id AS physical_id,
+       x.resolved AS resolved, x.mechanism AS mechanism, x.resource AS resource,
+       x.device AS device, x.pod_uid AS pod_uid, x.namespace AS namespace,
+       x.pod_name AS pod_name, x.container AS container, x.share AS share
+FROM fleet_stores s
+CROSS JOIN LATERAL (
+    WITH
+{_IDENTITY_CTES},{_HOLDERS}
+    SELECT i.physical_id, i.resolved, h.mechanism, h.resource, h.device, h.pod_uid,
+           coalesce(n.namespace, h.namespace) AS namespace, n.name AS pod_name, h.container,
+           i.share
+    FROM holders h
+    JOIN ident i ON i.mechanism = h.mechanism AND i.resource = h.resource
+     AND i.device = h.device
+    LEFT JOIN names n ON n.pod_uid = h.pod_uid
+) x
+WHERE s.retired_at IS NULL
+"""
+
+# A holder's pod_count as on the node: the pods holding its card (or a part or the whole of
+# it), less those whose every such holding shares it with the holder as declared.
+V_FLEET_PHYSICAL_DOUBLE_ALLOCATIONS = f"""
+CREATE VIEW v_fleet_physical_double_allocations AS
+SELECT s.node AS node, s.store_id AS store_id, x.physical_id AS physical_id,
+       x.mechanism AS mechanism, x.resource AS resource, x.device AS device,
+       x.pod_uid AS pod_uid, x.namespace AS namespace, x.pod_name AS pod_name,
+       x.container AS container, x.pod_count AS pod_count
+FROM fleet_stores s
+CROSS JOIN LATERAL (
+    WITH
+{_IDENTITY_CTES},{_HOLDERS},{_RELATED},
+    found (physical_id, mechanism, resource, device, pod_uid, namespace, pod_name, container,
+           pod_count) AS MATERIALIZED (
+        SELECT h.pid, h.mechanism, h.resource, h.device, h.pod_uid,
+               coalesce(n.namespace, h.namespace), n.name, h.container,
+               q.pods - coalesce(g.pods, 0) + CASE WHEN q.grp = h.grp THEN 1 ELSE 0 END
+        FROM held h
+        JOIN pq q ON q.pid = h.pid AND q.pod_uid = h.pod_uid
+        LEFT JOIN group_pods g ON g.pid = h.pid AND g.grp = h.grp
+        LEFT JOIN names n ON n.pod_uid = h.pod_uid
+    )
+    SELECT physical_id, mechanism, resource, device, pod_uid, namespace, pod_name, container,
+           pod_count
+    FROM found WHERE pod_count > 1
+) x
+WHERE s.retired_at IS NULL
+"""
+
+
 # Allocation intervals (docs/sql.md, "v_allocation_intervals"): the node view's rule over the
 # shipped events, store by store (revision f0007). Without ``start_cut``: the fleet keeps what
-# the nodes pruned. The identity columns are the node's unresolved form, as on the node.
+# the nodes pruned. The identity columns come from v_fleet_device_identity as the node's come
+# from v_device_identity (revision f0009): a device it does not know is its own, held whole,
+# and a DRA share applies only while the holding is open.
 V_FLEET_ALLOCATION_INTERVALS = """
 CREATE VIEW v_fleet_allocation_intervals AS
 WITH dp_events AS (
@@ -252,7 +505,11 @@ ended AS MATERIALIZED (
 )
 SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
        i.resource AS resource, i.device AS device,
-       i.mechanism || ':' || i.resource || ':' || i.device AS physical_id, 1.0 AS share,
+       coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
+           AS physical_id,
+       CASE WHEN i.mechanism = 'dra' AND coalesce(i.ev_at, i.until_ts) IS NOT NULL
+            THEN CAST(1 AS double precision)
+            ELSE coalesce(d.share, CAST(1 AS double precision)) END AS share,
        i.pod_uid AS pod_uid,
        coalesce(pn.value ->> 'namespace',
                 (SELECT n.device_ids ->> 'namespace' FROM fleet_events n
@@ -276,6 +533,9 @@ JOIN fleet_stores s ON s.store_id = i.store_id
 LEFT JOIN fleet_node_items pn
   ON pn.store_id = i.store_id
  AND pn.item_key = CAST(jsonb_build_array(i.pod_uid, CAST(NULL AS text), 'pod-name') AS text)
+LEFT JOIN v_fleet_device_identity d
+  ON d.store_id = i.store_id AND d.mechanism = i.mechanism AND d.resource = i.resource
+ AND d.device = i.device
 WHERE s.retired_at IS NULL
 """
 
@@ -288,5 +548,8 @@ VIEWS: tuple[tuple[str, str], ...] = (
     ("v_fleet_dra_devices", V_FLEET_DRA_DEVICES),
     ("v_fleet_container_numa", V_FLEET_CONTAINER_NUMA),
     ("v_fleet_numa_misaligned", V_FLEET_NUMA_MISALIGNED),
+    ("v_fleet_device_identity", V_FLEET_DEVICE_IDENTITY),
+    ("v_fleet_physical_devices", V_FLEET_PHYSICAL_DEVICES),
+    ("v_fleet_physical_double_allocations", V_FLEET_PHYSICAL_DOUBLE_ALLOCATIONS),
     ("v_fleet_allocation_intervals", V_FLEET_ALLOCATION_INTERVALS),
 )

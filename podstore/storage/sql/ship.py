@@ -42,3 +42,22 @@ EVENT_DEVICES_BETWEEN = """
     WHERE seq > ? AND seq <= ? AND released = 0
     ORDER BY seq, device_id
 """
+
+# ---- the node's physical-device facts a ship sends beside the events (fleet revision f0009) ----
+
+PHYSICAL_CDI = "SELECT spec_path, name, host_path FROM cdi_device_nodes"
+#: What each entry's response names: its host device nodes and its CDI device names.
+PHYSICAL_RESPONSES = """
+    SELECT p.uid, c.name, a.resource, 'host', r.host_path
+    FROM response_devices r
+    JOIN allocations a ON a.id = r.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+    WHERE r.host_path <> ''
+    UNION
+    SELECT p.uid, c.name, a.resource, 'cdi', r.name
+    FROM response_cdi_devices r
+    JOIN allocations a ON a.id = r.allocation_id
+    JOIN containers c ON c.id = a.container_id
+    JOIN pods p ON p.id = c.pod_id
+"""
