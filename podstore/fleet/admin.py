@@ -22,7 +22,7 @@ from podstore.pure import validate
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 NODE_ROLE_PREFIX = "podstore_node_"
 #: The shipping functions a node role may call (f0002; f0003 gave the snapshot node items;
-#: f0009 the physical-device facts).
+#: f0008 the physical-device facts).
 SHIP_FUNCTIONS = (
     "fleet_ship_open(uuid, text)",
     "fleet_ship_batch(uuid, text, bigint, bytea, jsonb, bytea)",

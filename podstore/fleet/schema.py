@@ -191,7 +191,7 @@ fleet_node_items = Table(
     Index("ix_fleet_node_items_devices", "devices", postgresql_using="gin"),
 )
 
-# The node's physical-device facts now (revision f0009), which write no history: its CDI devices'
+# The node's physical-device facts now (revision f0008), which write no history: its CDI devices'
 # host nodes (the node's ``cdi_device_nodes``), and what each entry's plugin response names —
 # host device nodes (``host``) and CDI device names (``cdi``). The shipper sends them whole with
 # every batch; ``fleet_ship_physical`` rewrites a store's rows only when they differ.

@@ -106,7 +106,7 @@ def _read_snapshot(reader: Reader, after: int) -> tuple[dict[str, Any], int]:
 
 def _read_physical(reader: Reader) -> dict[str, str]:
     """The node's CDI devices and entry responses as ``fleet_ship_physical`` takes them: they
-    write no history, so they travel as current state (fleet revision f0009)."""
+    write no history, so they travel as current state (fleet revision f0008)."""
     cdi, responses = reader.physical_facts()
     return {
         "cdi": _records(("spec_path", "name", "host_path"), cdi),

@@ -70,7 +70,7 @@ SHIP_SNAPSHOT = """
                              CAST(:node_items AS json))
 """
 
-#: The node's physical-device facts now (f0009): the store's rows replaced by these when they
+#: The node's physical-device facts now (f0008): the store's rows replaced by these when they
 #: differ; how many of the two sets were rewritten, or the refusal.
 SHIP_PHYSICAL = """
     SELECT changed, refused

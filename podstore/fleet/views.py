@@ -2,7 +2,7 @@
 (docs/sql.md) with ``node`` and ``store_id`` in front, its rule applied store by store, joined
 on ``store_id`` only, retired stores left out.
 
-Revisions f0002 to f0004, f0007 and f0009 keep frozen copies of this text: a change here needs a new
+Revisions f0002 to f0004, f0007 and f0008 keep frozen copies of this text: a change here needs a new
 revision (a test checks that a database at head holds exactly these definitions).
 """
 
@@ -170,7 +170,7 @@ FROM v_fleet_container_numa
 WHERE aligned = 0
 """
 
-# Physical devices (docs/sql.md, "Physical devices"; revision f0009): the node views' rules
+# Physical devices (docs/sql.md, "Physical devices"; revision f0008): the node views' rules
 # (storage/sql/physical_views.py), store by store in a LATERAL subquery as the NUMA view does,
 # over the fleet's state of the store: its allocations and registered devices, its DRA claims
 # (fleet_node_items), and the node facts the shipper sends beside the events
@@ -178,7 +178,7 @@ WHERE aligned = 0
 # sorts or compares text, as SQLite does; the physical id is the node's JSON text, compact.
 # Where the node's SQL asks a correlated subquery (SQLite indexes a materialized CTE for it,
 # PostgreSQL does not and would scan it per row), the same sets come from grouped joins. JSON
-# lists are unpacked by f0009's fleet_json_* functions, which tell the planner a list holds a
+# lists are unpacked by f0008's fleet_json_* functions, which tell the planner a list holds a
 # couple of items: jsonb_array_elements counts 100, and the estimates multiplied through the
 # CTEs made it build hash tables in thousands of batches (seconds per read of one node).
 _BASE = """CASE
@@ -424,7 +424,7 @@ WHERE s.retired_at IS NULL
 # Allocation intervals (docs/sql.md, "v_allocation_intervals"): the node view's rule over the
 # shipped events, store by store (revision f0007). Without ``start_cut``: the fleet keeps what
 # the nodes pruned. The identity columns come from v_fleet_device_identity as the node's come
-# from v_device_identity (revision f0009): a device it does not know is its own, held whole,
+# from v_device_identity (revision f0008): a device it does not know is its own, held whole,
 # and a DRA share applies only while the holding is open.
 V_FLEET_ALLOCATION_INTERVALS = """
 CREATE VIEW v_fleet_allocation_intervals AS

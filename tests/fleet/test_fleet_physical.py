@@ -1,4 +1,4 @@
-"""Physical devices in the fleet (revision f0009): a node's CDI devices and entry responses ship
+"""Physical devices in the fleet (revision f0008): a node's CDI devices and entry responses ship
 as current state beside its events, and the fleet's twins of the node's physical views — and
 the identity its intervals take — equal the node's row for row."""
 
@@ -249,7 +249,7 @@ def test_a_node_role_writes_only_its_own_stores_facts(tmp_path: Path, fleet_url:
     read_as_reader(fleet_url, [*FLEET_RELATIONS])
 
 
-def test_f0009_downgrades_and_upgrades_a_fleet_with_data(tmp_path: Path, fleet_url: str) -> None:
+def test_f0008_downgrades_and_upgrades_a_fleet_with_data(tmp_path: Path, fleet_url: str) -> None:
     node_role = admin.grant_node(fleet_url, "node-1").role
     with PodStore.open(tmp_path / "n.db") as store:
         load(store, tmp_path, EVERY_CASE)

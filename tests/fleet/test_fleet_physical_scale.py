@@ -1,4 +1,4 @@
-"""Node scale for the fleet's physical views (revision f0009): the 1,000-pod node of
+"""Node scale for the fleet's physical views (revision f0008): the 1,000-pod node of
 tests/test_physical_scale.py (20,000 entries, 1,000 DRA claims, 14,000 CDI devices) shipped
 through the command, then a ship with nothing new (the facts compared, nothing written), and
 full reads of the views beside a full read of ``v_fleet_allocations`` (printed)."""

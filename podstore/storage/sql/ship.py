@@ -43,7 +43,7 @@ EVENT_DEVICES_BETWEEN = """
     ORDER BY seq, device_id
 """
 
-# ---- the node's physical-device facts a ship sends beside the events (fleet revision f0009) ----
+# ---- the node's physical-device facts a ship sends beside the events (fleet revision f0008) ----
 
 PHYSICAL_CDI = "SELECT spec_path, name, host_path FROM cdi_device_nodes"
 #: What each entry's response names: its host device nodes and its CDI device names.

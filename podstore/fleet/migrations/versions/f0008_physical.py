@@ -1,7 +1,7 @@
 """Physical devices in the fleet: the node's CDI devices and entry responses ship as current
 state; the fleet twins of the node's physical views; the intervals take their identity.
 
-Revision ID: f0009
+Revision ID: f0008
 Revises: f0007
 Create Date: 2026-12-06
 
@@ -36,7 +36,7 @@ from podstore.fleet.migrations.versions import f0002_trust as f0002
 from podstore.fleet.migrations.versions import f0003_node_state as f0003
 from podstore.fleet.migrations.versions import f0007_end_events as f0007
 
-revision: str = "f0009"
+revision: str = "f0008"
 down_revision: str | None = "f0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
