@@ -9,10 +9,8 @@ minutes, so that the fleet questions and the ingest on top of them can be measur
 
 Each store is simulated from its own seeded generator (:func:`simulate`), so any one of them
 can be simulated again to know the right answer for it. Times: store ``n``'s event ``seq`` is
-at ``T0 + seq × STEP`` (plus ``n`` ms): 1,000 events span a month, as a node's history of a
-month of pods would, every store's history spans the same days and an instant falls inside
-all of them. Pods are named (``pod-name`` items, a namespace each) and half the deletes follow
-a runtime ``end`` event, so the usage questions count real intervals.
+at ``T0 + seq`` seconds (plus ``n`` ms), so every store's history spans the same hours and an
+instant falls inside all of them.
 """
 
 from __future__ import annotations
@@ -28,11 +26,8 @@ from datetime import UTC, datetime, timedelta
 
 from podstore.pure import chain
 
-T0 = datetime(2026, 11, 1, tzinfo=UTC)
-#: Seconds between a store's events: 1,000 of them make a month and a day.
-STEP = 2_700
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
-NAMESPACES = 20
 
 Key = tuple[str, str, str]
 #: (seq, ts, op, pod_uid, container, resource, device_ids, released, hash)
@@ -50,8 +45,6 @@ class Store:
     head: bytes = b""
     entries: dict[Key, dict[int, list[str]]] = field(default_factory=dict)
     registered: dict[str, list[str]] = field(default_factory=dict)
-    #: pod → (namespace, name, seq of its pod-name event)
-    names: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
     def holders(self) -> dict[tuple[str, str], set[str]]:
         """(resource, device) → the pods holding it now."""
@@ -70,20 +63,8 @@ class Store:
 
 
 def ts_of(n: int, seq: int) -> str:
-    return _stored(T0 + timedelta(seconds=seq * STEP, milliseconds=n % 1000))
-
-
-def _stored(moment: datetime) -> str:
+    moment = T0 + timedelta(seconds=seq, milliseconds=n % 1000)
     return moment.isoformat(timespec="microseconds")[:-6] + "Z"
-
-
-def namespace_of(pod: str) -> str:
-    return f"team-{int(pod.rsplit('-', 1)[1]) % NAMESPACES:02d}" if pod[0] == "p" else "batch"
-
-
-def _name_text(namespace: str, name: str) -> str:
-    # The node's pod-name payload (storage/node/numa_and_names.py): namespace, then name.
-    return f'{{"namespace":"{namespace}","name":"{name}"}}'
 
 
 def device(n: int, k: int) -> str:
@@ -106,10 +87,8 @@ def _list_text(ids: list[str]) -> str:
 def simulate(n: int, events: int) -> tuple[Store, Iterator[Event]]:
     """Store ``n`` with ``events`` events: its record (filled in as the iterator is consumed)
     and its events, chained from the genesis of its store_id. Inserts, replaces (moving a pod
-    to a free device), deletes (half of them after a runtime ``end`` up to half an hour
-    earlier), re-inserts, each pod's name when it first appears, now and then the registered
-    devices again, and on every 50th store one pod given a device another pod holds (a double
-    allocation)."""
+    to a free device), deletes, re-inserts, now and then the registered devices again, and on
+    every 50th store one pod given a device another pod holds (a double allocation)."""
     rng = random.Random(n * 7919 + 17)
     store = Store(n, str(uuid.UUID(int=rng.getrandbits(128), version=4)), f"gen-{n:05d}")
     return store, _events(store, events, rng)
@@ -131,27 +110,20 @@ def _events(store: Store, total: int, rng: random.Random) -> Iterator[Event]:
         nonlocal prev, seq
         seq += 1
         ts = ts_of(n, seq)
-        container = None if pod is None or op == "node-set" else "main"
+        container = None if pod is None else "main"
         prev = link(prev, seq, ts, op, pod, container, resource, ids, released)
         return (seq, ts, op, pod, container, resource, ids, released, prev)
 
-    def name(pod: str) -> Event:
-        namespace = namespace_of(pod)
-        store.names[pod] = (namespace, pod, seq + 1)
-        return emit("node-set", pod, "pod-name", _name_text(namespace, pod), None)
-
     store.registered[GPU] = list(devices)
     yield emit("registered", None, GPU, _list_text(devices), None)
-    for i in range(min(pods // 2, (total - 1) // 2)):
+    for i in range(min(pods, total - 1)):
         pod = f"pod-{n}-{i}"
-        yield name(pod)
         held[pod] = devices[i]
         numa = {i % 2: [devices[i]]}
         store.entries[(pod, "main", GPU)] = numa
         yield emit("insert", pod, GPU, _numa_text(numa), None)
     free = devices[len(held) :]
     gone: list[str] = []
-    fresh = len(held)
     while seq < total:
         if seq == rogue_at:
             victim = next(iter(held.values()))
@@ -163,15 +135,6 @@ def _events(store: Store, total: int, rng: random.Random) -> Iterator[Event]:
         roll = rng.random()
         if roll < 0.005:
             yield emit("registered", None, GPU, _list_text(devices), None)
-        elif roll >= 0.9 and fresh < pods and free and seq + 1 < total:
-            pod = f"pod-{n}-{fresh}"
-            fresh += 1
-            yield name(pod)
-            new = free.pop(rng.randrange(len(free)))
-            held[pod] = new
-            numa = {rng.randrange(2): [new]}
-            store.entries[(pod, "main", GPU)] = numa
-            yield emit("insert", pod, GPU, _numa_text(numa), None)
         elif roll >= 0.8 and gone and free:
             pod = gone.pop(rng.randrange(len(gone)))
             new = free.pop(rng.randrange(len(free)))
@@ -179,13 +142,8 @@ def _events(store: Store, total: int, rng: random.Random) -> Iterator[Event]:
             numa = {rng.randrange(2): [new]}
             store.entries[(pod, "main", GPU)] = numa
             yield emit("insert", pod, GPU, _numa_text(numa), None)
-        elif 0.5 <= roll < 0.8 and len(held) > pods // 4:
+        elif 0.6 <= roll < 0.8 and len(held) > pods // 2:
             pod = rng.choice(list(held))
-            if rng.random() < 0.5 and seq + 1 < total:
-                # The runtime saw the container exit before kubelet's checkpoint let go.
-                at = T0 + timedelta(seconds=(seq + 1) * STEP - rng.randrange(1, STEP // 2))
-                payload = f'{{"at":"{_stored(at)}","source":"runtime"}}'
-                yield emit("end", pod, GPU, payload, None)
             free.append(held.pop(pod))
             numa = store.entries.pop((pod, "main", GPU))
             gone.append(pod)
@@ -211,7 +169,7 @@ def owners_at(n: int, events: int, device_id: str, at: str) -> list[tuple[str, s
     for seq, ts, op, pod, container, resource, ids, _released, _hash in history:
         if ts > at:
             break
-        if pod is None or container is None or op == "end":
+        if pod is None or container is None:
             continue
         key = (pod, container, resource)
         if op == "delete":
@@ -221,46 +179,6 @@ def owners_at(n: int, events: int, device_id: str, at: str) -> list[tuple[str, s
             state[key] = {d for part in ids.split('"') for d in [part] if d.startswith("GPU-")}
         del seq
     return sorted(k for k, devs in state.items() if device_id in devs)
-
-
-def usage_by_namespace(n: int, events: int, since: str, until: str) -> dict[str | None, float]:
-    """Store ``n``'s device-seconds per namespace over ``[since, until)`` (stored forms): each
-    holding from its insert or replace to its runtime ``end``, else to the key's next event,
-    else open (counted to ``until``); clipped to the window."""
-    _store, history = simulate(n, events)
-    lo, hi = _parse(since), _parse(until)
-    start: dict[str, datetime] = {}
-    ended: dict[str, datetime] = {}
-    out: dict[str | None, float] = {}
-
-    def close(pod: str, at: datetime) -> None:
-        began = start.pop(pod)
-        stop = min(ended.pop(pod, at), at)
-        if began < hi and stop > lo:
-            seconds = (min(stop, hi) - max(began, lo)).total_seconds()
-            namespace = None if pod.startswith("rogue-") else namespace_of(pod)
-            out[namespace] = out.get(namespace, 0.0) + seconds
-
-    for _seq, ts, op, pod, container, _resource, ids, _released, _hash in history:
-        if pod is None or container is None:
-            continue
-        at = _parse(ts)
-        if op == "end":
-            assert ids is not None
-            ended[pod] = _parse(ids.split('"')[3])
-            continue
-        if pod in start:
-            close(pod, at)
-        ended.pop(pod, None)
-        if op != "delete":
-            start[pod] = at
-    for pod in list(start):
-        close(pod, hi)
-    return out
-
-
-def _parse(stored: str) -> datetime:
-    return datetime.fromisoformat(stored.replace("Z", "+00:00"))
 
 
 # ---- loading with COPY ---------------------------------------------------------------------
@@ -313,7 +231,7 @@ def _load_worker(args: tuple[str, list[int], int]) -> list[Store]:
 def _state_lines(stores: list[Store]) -> dict[str, list[str]]:
     now = datetime.now(UTC).isoformat()
     out: dict[str, list[str]] = {
-        k: [] for k in ("stores", "entries", "allocations", "doubles", "registered", "items")
+        k: [] for k in ("stores", "entries", "allocations", "doubles", "registered")
     }
     for s in stores:
         rows = s.device_rows()
@@ -336,12 +254,6 @@ def _state_lines(stores: list[Store]) -> dict[str, list[str]]:
             out["doubles"].append(f"{s.store_id}\t{resource}\t{dev}\t{count}\n")
         for resource, ids in s.registered.items():
             out["registered"].append(f"{s.store_id}\t{resource}\t{_list_text(ids)}\n")
-        for pod, (namespace, name, seq) in s.names.items():
-            # The item's key as the shipping functions write it (jsonb's text of the array).
-            out["items"].append(
-                f'{s.store_id}\t["{pod}", null, "pod-name"]\tnode\t{pod}\t\\N\tpod-name\t'
-                f"{_name_text(namespace, name)}\t{{}}\t{seq}\n"
-            )
     return out
 
 
@@ -354,8 +266,6 @@ _STATE_COPIES = {
     "numa_node, position, device_id) FROM STDIN",
     "doubles": "COPY fleet_double_allocated (store_id, resource, device_id, pod_count) FROM STDIN",
     "registered": "COPY fleet_registered (store_id, resource, device_ids) FROM STDIN",
-    "items": "COPY fleet_node_items (store_id, item_key, kind, pod_uid, container, resource, "
-    "value, devices, seq) FROM STDIN",
 }
 
 # The fleet_events indexes, dropped for the load and built once after it (a b-tree built from
