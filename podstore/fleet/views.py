@@ -252,7 +252,7 @@ _IDENTITY_CTES = f"""
     dra (resource, device, holders) AS MATERIALIZED (
         SELECT driver, device, count(*) FROM claim_pods GROUP BY driver, device
     ),
-    dra_nodes (resource, device, node) AS (
+    claim_device_nodes (resource, device, node) AS (
         SELECT DISTINCT c.driver, c.device, n.node
         FROM claims c
         CROSS JOIN LATERAL fleet_json_texts(c.cdi) AS j (name)
@@ -273,7 +273,7 @@ _IDENTITY_CTES = f"""
     nodes (mechanism, resource, device, node) AS MATERIALIZED (
         SELECT 'device-plugin', resource, device, node FROM dp_nodes
         UNION ALL
-        SELECT 'dra', resource, device, node FROM dra_nodes
+        SELECT 'dra', resource, device, node FROM claim_device_nodes
     ),
     named (mechanism, resource, device, physical_id) AS MATERIALIZED (
         SELECT mechanism, resource, device,
