@@ -242,13 +242,17 @@ def test_fleet_sql_streams_a_large_answer_in_bounded_memory(shipped: tuple[str, 
     # 600,000 rows of ~45 bytes: held whole (as before) that is ~300 MB of Python objects; a
     # stream holds one page of the cursor and one batch of output at a time.
     url, _ = shipped
+    # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across fork and exec, so the
+    # child would report this (large) test worker's peak.
     code = (
-        "import resource, sys\n"
+        "import sys\n"
         "from podstore.cli import main\n"
         "try:\n"
         "    main()\n"
         "finally:\n"
-        "    print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "    with open('/proc/self/status') as f:\n"
+        "        hwm = next(line.split()[1] for line in f if line.startswith('VmHWM:'))\n"
+        "    print('RSS', hwm, file=sys.stderr)\n"
     )
     query = "SELECT g, md5(CAST(g AS text)) AS h FROM generate_series(1, 600000) g"
     proc = subprocess.run(
