@@ -210,6 +210,11 @@ def test_daemonset_command_lines() -> None:
     assert str(params["kubelet_dir"]) == KUBELET_DIR and str(params["pod_logs"]) == POD_LOGS
     assert str(params["db"]).startswith(STORE_DIR + "/")
     assert params["node"] == "$(NODE_NAME)"
+    # The runtime's socket inside the runtime's directory, mounted read-only (a file mount
+    # would keep the socket containerd replaced at its restart).
+    mounts = {m["mountPath"]: m for m in watch["volumeMounts"]}
+    assert str(params["cri_socket"]) == "/run/containerd/containerd.sock"
+    assert mounts["/run/containerd"]["readOnly"] is True
     env = {e["name"]: e for e in watch["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     host, port = params["metrics_addr"]

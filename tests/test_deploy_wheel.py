@@ -1,6 +1,6 @@
 """The install the README and docs/deploy.md show, for real: a wheel built from exactly the
 files deploy/Containerfile's build stage copies, with the build stage's own command; installed
-with both extras into a fresh venv by the final stage's own command; then podstore run from
+with the image's extras into a fresh venv by the final stage's own command; then podstore run from
 that venv (--help, import, pods, status, metrics, migrate current) on the example checkpoint.
 The Containerfile itself is parsed and checked: no container engine runs here to build it.
 
@@ -212,10 +212,11 @@ def test_the_wheel_holds_every_package_file(installed: Installed) -> None:
 def test_the_installed_venv_runs_podstore(installed: Installed, tmp_path: Path) -> None:
     help_run = installed.podstore("--help", cwd=tmp_path)
     assert help_run.returncode == 0 and "watch" in help_run.stdout
-    # The venv's own copy, not this checkout, with both extras and both migration trees.
+    # The venv's own copy, not this checkout, with the image's extras (the CRI client's grpc
+    # too) and both migration trees.
     probe = subprocess.run(
         [str(installed.venv / "bin" / "python"), "-c",
-         "import json, podstore, prometheus_client, watchdog, psycopg\n"
+         "import json, podstore, prometheus_client, watchdog, psycopg, grpc\n"
          "from podstore.fleet import migrate as f\nfrom podstore.sqlite import migrate as n\n"
          "print(json.dumps([podstore.__file__, n.head_revision(), f.head_revision()]))"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=installed.env,
