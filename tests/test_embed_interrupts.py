@@ -215,6 +215,45 @@ def test_an_interrupt_at_every_line_of_the_write_and_read_paths(
     store.close()
 
 
+def test_an_interrupt_at_every_line_of_recording_end_evidence(db_path: Path) -> None:
+    """``record_ends`` (the follower's CRI and file evidence) is a write like the others: an
+    interrupt at any line of it, its evidence module's lines included, leaves the end event
+    written exactly when the exception says so, and the next write commits."""
+    from podstore.storage import ends
+
+    store = PodStore.open(db_path, durability="normal", verify="off")
+    raw = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None)
+    TRACED.add(ends.__file__)
+    at = tried = 0
+    try:
+        while True:
+            uid = f"ends-{at}"
+            store.insert(uid, "c", RES, {0: ["d1"]}, b"")
+            fired, exc = _run(
+                store,
+                lambda: store.record_ends([(uid, "c", "runtime", "2026-01-01T00:00:00Z")]),
+                at,
+                KeyboardInterrupt,
+            )
+            if not fired:
+                break
+            tried += 1
+            noted = exc is not None and podstore.committed(exc)
+            (seen,) = raw.execute(
+                "SELECT count(*) FROM allocation_events WHERE pod_uid = ? AND op = 'end'",
+                (uid,),
+            ).fetchone()
+            assert seen in (0, 1), (at, seen)
+            assert (exc is None or noted) == (seen == 1), (at, exc, noted, seen)
+            del exc
+            _check_healthy(store, raw, f"probe-ends-{at}")
+            at += 1
+    finally:
+        TRACED.discard(ends.__file__)
+    assert tried > 10, tried  # the evidence module's lines were traced too
+    store.close()
+
+
 def test_an_interrupt_while_a_reader_counts_its_call_leaves_no_count(db_path: Path) -> None:
     """A reader's statements (and open, and close) count themselves with
     ``forking.activity()``, outside any signal block: an interrupt at any line of the count
