@@ -142,3 +142,29 @@ def test_a_following_watch_asks_for_each_exit_once(tmp_path: Path) -> None:
             follower.close()
         assert cri.status_calls == 2
         assert follower.polls == {"ok": 2, "unreachable": 0, "error": 0}
+
+
+def test_a_failed_recording_is_counted_and_the_exit_is_asked_again(tmp_path: Path) -> None:
+    """The runtime answered but the store could not take the evidence (another writer held it
+    past the busy timeout): the poll is counted as an error, nothing is written, and the
+    exit is asked for again and recorded at the next poll."""
+    socket = tmp_path / "cri.sock"
+    db = tmp_path / "s.db"
+    with PodStore.open(db, busy_timeout=0.2) as store, CriServer(socket) as cri:
+        store.insert("pod-a", "main", GPU, {0: ["G1"]}, b"")
+        cri.containers = [FakeContainer("a0", "pod-a", "main", finished_at=time.time_ns())]
+        follower = CriEvidence(store, str(socket))
+        blocker = sqlite3.connect(db, isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")
+            assert follower.poll() == 0
+            assert follower.polls == {"ok": 0, "unreachable": 0, "error": 1}
+            blocker.execute("ROLLBACK")
+            assert _end_events(db) == 0
+            assert follower.poll() == 1
+            assert follower.polls == {"ok": 1, "unreachable": 0, "error": 1}
+        finally:
+            blocker.close()
+            follower.close()
+        assert cri.status_calls == 2  # asked again after the failed recording
+    assert _intervals(db)["pod-a"][1] == "runtime"
