@@ -231,7 +231,9 @@ def test_an_interrupt_at_every_line_of_recording_end_evidence(db_path: Path) -> 
             store.insert(uid, "c", RES, {0: ["d1"]}, b"")
             fired, exc = _run(
                 store,
-                lambda: store.record_ends([(uid, "c", "runtime", "2026-01-01T00:00:00Z")]),
+                functools.partial(
+                    store.record_ends, [(uid, "c", "runtime", "2026-01-01T00:00:00Z")]
+                ),
                 at,
                 KeyboardInterrupt,
             )
