@@ -5,9 +5,12 @@ A synthetic node workload is replayed in real time as kubelet would leave it on 
 real ``podstore watch --kubelet-dir``: pods start on whole GPUs (device plugin), on time-sliced
 replicas (``GPU-6::2``: a quarter of a card each) and on DRA devices; lifetimes are long-tailed
 from 2 s up (a third shorter than 30 s). A pod's end shows as kubelet and the runtime show it:
-its container leaves the CPU manager's file, its DRA claim leaves the DRA file, or its log
-directory goes; its device-plugin entry stays in the device checkpoint until the next
-allocation, as kubelet keeps it. The workload knows when each pod held what (the truth).
+the container runtime reports its exit (a real CRI server on a unix socket, which the watch
+follows with ``--cri-socket``), its container leaves the CPU manager's file, its DRA claim
+leaves the DRA file, or its log directory goes; its device-plugin entry stays in the device
+checkpoint until the next allocation, as kubelet keeps it. The runtime lists only the pods
+whose end it is to show, so that every kind of evidence ends some. The workload knows when
+each pod held what (the truth).
 
 Three attributions of device-seconds per namespace over the replay's window:
 
@@ -23,6 +26,7 @@ Target: podstore's error per namespace ≤ 1 % of the truth plus one sync latenc
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -32,6 +36,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -61,6 +66,18 @@ PHASES = 10
 REPLAY_S = 300.0
 SMOKE_S = 12.0
 PODSTORE = [sys.executable, "-c", "from podstore.cli import main; main()"]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _criserver() -> Any:
+    """The tests' CRI server (tests/harness/criserver.py), loaded from its path."""
+    path = os.path.join(REPO, "tests", "harness", "criserver.py")
+    spec = importlib.util.spec_from_file_location("bench_criserver", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass
@@ -74,7 +91,8 @@ class Pod:
     share: float
     start: float
     end: float
-    #: what shows the end: cpu (container leaves the CPU file), dra, pod-logs
+    #: what shows the end: runtime (the CRI reports the exit), cpu (the container leaves the
+    #: CPU file), dra, pod-logs
     evidence: str
     logs_gone: float = 0.0
     claim: str = field(default="")
@@ -100,7 +118,7 @@ def workload(seconds: float, seed: int) -> list[Pod]:
             i = len(pods)
             uid = f"{i:08x}-0000-4000-8000-{seed:06x}{i:06x}"
             ns = rng.choice(NAMESPACES)
-            evidence = "dra" if mechanism == "dra" else rng.choice(("cpu", "pod-logs"))
+            evidence = "dra" if mechanism == "dra" else rng.choice(("runtime", "cpu", "pod-logs"))
             end = t + life
             gone = end if evidence == "pod-logs" else end + 5 * max(scale, 0.2)
             claim = f"{i:08x}-1111-4000-8000-{seed:06x}{i:06x}"
@@ -141,7 +159,9 @@ def scraped(pods: list[Pod], t0: float, t1: float, period: float, phase: float) 
 class Node:
     """The kubelet directory, the pod-log directory and sysfs of the replayed node."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, crimod: Any, cri: Any) -> None:
+        self.crimod = crimod
+        self.cri = cri  # the CRI server: its containers are what the runtime reports
         self.kubelet = os.path.join(root, "kubelet")
         self.logs = os.path.join(root, "pods")
         self.sysfs = os.path.join(root, "sys")
@@ -188,6 +208,9 @@ class Node:
             )  # fmt: skip
             self.write_dra()
             return
+        if pod.evidence == "runtime":
+            running = self.crimod.FakeContainer(pod.uid, pod.uid, "main", running=True)
+            self.cri.containers = [*self.cri.containers, running]
         if pod.evidence == "cpu":
             slot = len(self.cpu) % 32
             self.cpu[pod.uid] = {"main": frozenset({2 * slot, 2 * slot + 1})}
@@ -207,6 +230,11 @@ class Node:
         self.write_devices()
 
     def end(self, pod: Pod) -> None:
+        if pod.evidence == "runtime":
+            exited = self.crimod.FakeContainer(
+                pod.uid, pod.uid, "main", finished_at=time.time_ns(), created_at=1
+            )
+            self.cri.containers = [c if c.id != pod.uid else exited for c in self.cri.containers]
         if pod.mechanism == "dra":
             del self.claims[pod.uid]
             self.write_dra()
@@ -265,7 +293,13 @@ def replay(workdir: str, seconds: float, seed: int, log: Any) -> dict[str, Any]:
     d = os.path.join(workdir, "attribution")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    node = Node(d)
+    crimod = _criserver()
+    # A unix socket's path has a 108-byte limit, which a deep work directory can pass.
+    sockdir = tempfile.mkdtemp(prefix="podstore-cri-")
+    socket = os.path.join(sockdir, "cri.sock")
+    cri = crimod.CriServer(crimod.Path(socket))
+    cri.server.start()
+    node = Node(d, crimod, cri)
     db = os.path.join(d, "store.db")
     pods = workload(seconds, seed)
     steps: list[tuple[float, int, str, Pod]] = []
@@ -280,7 +314,8 @@ def replay(workdir: str, seconds: float, seed: int, log: Any) -> dict[str, Any]:
     with open(os.path.join(d, "watch.log"), "wb") as err:
         watch = subprocess.Popen(
             [*PODSTORE, "--db", db, "watch", "--kubelet-dir", node.kubelet,
-             "--pod-logs", node.logs, "--sysfs", node.sysfs, "--interval", "0.5"],
+             "--pod-logs", node.logs, "--sysfs", node.sysfs, "--interval", "0.5",
+             "--cri-socket", socket],
             stdout=subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
         try:
@@ -288,6 +323,8 @@ def replay(workdir: str, seconds: float, seed: int, log: Any) -> dict[str, Any]:
         finally:
             watch.send_signal(signal.SIGTERM)
             watch.wait(timeout=60)
+            cri.stop()
+            shutil.rmtree(sockdir, ignore_errors=True)
     # The truth on the wall clock the files were written on (the driver's own lateness in).
     timeline = [
         Pod(p.uid, p.namespace, p.name, p.mechanism, p.resource, p.device, p.share,
