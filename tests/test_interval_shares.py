@@ -131,10 +131,11 @@ def test_a_second_dra_claim_sharing_a_held_device_leaves_the_past_alone(
     first_hour = usage(store, 0, 3600)
     assert first_hour == {"pa": 3600.0}
     clock.set(3600)
+    assert readings.check() == {(DRIVER, "team-a"): 3600.0}
     store.set_dra_state(DRAState([claim("a", "pa"), claim("b", "pb")], share_ids=True))
-    assert shares(store) == {("pa", "pool/gpu-0"): 1.0, ("pb", "pool/gpu-0"): 1.0}
-    readings.check()
+    assert readings.check() == {(DRIVER, "team-a"): 3600.0}
     assert usage(store, 0, 3600) == first_hour
+    assert shares(store) == {("pa", "pool/gpu-0"): 1.0, ("pb", "pool/gpu-0"): 1.0}
     clock.set(7200)
     store.set_dra_state(DRAState([claim("b", "pb")], share_ids=True))  # a ends
     readings.check()
@@ -160,18 +161,20 @@ def test_re_registering_replicas_leaves_the_past_alone(store: PodStore, clock: C
     hold(store, "p1", "GPU-6::0")
     readings.check()
     clock.set(1000)
+    assert readings.check() == {(SHARED, "team-a"): 500.0}
     store.set_registered_devices(replicas(4))
+    assert readings.check() == {(SHARED, "team-a"): 500.0}
     assert shares(store) == {("p1", "GPU-6::0"): 0.5}
-    readings.check()
     clock.set(1500)
     hold(store, "p2", "GPU-6::3")
     before = usage(store, 0, 2000)
     assert before == {"p1": 1000.0, "p2": 125.0}
     clock.set(2000)
+    assert readings.check() == {(SHARED, "team-a"): 1000.0 + 125.0}
     store.set_registered_devices(replicas(2))
-    assert shares(store) == {("p1", "GPU-6::0"): 0.5, ("p2", "GPU-6::3"): 0.25}
-    readings.check()
+    assert readings.check() == {(SHARED, "team-a"): 1000.0 + 125.0}
     assert usage(store, 0, 2000) == before
+    assert shares(store) == {("p1", "GPU-6::0"): 0.5, ("p2", "GPU-6::3"): 0.25}
     clock.set(3000)
     store.delete(["p1", "p2"])
     assert readings.check() == {(SHARED, "team-a"): 3000 * 0.5 + 1500 * 0.25}
