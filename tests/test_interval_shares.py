@@ -15,7 +15,6 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from harness.cli import podstore
@@ -282,20 +281,29 @@ def test_a_holding_whose_registration_was_pruned_takes_the_current_one(
     assert shares(store) == {("p1", "GPU-6::0"): 0.25}
 
 
-def _rows(store: PodStore, sql: str) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in store.query(sql).rows]
-
-
-def test_the_share_lookup_is_index_backed(store: PodStore, clock: Clock) -> None:
+def test_the_lookups_are_index_backed(store: PodStore, clock: Clock) -> None:
     """Per interval, the registration in force is found through the history's key index and
-    the instant's end through the seq; the replica counts are computed once."""
+    the instant's end through the seq; the replica counts are computed once; the device's
+    identity now is looked up by an index whatever the caller's WHERE on the times."""
+    from podstore.storage.sql.intervals import DEVICE_SECONDS, usage_sql
+
     store.set_registered_devices(replicas(2))
     hold(store, "p1", "GPU-6::0")
-    plan = [r[3] for r in _rows(store, "EXPLAIN QUERY PLAN SELECT * FROM v_allocation_intervals")]
-    assert (
-        "SEARCH g USING INDEX ix_allocation_events_key "
-        "(pod_uid=? AND container=? AND resource=? AND seq<?)"
-    ) in plan
-    assert "SEARCH x USING INTEGER PRIMARY KEY (rowid>?)" in plan
-    assert "SEARCH c USING AUTOMATIC COVERING INDEX (seq=? AND base=?)" in plan
-    assert plan.count("MATERIALIZE replica_counts") == 1
+    window = {"since": at(0), "until": at(10), "resource": None}
+    for sql, params in (
+        ("SELECT * FROM v_allocation_intervals", {}),
+        (usage_sql("physical", False), window),
+        (DEVICE_SECONDS, {"until": at(10)}),
+    ):
+        plan = [r[3] for r in store.query("EXPLAIN QUERY PLAN " + sql, params).rows]
+        assert (
+            "SEARCH g USING INDEX ix_allocation_events_key "
+            "(pod_uid=? AND container=? AND resource=? AND seq<?)"
+        ) in plan, sql
+        assert "SEARCH x USING INTEGER PRIMARY KEY (rowid>?)" in plan, sql
+        assert "SEARCH c USING AUTOMATIC COVERING INDEX (seq=? AND base=?)" in plan, sql
+        assert plan.count("MATERIALIZE replica_counts") == 1, sql
+        assert (
+            "SEARCH d USING AUTOMATIC COVERING INDEX (mechanism=? AND resource=? AND device=?)"
+            " LEFT-JOIN"
+        ) in plan, sql

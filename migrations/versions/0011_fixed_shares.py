@@ -133,9 +133,15 @@ i AS (
                      AND EXISTS (SELECT 1 FROM history_chain_links l WHERE l.seq <= start_seq)
                 THEN 1 ELSE 0 END AS start_cut
     FROM ended
+),
+identified AS MATERIALIZED (
+    SELECT i.*, d.physical_id AS now_physical_id, d.share AS now_share
+    FROM i
+    LEFT JOIN identity_now d
+           ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device
 )
 SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
-       coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
+       coalesce(i.now_physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
            AS physical_id,
        CASE WHEN i.mechanism = 'dra' OR i.base = i.device THEN 1.0
             ELSE coalesce(
@@ -149,7 +155,7 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
                              WHERE x.seq > i.start_seq AND x.ts > i.start
                              ORDER BY x.seq LIMIT 1), 9223372036854775807)
      ORDER BY g.seq DESC LIMIT 1),
-                d.share, 1.0) END AS share,
+                i.now_share, 1.0) END AS share,
        i.pod_uid AS pod_uid,
        coalesce(pn.namespace,
     (SELECT json_extract(n.device_ids, '$.namespace') FROM allocation_events n
@@ -164,10 +170,8 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
      ORDER BY n.seq DESC LIMIT 1)) AS pod_name,
        i.container AS container, i.start AS start, i."end" AS "end",
        i.end_source AS end_source, i.start_cut AS start_cut
-FROM i
+FROM identified i
 LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid
-LEFT JOIN identity_now d
-       ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device
 """
 
 
