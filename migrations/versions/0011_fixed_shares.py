@@ -110,12 +110,15 @@ ended AS MATERIALIZED (
      WHERE x.pod_uid = h.pod_uid AND x.container IS h.container AND x.resource = h.key_resource
        AND x.seq > h.start_seq AND x.op = 'end'
        AND json_extract(x.device_ids, '$.at') >= h.start
-       AND (h.until_ts IS NULL OR json_extract(x.device_ids, '$.at') < h.until_ts)) AS evidence
+       AND (h.until_ts IS NULL OR json_extract(x.device_ids, '$.at') < h.until_ts)) AS evidence,
+           d.physical_id AS now_physical_id, d.share AS now_share
     FROM holdings h
+    LEFT JOIN identity_now d
+           ON d.mechanism = h.mechanism AND d.resource = h.resource AND d.device = h.device
 ),
 i AS (
     SELECT mechanism, resource, device, pod_uid, container, start, start_seq,
-           claim_namespace, CASE
+           claim_namespace, now_physical_id, now_share, CASE
         WHEN rtrim(device, '0123456789') LIKE '%_::'
              AND rtrim(device, '0123456789') <> device
         THEN substr(device, 1, length(rtrim(device, '0123456789')) - 2)
@@ -133,12 +136,6 @@ i AS (
                      AND EXISTS (SELECT 1 FROM history_chain_links l WHERE l.seq <= start_seq)
                 THEN 1 ELSE 0 END AS start_cut
     FROM ended
-),
-identified AS MATERIALIZED (
-    SELECT i.*, d.physical_id AS now_physical_id, d.share AS now_share
-    FROM i
-    LEFT JOIN identity_now d
-           ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device
 )
 SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
        coalesce(i.now_physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
@@ -170,7 +167,7 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,
      ORDER BY n.seq DESC LIMIT 1)) AS pod_name,
        i.container AS container, i.start AS start, i."end" AS "end",
        i.end_source AS end_source, i.start_cut AS start_cut
-FROM identified i
+FROM i
 LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid
 """
 

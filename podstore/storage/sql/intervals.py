@@ -31,17 +31,13 @@ _IDENTITY_CTE = """identity_now AS MATERIALIZED (
 """
 # v_device_identity computed once, so that the join looks each interval's device up in it (an
 # automatic index); joined as a view it was evaluated again for every interval (over 300 s for
-# 151,000 intervals, against 6 s this way). The join is made in a materialized CTE of its own:
-# in the outer query, a caller's WHERE on the times (usage, the counter) led SQLite to scan
+# 151,000 intervals, against 6 s this way). Joined inside the materialized `ended`: in the
+# outer query, a caller's WHERE on the times (usage, the counter) led SQLite to scan
 # identity_now for every interval instead (9 of 12 s over a year of a 1,000-pod node whose
 # devices are registered).
-_IDENTIFIED_CTE = """,
-identified AS MATERIALIZED (
-    SELECT i.*, d.physical_id AS now_physical_id, d.share AS now_share
-    FROM i
+_IDENTITY_JOIN = """
     LEFT JOIN identity_now d
-           ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device
-)"""
+           ON d.mechanism = h.mechanism AND d.resource = h.resource AND d.device = h.device"""
 
 # Per registration event, the replicas it lists of each base (``ID::N`` of ``ID``, not ``ID``
 # itself): computed once, looked up by (event, base).
@@ -153,12 +149,13 @@ holdings AS (
     GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
 ),
 ended AS MATERIALIZED (
-    SELECT h.*,{_EVIDENCE} AS evidence
-    FROM holdings h
+    SELECT h.*,{_EVIDENCE} AS evidence,
+           d.physical_id AS now_physical_id, d.share AS now_share
+    FROM holdings h{_IDENTITY_JOIN}
 ),
 i AS (
     SELECT mechanism, resource, device, pod_uid, container, start, start_seq,
-           claim_namespace, {_BASE.format(d="device")} AS base,
+           claim_namespace, now_physical_id, now_share, {_BASE.format(d="device")} AS base,
            CASE WHEN evidence IS NOT NULL THEN substr(evidence, 1, instr(evidence, '|') - 1)
                 ELSE until_ts END AS "end",
            CASE WHEN evidence IS NOT NULL THEN substr(evidence, instr(evidence, '|') + 1)
@@ -172,7 +169,7 @@ i AS (
                      AND EXISTS (SELECT 1 FROM history_chain_links l WHERE l.seq <= start_seq)
                 THEN 1 ELSE 0 END AS start_cut
     FROM ended
-){_IDENTIFIED_CTE}
+)
 SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,{_IDENTITY_COLUMNS},
        i.pod_uid AS pod_uid,
        coalesce(pn.namespace,{_NAME.format(field="namespace")},
@@ -180,7 +177,7 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,{_ID
        coalesce(pn.name,{_NAME.format(field="name")}) AS pod_name,
        i.container AS container, i.start AS start, i."end" AS "end",
        i.end_source AS end_source, i.start_cut AS start_cut
-FROM identified i
+FROM i
 LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid
 """
 
