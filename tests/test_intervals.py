@@ -413,11 +413,12 @@ def test_usage_refuses_bad_windows_and_changes_nothing(tmp_path: Path) -> None:
 def test_intervals_bill_the_physical_device_replicas_as_shares(
     store: PodStore, clock: Clock
 ) -> None:
-    """v_allocation_intervals takes v_device_identity's physical id and share: two pods on
-    replicas of one time-sliced card for an hour are a quarter card-hour each; a whole card
-    named by its host path is that path's card while held. Once its entry is gone nothing on
-    the node names its path any more, and a finished holding of an unregistered device is its
-    own unresolved id (docs/sql.md)."""
+    """v_allocation_intervals takes v_device_identity's physical id, and a replica's share
+    from the registration in force when its holding began: two pods on replicas of one
+    time-sliced card (four registered) for an hour are a quarter card-hour each, and stay so
+    when the plugin registers two; a whole card named by its host path is that path's card
+    while held. Once its entry is gone nothing on the node names its path any more, and a
+    finished holding of an unregistered device is its own unresolved id (docs/sql.md)."""
     from podstore import ContainerAllocateResponse, DeviceSpec
 
     shared = "nvidia.com/gpu.shared"
@@ -438,6 +439,11 @@ def test_intervals_bill_the_physical_device_replicas_as_shares(
     window = {"since": at(0), "until": at(3600)}
     by = {r[0]: r[1] for r in store.query(usage_sql("physical", False), window).rows}
     assert by == {'["/dev/nvidia0"]': 3600.0, unresolved: 1800.0}
+    store.set_registered_devices({shared: [f"GPU-6::{r}" for r in (0, 3)]})
+    assert [tuple(r) for r in store.query(query).rows][1:] == [
+        ("p2", unresolved, 0.25),
+        ("p3", unresolved, 0.25),
+    ]
     store.delete(["p1", "p2", "p3"])
     rows = [tuple(r) for r in store.query(query).rows]
     assert rows[0] == ("p1", f"device-plugin:{GPU}:GPU-0", 1.0)

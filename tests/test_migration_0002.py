@@ -256,7 +256,7 @@ def test_head_schema_matches_schema_py_and_the_views_match_views_py(db_path: Pat
     finally:
         conn.close()
     # The frozen copy in 0002 must still be what views.py says (until a revision changes it);
-    # revision 0007's views are node_views.py's, 0009's physical_views.py's, 0010's
+    # revision 0007's views are node_views.py's, 0009's physical_views.py's, 0011's
     # intervals.py's.
     expected = (
         views.VIEWS

@@ -2,12 +2,14 @@
 
 The downgrade drops the view and the ``end`` events (each kept event whose predecessor went
 gets a link, as ``prune_history`` leaves them: the chain still verifies) and narrows the op
-CHECK; every other row stays. The upgrade widens the CHECK and creates the view as
-``storage/sql/intervals.py`` says; end evidence is recorded again from then on.
+CHECK; every other row stays. The upgrade widens the CHECK and creates the view as revision
+0010 froze it (revision 0011 re-creates it as ``storage/sql/intervals.py`` says); end evidence
+is recorded again from then on.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sqlite3
 from pathlib import Path
@@ -22,6 +24,17 @@ from podstore.sqlite.migrate import run_downgrade, run_upgrade
 from podstore.storage.sql.intervals import V_ALLOCATION_INTERVALS
 
 GPU = "nvidia.com/gpu"
+REVISION = (
+    Path(__file__).resolve().parent.parent / "migrations/versions/0010_allocation_intervals.py"
+)
+
+
+def _frozen_0010() -> str:
+    spec = importlib.util.spec_from_file_location("revision_0010", REVISION)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.V_ALLOCATION_INTERVALS)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +80,8 @@ def test_down_and_up_keep_every_other_row_and_the_chain(filled: Path, tmp_path: 
             "VALUES (99, '2099-01-01T00:00:00.000000Z', 'end', 'x', zeroblob(32))"
         )
 
+    run_upgrade(ConnectOptions(path=str(db)), "0010")
+    assert _view(db) == _frozen_0010().strip()
     run_upgrade(ConnectOptions(path=str(db)), "head")
     assert _view(db) == V_ALLOCATION_INTERVALS.strip()
     assert check_store(db) == []

@@ -1,7 +1,9 @@
 """``podstore usage`` at node scale: a year of a 1,000-pod node's history (about 440,000
 events, tests/harness/usage_scale.py), timed in CPU against ``podstore history`` over the same
 store (both whole child processes), with their peak memory; and its device-seconds per
-namespace equal to the workload's own (the exit times, not the later entry deletes)."""
+namespace equal to the workload's own (the exit times, not the later entry deletes). Once with
+whole GPUs, once with time-sliced replicas re-registered every week (each holding's share is
+looked up in the registration in force when it began)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from harness import usage_scale as us
 UNTIL = us.ts(us.YEAR)
 
 
-@pytest.fixture(scope="module")
-def year(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
+@pytest.fixture(scope="module", params=[0, 4], ids=["whole", "replicas"])
+def year(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[Path, dict[str, float]]:
     db = tmp_path_factory.mktemp("usage") / "year.db"
-    return db, us.build(db)
+    return db, us.build(db, replicas=request.param)
 
 
 @pytest.mark.slow
@@ -56,7 +60,7 @@ def test_usage_over_a_year_is_exact_and_cheaper_than_history(
         "history_cpu_s": round(history_cpu, 2),
         "history_peak_rss_kib": history.peak_rss_kib,
     }
-    print(f"[usage at node scale] {json.dumps(figures)}", file=sys.stderr)
+    print(f"[usage at node scale, {db.parent.name}] {json.dumps(figures)}", file=sys.stderr)
     assert usage_cpu < history_cpu, f"usage {usage_cpu:.2f} s CPU, history {history_cpu:.2f} s"
     # Streamed: the answer is a few rows whatever the history's length.
     assert usage.peak_rss_kib < 4 * history.peak_rss_kib

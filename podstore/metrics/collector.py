@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,6 +19,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from podstore.metrics.stats import BUCKETS, RESULTS, SyncStats
 from podstore.pure.times import format_ts
+from podstore.storage import events
 from podstore.storage.sql import intervals as intervals_sql
 from podstore.storage.sql import metrics as sql
 from podstore.storage.sql import node_read as node_sql
@@ -115,7 +115,9 @@ class StoreCollector(Collector):
         now = self.clock()
         last = self._reading
         if last is None or now - last[0] >= max(DEVICE_SECONDS_EVERY, 20 * last[1]):
-            until = format_ts(datetime.now(UTC))
+            # The clock the history is stamped with (tests set it): an end written after a
+            # reading is never before the time that reading counted an open holding to.
+            until = format_ts(events.utcnow())
             rows = [
                 (str(resource), str(namespace), float(value or 0.0))
                 for resource, namespace, value in self.store.query(

@@ -9,32 +9,70 @@ holding, and the key's next event (a ``delete``, or one that no longer lists it)
 (``checkpoint`` / ``dra``). ``end`` events (storage/ends.py) carry earlier evidence: the
 earliest evidence time that falls inside the holding wins.
 
-Revision 0010 keeps a frozen copy of the view's text (a test holds a store at head to it).
+Revision 0011 keeps a frozen copy of the view's text (a test holds a store at head to it).
 """
 
 from __future__ import annotations
 
+from podstore.storage.sql.physical_views import _BASE
+
 # The identity of a held device is v_device_identity's (revision 0009), which knows the devices
 # held now or registered. A device it does not know (a DRA device no claim holds any more) is
-# its own physical device, held whole. A DRA device's share there is the split among its holders
-# now, so it applies to a holding still open; kubelet's file keeps no record of the capacity a
-# finished share consumed, and a finished DRA holding counts whole. A replica whose count is
-# unknown (share NULL there) counts whole as well: billing it as nothing would hide it.
-_IDENTITY_COLUMNS = """
-       coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
-           AS physical_id,
-       CASE WHEN i.mechanism = 'dra' AND i."end" IS NOT NULL THEN 1.0
-            ELSE coalesce(d.share, 1.0) END AS share"""
-_IDENTITY_JOIN = """
-LEFT JOIN identity_now d
-       ON d.mechanism = i.mechanism AND d.resource = i.resource AND d.device = i.device"""
-# v_device_identity computed once, so that the join looks each interval's device up in it (an
-# automatic index); joined as a view it was evaluated again for every interval (over 300 s for
-# 151,000 intervals, against 6 s this way).
+# its own physical device. A holding's share is fixed when it begins, so that the billed past
+# never changes (the device-seconds counter never goes down): a time-sliced replica's is
+# 1/N, N the replicas of its base in the registration in force then; a DRA holding counts
+# whole, open or finished (kubelet's file does not record the capacity a share consumed, and
+# a split among the holders now would rewrite the past). With no registration in force in the
+# history (pruned, or never recorded) the current one's share stands in; a replica whose
+# count is unknown counts whole: billing it as nothing would hide it.
 _IDENTITY_CTE = """identity_now AS MATERIALIZED (
     SELECT mechanism, resource, device, physical_id, share FROM v_device_identity
 ),
 """
+# v_device_identity computed once, so that the join looks each interval's device up in it (an
+# automatic index); joined as a view it was evaluated again for every interval (over 300 s for
+# 151,000 intervals, against 6 s this way). Joined inside the materialized `ended`: in the
+# outer query, a caller's WHERE on the times (usage, the counter) led SQLite to scan
+# identity_now for every interval instead (9 of 12 s over a year of a 1,000-pod node whose
+# devices are registered).
+_IDENTITY_JOIN = """
+    LEFT JOIN identity_now d
+           ON d.mechanism = h.mechanism AND d.resource = h.resource AND d.device = h.device"""
+
+# Per registration event, the replicas it lists of each base (``ID::N`` of ``ID``, not ``ID``
+# itself): computed once, looked up by (event, base).
+_REPLICAS_CTE = f"""replica_counts (seq, base, n) AS MATERIALIZED (
+    SELECT seq, base, count(*) FROM (
+        SELECT g.seq, r.value AS device, {_BASE.format(d="r.value")} AS base
+        FROM allocation_events g, json_each(g.device_ids) r
+        WHERE g.pod_uid IS NULL AND g.container IS NULL AND g.op = 'registered'
+    )
+    WHERE base <> device
+    GROUP BY seq, base
+),
+"""
+# The registration of the holding's resource in force at its start: the latest `registered` or
+# `unregistered` event stamped at or before the start. Every event of the start's instant
+# counts, later seqs included (the events the first one after it precedes): a sync writes its
+# registrations before its entries, and one written at the same instant is of the same
+# change. Both lookups are index-backed (the key index; the seq).
+_SHARE = """
+       CASE WHEN i.mechanism = 'dra' OR i.base = i.device THEN 1.0
+            ELSE coalesce(
+    (SELECT CASE WHEN g.op = 'registered' THEN coalesce(1.0 / (
+                SELECT c.n FROM replica_counts c WHERE c.seq = g.seq AND c.base = i.base), 1.0)
+            END
+     FROM allocation_events g
+     WHERE g.pod_uid IS NULL AND g.container IS NULL AND g.resource = i.resource
+       AND g.op IN ('registered', 'unregistered')
+       AND g.seq < coalesce((SELECT x.seq FROM allocation_events x
+                             WHERE x.seq > i.start_seq AND x.ts > i.start
+                             ORDER BY x.seq LIMIT 1), 9223372036854775807)
+     ORDER BY g.seq DESC LIMIT 1),
+                i.now_share, 1.0) END AS share"""
+_IDENTITY_COLUMNS = f"""
+       coalesce(i.now_physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
+           AS physical_id,{_SHARE}"""
 
 # The entry ops that set an entry's devices; `delete` ends the entry.
 _ENTRY_OPS = "'insert', 'replace', 'import', 'backfill', 'delete'"
@@ -58,7 +96,7 @@ _NAME = """
 
 V_ALLOCATION_INTERVALS = f"""
 CREATE VIEW v_allocation_intervals AS
-WITH {_IDENTITY_CTE}dp_events AS (
+WITH {_IDENTITY_CTE}{_REPLICAS_CTE}dp_events AS (
     SELECT seq, ts, op, pod_uid, container, resource, device_ids,
            row_number() OVER w AS rn,
            lead(seq) OVER w AS next_seq, lead(ts) OVER w AS next_ts
@@ -111,12 +149,13 @@ holdings AS (
     GROUP BY mechanism, key_resource, pod_uid, container, resource, device, grp
 ),
 ended AS MATERIALIZED (
-    SELECT h.*,{_EVIDENCE} AS evidence
-    FROM holdings h
+    SELECT h.*,{_EVIDENCE} AS evidence,
+           d.physical_id AS now_physical_id, d.share AS now_share
+    FROM holdings h{_IDENTITY_JOIN}
 ),
 i AS (
     SELECT mechanism, resource, device, pod_uid, container, start, start_seq,
-           claim_namespace,
+           claim_namespace, now_physical_id, now_share, {_BASE.format(d="device")} AS base,
            CASE WHEN evidence IS NOT NULL THEN substr(evidence, 1, instr(evidence, '|') - 1)
                 ELSE until_ts END AS "end",
            CASE WHEN evidence IS NOT NULL THEN substr(evidence, instr(evidence, '|') + 1)
@@ -139,7 +178,7 @@ SELECT i.mechanism AS mechanism, i.resource AS resource, i.device AS device,{_ID
        i.container AS container, i.start AS start, i."end" AS "end",
        i.end_source AS end_source, i.start_cut AS start_cut
 FROM i
-LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid{_IDENTITY_JOIN}
+LEFT JOIN pod_names pn ON pn.pod_uid = i.pod_uid
 """
 
 INTERVAL_VIEWS = (("v_allocation_intervals", V_ALLOCATION_INTERVALS),)
