@@ -157,7 +157,7 @@ def prune(conn: sqlite3.Connection, before: str) -> int:
         conn.execute(sql.PRUNE, {"before": before})
         doomed = conn.execute(sql.PRUNE_COUNT).fetchone()[0] > 0
         # The device-seconds counter must not fall: what the intervals lose is carried.
-        until = format_ts(datetime.now(UTC))
+        until = format_ts(utcnow())
         held = _interval_seconds(conn, until) if doomed else {}
         top = int(conn.execute(sql.HIGH_WATER).fetchone()[0])
         conn.execute(sql.PRUNE_LINKS, {"high_water": top})
