@@ -143,7 +143,7 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
-            {"revision": "0011", "down_revision": "0010",
+            {"revision": "0012", "down_revision": "0011",
              "message": "Device-seconds of pruned history, so that a prune is no reset of "
              "the device-seconds counter."},
             {"revision": "0010", "down_revision": "0009",

@@ -451,7 +451,7 @@ cdi_device_nodes = Table(
     **_CLUSTERED,
 )
 
-# Revision 0011: the device-seconds ``prune_history`` took off the intervals, per resource and
+# Revision 0012: the device-seconds ``prune_history`` took off the intervals, per resource and
 # namespace (``namespace`` '' when unknown), which the counter podstore_device_seconds_total
 # adds back so that a prune is no counter reset.
 device_seconds_pruned = Table(

@@ -197,7 +197,7 @@ INTERVAL_SECONDS = f"""
 """
 
 #: The counter's value up to ``:until`` (the metrics collector's scrape time): the intervals'
-#: seconds and what pruning took off them (revision 0011), so that a prune is no reset.
+#: seconds and what pruning took off them (revision 0012), so that a prune is no reset.
 DEVICE_SECONDS = f"""
     SELECT resource, namespace, sum(seconds) FROM (
         {INTERVAL_SECONDS.strip()}

@@ -1,7 +1,7 @@
 """Device-seconds of pruned history, so that a prune is no reset of the device-seconds counter.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-06
 
 The counter sums ``v_allocation_intervals``, which is as old as the history kept: pruning took
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0011"
+revision: str = "0012"
 # The lead re-points this when the revisions between are merged.
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
