@@ -143,6 +143,9 @@ CASES: list[tuple[list[str], list[str], list[dict[str, Any]]]] = [
         ["migrate", "history"],
         ["revision", "down_revision", "message"],
         [
+            {"revision": "0012", "down_revision": "0011",
+             "message": "Device-seconds of pruned history, so that a prune is no reset of "
+             "the device-seconds counter."},
             {"revision": "0011", "down_revision": "0010",
              "message": "Holding shares fixed when each holding begins: "
              "``v_allocation_intervals`` re-created."},

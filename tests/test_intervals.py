@@ -448,3 +448,68 @@ def test_intervals_bill_the_physical_device_replicas_as_shares(
     rows = [tuple(r) for r in store.query(query).rows]
     assert rows[0] == ("p1", f"device-plugin:{GPU}:GPU-0", 1.0)
     assert rows[1:] == [("p2", unresolved, 0.25), ("p3", unresolved, 0.25)]
+
+
+def _counter(store: PodStore, until: str) -> dict[tuple[str, str], float]:
+    from podstore.storage.sql.intervals import DEVICE_SECONDS
+
+    rows = store.query(DEVICE_SECONDS, {"until": until}).rows
+    return {(r, ns): round(float(s), 6) for r, ns, s in rows}
+
+
+def test_pruning_the_history_never_lowers_the_device_seconds_counter(
+    store: PodStore, clock: Clock
+) -> None:
+    """A prune takes intervals (and the start of a holding across the cut) off the history;
+    what they held is carried, so the counter at any later time is what it would have been
+    (Prometheus would read a fall as a reset and count the whole counter again)."""
+    store.set_pod_names({"gone": PodName("team-a", "g"), "held": PodName("team-b", "h")})
+    gpu(store, "gone", "G0")
+    gpu(store, "held", "G1")
+    gpu(store, "nameless", "G2")
+    clock.set(10)
+    store.insert("held", "main", GPU, {0: ["G1", "G3"]}, b"")
+    clock.set(20)
+    store.delete(["gone", "nameless"])
+    clock.set(50)
+    gpu(store, "after", "G4")
+    later = at(10_000)
+    before = _counter(store, later)
+    assert before == {(GPU, "team-a"): 20.0, (GPU, "team-b"): 10_000.0 + 9_990.0,
+                      (GPU, ""): 20.0 + 9_950.0}  # fmt: skip
+    assert store.prune_history(at(30)) > 0
+    # The history lost `gone` and `nameless` and ten seconds of `held`'s G1 ...
+    lost = store.query(
+        "SELECT count(*) FROM v_allocation_intervals WHERE pod_uid IN ('gone', 'nameless')"
+    ).rows
+    assert lost == [(0,)]
+    # ... and the counter did not.
+    assert _counter(store, later) == before
+    assert _counter(store, at(20_000)) == {
+        (GPU, "team-a"): 20.0, (GPU, "team-b"): 20_000.0 + 19_990.0,
+        (GPU, ""): 20.0 + 19_950.0,
+    }  # fmt: skip
+    assert store.prune_history(at(30)) == 0
+    assert _counter(store, later) == before
+
+
+def test_a_prune_that_takes_a_pods_name_keeps_each_namespaces_counter(
+    store: PodStore, clock: Clock
+) -> None:
+    """The pod's name went before the cut and its holding came after: the prune takes the
+    name's events, the holding's seconds leave its namespace for "" in the history, and the
+    counter of each label stays where it was."""
+    store.set_pod_names({"p": PodName("team-a", "x")})
+    clock.set(5)
+    store.set_pod_names({})
+    clock.set(40)
+    gpu(store, "p", "G1")
+    clock.set(60)
+    store.delete(["p"])
+    later = at(10_000)
+    before = _counter(store, later)
+    assert before == {(GPU, "team-a"): 20.0}
+    assert store.prune_history(at(30)) > 0
+    renamed = store.query("SELECT namespace FROM v_allocation_intervals").rows
+    assert renamed == [(None,)]
+    assert _counter(store, later) == {(GPU, "team-a"): 20.0, (GPU, ""): 0.0}

@@ -71,8 +71,9 @@ def test_down_and_up_keep_every_other_row_and_the_chain(filled: Path, tmp_path: 
     assert _view(db) is None
     assert [e for e in down["allocation_events"] if e[2] == "end"] == []
     assert down["allocation_events"] == [e for e in head["allocation_events"] if e[2] != "end"]
-    for name in set(head) - {"alembic_version", "allocation_events", "history_chain_links",
-                             "store_meta"}:  # fmt: skip
+    later = {"device_seconds_pruned"}  # revisions after 0010 made it
+    for name in set(head) - later - {"alembic_version", "allocation_events",
+                                     "history_chain_links", "store_meta"}:  # fmt: skip
         assert down[name] == head[name], name
     with sqlite3.connect(db) as conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(

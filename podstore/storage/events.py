@@ -21,6 +21,7 @@ from podstore.pure.times import format_ts, parse_ts
 from podstore.storage.node import codec as node_codec
 from podstore.storage.ops import END_EVENT_OPS
 from podstore.storage.sql import events as sql
+from podstore.storage.sql import intervals as intervals_sql
 from podstore.types import AllocationEvent, DevicesPerNUMA
 
 Key = tuple[str, str, str]
@@ -154,17 +155,33 @@ def prune(conn: sqlite3.Connection, before: str) -> int:
     conn.execute(sql.PRUNE_CLEAR)
     try:
         conn.execute(sql.PRUNE, {"before": before})
+        doomed = conn.execute(sql.PRUNE_COUNT).fetchone()[0] > 0
+        # The device-seconds counter must not fall: what the intervals lose is carried.
+        until = format_ts(utcnow())
+        held = _interval_seconds(conn, until) if doomed else {}
         top = int(conn.execute(sql.HIGH_WATER).fetchone()[0])
         conn.execute(sql.PRUNE_LINKS, {"high_water": top})
         conn.execute(sql.PRUNE_UNLINK)
         removed = conn.execute(sql.PRUNE_DELETE).rowcount
         if removed:
             conn.execute(sql.PRUNE_SPANS)
+            kept = _interval_seconds(conn, until)
+            conn.executemany(
+                intervals_sql.ADD_PRUNED_SECONDS,
+                [(r, ns, s - kept.get((r, ns), 0.0)) for (r, ns), s in held.items()
+                 if s != kept.get((r, ns), 0.0)]
+                + [(r, ns, -s) for (r, ns), s in kept.items() if (r, ns) not in held],
+            )  # fmt: skip
         if removed and conn.execute(sql.EVENT_HASH, (top,)).fetchone() is None:
             conn.execute(sql.SET_SEQ_FLOOR, (top,))
     finally:
         conn.execute(sql.PRUNE_CLEAR)
     return int(removed)
+
+
+def _interval_seconds(conn: sqlite3.Connection, until: str) -> dict[tuple[str, str], float]:
+    rows = conn.execute(intervals_sql.INTERVAL_SECONDS, {"until": until})
+    return {(str(r), str(ns)): float(s or 0.0) for r, ns, s in rows}
 
 
 # ---- the chain's ends ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    REAL,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -447,6 +448,19 @@ cdi_device_nodes = Table(
     Column("host_path", Text, nullable=False),
     PrimaryKeyConstraint("spec_path", "name", "host_path"),
     Index("ix_cdi_device_nodes_name", "name", "host_path"),
+    **_CLUSTERED,
+)
+
+# Revision 0012: the device-seconds ``prune_history`` took off the intervals, per resource and
+# namespace (``namespace`` '' when unknown), which the counter podstore_device_seconds_total
+# adds back so that a prune is no counter reset.
+device_seconds_pruned = Table(
+    "device_seconds_pruned",
+    metadata,
+    Column("resource", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("seconds", REAL, nullable=False),
+    PrimaryKeyConstraint("resource", "namespace"),
     **_CLUSTERED,
 )
 

@@ -192,6 +192,7 @@ OWNERS_AT = f"""
 #: The TEMP table of the seqs one prune_history removes (emptied before and after).
 SETUP = ("CREATE TEMP TABLE IF NOT EXISTS prune_doomed (seq INTEGER PRIMARY KEY)",)
 PRUNE_CLEAR = "DELETE FROM temp.prune_doomed"
+PRUNE_COUNT = "SELECT count(*) FROM temp.prune_doomed"
 PRUNE = f"""
     INSERT INTO temp.prune_doomed (seq)
     WITH cut (seq) AS ({_CUT_BEFORE}),

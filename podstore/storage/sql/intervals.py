@@ -225,14 +225,31 @@ def usage_sql(by: str, resource: bool) -> str:
     """
 
 
-#: The counter's value: device-seconds per (resource, namespace) from the history's start to
-#: ``:until`` (the metrics collector's scrape time).
-DEVICE_SECONDS = f"""
+#: Device-seconds per (resource, namespace) the history's intervals hold up to ``:until``.
+INTERVAL_SECONDS = f"""
     SELECT resource, coalesce(namespace, '') AS namespace,
            sum(share * ({_epoch('min(coalesce("end", :until), :until)')} - {_epoch("start")}))
+               AS seconds
     FROM v_allocation_intervals
     WHERE start < :until
     GROUP BY resource, coalesce(namespace, '')
+"""
+
+#: The counter's value up to ``:until`` (the metrics collector's scrape time): the intervals'
+#: seconds and what pruning took off them (revision 0012), so that a prune is no reset.
+DEVICE_SECONDS = f"""
+    SELECT resource, namespace, sum(seconds) FROM (
+        {INTERVAL_SECONDS.strip()}
+        UNION ALL
+        SELECT resource, namespace, seconds FROM device_seconds_pruned
+    )
+    GROUP BY resource, namespace
+"""
+
+#: ``prune_history`` adds what it took off the intervals' seconds.
+ADD_PRUNED_SECONDS = """
+    INSERT INTO device_seconds_pruned (resource, namespace, seconds) VALUES (?, ?, ?)
+    ON CONFLICT (resource, namespace) DO UPDATE SET seconds = seconds + excluded.seconds
 """
 
 # ---- recording end evidence (storage/ends.py) --------------------------------------------------
