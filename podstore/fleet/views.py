@@ -2,8 +2,8 @@
 (docs/sql.md) with ``node`` and ``store_id`` in front, its rule applied store by store, joined
 on ``store_id`` only, retired stores left out.
 
-Revisions f0002 to f0004, f0007 and f0008 keep frozen copies of this text: a change here needs a new
-revision (a test checks that a database at head holds exactly these definitions).
+Revisions f0002 to f0004 and f0007 to f0009 keep frozen copies of this text: a change here
+needs a new revision (a test checks that a database at head holds exactly these definitions).
 """
 
 from __future__ import annotations
@@ -423,10 +423,42 @@ WHERE s.retired_at IS NULL
 
 # Allocation intervals (docs/sql.md, "v_allocation_intervals"): the node view's rule over the
 # shipped events, store by store (revision f0007). Without ``start_cut``: the fleet keeps what
-# the nodes pruned. The identity columns come from v_fleet_device_identity as the node's come
-# from v_device_identity (revision f0008): a device it does not know is its own, held whole,
-# and a DRA share applies only while the holding is open.
-V_FLEET_ALLOCATION_INTERVALS = """
+# the nodes pruned. The physical id comes from v_fleet_device_identity as the node's comes
+# from v_device_identity (revision f0008): a device it does not know is its own. A holding's
+# share is fixed when it starts (revision f0009): 1 over the count of the other replicas of
+# its base in the registration in force then (the resource's latest registration event at or
+# before the start, through the events' key index: a registration has no pod or container; ts
+# never goes back along seq on a node, and one sync's events share their ts); none in force
+# (none yet, or unregistered): the registered devices now, as v_fleet_device_identity counts
+# them; unknown: whole. A device that is its own base, and every DRA holding, open or
+# finished: whole. fleet_intervals keeps these rows, caught up when read.
+_SHARE = f"""CASE
+           WHEN i.mechanism = 'dra' OR {_BASE.format(d="i.device")} = i.device
+           THEN CAST(1 AS double precision)
+           ELSE coalesce((
+               SELECT CASE WHEN f.op = 'registered' THEN (
+                          SELECT CAST(1 AS double precision) / nullif(count(*), 0)
+                          FROM fleet_json_texts(f.device_ids) AS d (device)
+                          WHERE d.device <> {_BASE.format(d="i.device")}
+                            AND {_BASE.format(d="d.device")} = {_BASE.format(d="i.device")})
+                      ELSE (
+                          SELECT CAST(1 AS double precision) / nullif(count(*), 0)
+                          FROM fleet_registered g
+                          CROSS JOIN LATERAL fleet_json_texts(g.device_ids) AS d (device)
+                          WHERE g.store_id = i.store_id AND g.resource = i.resource
+                            AND d.device <> {_BASE.format(d="i.device")}
+                            AND {_BASE.format(d="d.device")} = {_BASE.format(d="i.device")})
+                      END
+               FROM (SELECT 1) AS one
+               LEFT JOIN LATERAL (
+                   SELECT r.op, r.device_ids FROM fleet_events r
+                   WHERE r.store_id = i.store_id AND r.pod_uid IS NULL
+                     AND r.container IS NULL AND r.resource = i.resource
+                     AND r.op IN ('registered', 'unregistered') AND r.ts <= i.start
+                   ORDER BY r.seq DESC LIMIT 1) AS f ON true),
+               CAST(1 AS double precision)) END"""
+
+V_FLEET_ALLOCATION_INTERVALS = f"""
 CREATE VIEW v_fleet_allocation_intervals AS
 WITH dp_events AS (
     SELECT e.store_id, e.seq, e.ts, e.op, e.pod_uid, e.container, e.resource, e.device_ids,
@@ -441,7 +473,7 @@ dp_held AS (
            e.rn, e.seq, e.ts, e.next_ts
     FROM dp_events e
     CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(e.device_ids) = 'object'
-                                       THEN e.device_ids ELSE '{}' END) n
+                                       THEN e.device_ids ELSE '{{}}' END) n
     CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(n.value) = 'array'
                                                       THEN n.value ELSE '[]' END) d(device)
     WHERE e.op <> 'delete'
@@ -462,7 +494,7 @@ claim_held AS (
         CASE WHEN jsonb_typeof(e.device_ids -> 'pods') = 'array'
              THEN e.device_ids -> 'pods' ELSE '[]' END) p(pod_uid)
     CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(e.device_ids -> 'drivers') = 'object'
-                                       THEN e.device_ids -> 'drivers' ELSE '{}' END) r
+                                       THEN e.device_ids -> 'drivers' ELSE '{{}}' END) r
     CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(r.value) = 'array'
                                                  THEN r.value ELSE '[]' END) x
     WHERE e.op = 'dra-set'
@@ -507,9 +539,7 @@ SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
        i.resource AS resource, i.device AS device,
        coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
            AS physical_id,
-       CASE WHEN i.mechanism = 'dra' AND coalesce(i.ev_at, i.until_ts) IS NOT NULL
-            THEN CAST(1 AS double precision)
-            ELSE coalesce(d.share, CAST(1 AS double precision)) END AS share,
+       {_SHARE} AS share,
        i.pod_uid AS pod_uid,
        coalesce(pn.value ->> 'namespace',
                 (SELECT n.device_ids ->> 'namespace' FROM fleet_events n
