@@ -191,6 +191,19 @@ def test_a_catch_up_with_nothing_new_changes_nothing(tmp_path: Path, fleet_url: 
     assert read.catch_up(fleet_url) == 0
     assert rows(fleet_url, KEPT_VERSIONS) == before
     assert rows(fleet_url, "SELECT store_id, seq FROM fleet_intervals_marks ORDER BY 1") == marks
+    # One more event on one store: that store's mark moves on, and then nothing again.
+    with PodStore.open(tmp_path / "n1.db") as store:
+        store.insert("p1", "main", GPU, {0: ["G3"]}, b"")
+        ship(store, fleet_url, node="node-1")
+        one = store.store_id
+    assert read.catch_up(fleet_url) == 1
+    moved = rows(fleet_url, "SELECT store_id, seq FROM fleet_intervals_marks ORDER BY 1")
+    assert {str(k): v for k, v in moved} == {str(k): 4 if str(k) == one else 3 for k, _ in marks}
+    after = rows(fleet_url, KEPT_VERSIONS)
+    assert len(after) == 5
+    assert read.catch_up(fleet_url) == 0
+    assert rows(fleet_url, KEPT_VERSIONS) == after
+    assert_kept(fleet_url)
 
 
 def test_a_retired_store_is_left_out(tmp_path: Path, fleet_url: str) -> None:
