@@ -208,6 +208,12 @@ LEFT JOIN fleet_node_items pn
 ALL_ROWS = _ROWS.format(dp="", claims="", items="")
 FILL = f"INSERT INTO fleet_intervals ({COLUMNS})" + ALL_ROWS
 
+#: Every store marked caught up through its newest seq (before FILL: a ship committed between
+#: the two is past the mark, and taken in again by the next catch-up).
+MARK_ALL = (
+    "INSERT INTO fleet_intervals_marks (store_id, seq) SELECT store_id, last_seq FROM fleet_stores"
+)
+
 #: One store's pods' and claims' intervals (the refresh's parameters and claims).
 REFRESH_ROWS = _ROWS.format(
     dp="\n      AND e.store_id = p_store AND e.pod_uid = ANY(p_pods)",
@@ -389,10 +395,7 @@ def upgrade() -> None:
     for signature in (REFRESH_NAME, CATCH_UP_NAME):
         f0003._execute(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC")
     # Marks first: whatever a ship commits meanwhile is past them, and recomputed next time.
-    f0003._execute(
-        "INSERT INTO fleet_intervals_marks (store_id, seq) SELECT store_id, last_seq "
-        "FROM fleet_stores"
-    )
+    f0003._execute(MARK_ALL)
     f0003._execute(FILL)
     op.execute("DROP VIEW v_fleet_allocation_intervals")
     op.execute(V_FLEET_ALLOCATION_INTERVALS)
