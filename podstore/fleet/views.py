@@ -431,7 +431,9 @@ WHERE s.retired_at IS NULL
 # never goes back along seq on a node, and one sync's events share their ts); none in force
 # (none yet, or unregistered): the registered devices now, as v_fleet_device_identity counts
 # them; unknown: whole. A device that is its own base, and every DRA holding, open or
-# finished: whole. fleet_intervals keeps these rows, caught up when read.
+# finished: whole. fleet_intervals keeps these rows, caught up when read. A claim event has no
+# pod and no container (the node keys a claim by its uid alone): said, so that a claim's events
+# are found through the events' key index.
 _SHARE = f"""CASE
            WHEN i.mechanism = 'dra' OR {_BASE.format(d="i.device")} = i.device
            THEN CAST(1 AS double precision)
@@ -482,7 +484,7 @@ claim_events AS (
     SELECT e.store_id, e.seq, e.ts, e.op, e.resource, e.device_ids,
            row_number() OVER w AS rn, lead(e.ts) OVER w AS next_ts
     FROM fleet_events e
-    WHERE e.op IN ('dra-set', 'dra-delete')
+    WHERE e.op IN ('dra-set', 'dra-delete') AND e.pod_uid IS NULL AND e.container IS NULL
     WINDOW w AS (PARTITION BY e.store_id, e.resource ORDER BY e.seq)
 ),
 claim_held AS (

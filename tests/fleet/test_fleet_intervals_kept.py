@@ -305,7 +305,7 @@ def test_a_reader_catches_up_but_writes_nothing_itself(tmp_path: Path, fleet_url
         "DELETE FROM fleet_intervals",
         f"INSERT INTO fleet_intervals SELECT * FROM fleet_intervals WHERE store_id = '{one}'",
         "TRUNCATE fleet_intervals",
-        f"SELECT fleet_intervals_refresh('{one}', NULL, NULL)",
+        f"SELECT fleet_intervals_refresh('{one}')",
     ):
         with connect(reader) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(statement)

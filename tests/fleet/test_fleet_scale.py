@@ -221,13 +221,14 @@ def test_a_generated_fleet_answers_right_with_the_planned_lookups(fleet_url: str
     )
     computed = sorted(tuple(map(str, r)) for r in rows(fleet_url, f0009.ALL_ROWS))
     assert kept == computed
-    # A store's refresh, planned generically as plpgsql may plan it, reads one store's events
-    # and pod names through their indexes, never a whole table; so do the catch-up's look-ups
-    # of the events past a mark and of a replica's registration in force.
-    refresh = (
-        f0009.REFRESH_ROWS.replace("p_store", "$1")
-        .replace("p_pods", "$2")
-        .replace("l_claims", "$3")
+    # A catch-up's recomputation, planned generically as plpgsql may plan it, reads the named
+    # pods' and claims' events and their pod names through their indexes, never a whole table;
+    # so do its look-ups of the events past a mark and of a replica's registration in force.
+    keyed = (
+        f0009.KEYED_ROWS.replace("l_pod_stores", "$1")
+        .replace("l_pods", "$2")
+        .replace("l_claim_stores", "$3")
+        .replace("l_claims", "$4")
     )
     store = loaded.stores[77]
     pods = sorted(store.names)
@@ -237,18 +238,23 @@ def test_a_generated_fleet_answers_right_with_the_planned_lookups(fleet_url: str
     )
     with connect(fleet_url) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE refresh(uuid, text[], text[]) AS {refresh}")
+        conn.execute(f"PREPARE keyed(uuid[], text[], uuid[], text[]) AS {keyed}")
         conn.execute(f"PREPARE share(uuid, text, text, text) AS {share}")
         conn.execute(
-            "PREPARE past(uuid, bigint) AS SELECT count(*) FROM fleet_events e "
-            "WHERE e.store_id = $1 AND e.seq > $2"
+            "PREPARE past(uuid[], bigint[]) AS SELECT count(*) "
+            "FROM unnest($1, $2) AS b (store_id, mark) "
+            "JOIN fleet_events e ON e.store_id = b.store_id AND e.seq > b.mark"
         )
         # (the generator's names: plain text, no quoting needed)
-        args = f"'{store.store_id}', '{{{','.join(pods)}}}', '{{dra:none}}'"
+        sid = store.store_id
+        args = (
+            f"'{{{','.join([sid] * len(pods))}}}', '{{{','.join(pods)}}}', "
+            f"'{{{sid}}}', '{{dra:none}}'"
+        )
         plans = [
-            f"EXPLAIN EXECUTE refresh({args})",
-            f"EXPLAIN EXECUTE share('{store.store_id}', '{fleetgen.GPU}', 'GPU-1::2', '{until}')",
-            f"EXPLAIN EXECUTE past('{store.store_id}', 900)",
+            f"EXPLAIN EXECUTE keyed({args})",
+            f"EXPLAIN EXECUTE share('{sid}', '{fleetgen.GPU}', 'GPU-1::2', '{until}')",
+            f"EXPLAIN EXECUTE past('{{{sid}}}', '{{900}}')",
         ]
         for explain in plans:
             plan = "\n".join(r[0] for r in conn.execute(explain))
