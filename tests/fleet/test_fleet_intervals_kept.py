@@ -26,6 +26,8 @@ from podstore.fleet.urls import resolve
 
 GPU = "nvidia.com/gpu"
 REP = "nvidia.com/gpu.shared"
+# Replicas held before their resource was ever registered.
+LATE = "example.com/late"
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 # The view's columns but the node and the physical id, which the kept rows join at read.
 SAME = (
@@ -86,6 +88,7 @@ def test_kept_intervals_follow_every_batch(
     dra = node.dra()
     names = {f"p{i}": PodName(f"team-{i}", f"x{i}") for i in (1, 2)}
     names |= {f"r{i}": PodName("team-r", f"r{i}") for i in (1, 2, 3)}
+    names["f1"] = PodName("team-r", "f1")
     names |= {pod_uid(i): PodName(*node.name_of(i)) for i in range(3)}
     gpus = ["G1", "G2", "G3", "G4"]
     with PodStore.open(tmp_path / "n.db") as store:
@@ -101,6 +104,7 @@ def test_kept_intervals_follow_every_batch(
         store.insert("p1", "main", GPU, {0: ["G1"]}, b"")
         store.insert("p2", "main", GPU, {0: ["G2", "G3"]}, b"")
         store.insert("r1", "main", REP, {0: ["R-0::0"]}, b"")
+        store.insert("f1", "main", LATE, {0: ["F-0::1"]}, b"")
         step(100)
         # One sync: a holding, then its resource registered again with more replicas (a higher
         # seq, the same time): the registration counts as in force at the holding's start.
@@ -116,6 +120,11 @@ def test_kept_intervals_follow_every_batch(
         names["p2"] = PodName("team-moved", "x2")
         names[pod_uid(0)] = PodName("team-moved", "trainer-0")
         store.set_pod_names(names)
+        # Registered after f1's holding began: none was in force, so its share is the
+        # registered devices' now, and changes with them (no event of f1 says so).
+        store.set_registered_devices(
+            {GPU: gpus, REP: [f"R-0::{k}" for k in range(4)], LATE: ["F-0::0", "F-0::1"]}
+        )
         step(400)
         # A claim gone, a pod's devices moved, a pod's whole-pod end, another pod gone; the
         # replicas registered again, eight now, and a new holding of one.
@@ -123,7 +132,13 @@ def test_kept_intervals_follow_every_batch(
         store.insert("p2", "main", GPU, {0: ["G3"]}, b"")
         assert store.record_ends([(pod_uid(1), None, "pod-logs", _at(250))]) == 1
         store.delete(["p1"])
-        store.set_registered_devices({GPU: gpus, REP: [f"R-0::{k}" for k in range(8)]})
+        store.set_registered_devices(
+            {
+                GPU: gpus,
+                REP: [f"R-0::{k}" for k in range(8)],
+                LATE: [f"F-0::{k}" for k in range(4)],
+            }
+        )
         store.insert("r3", "main", REP, {0: ["R-0::2"]}, b"")
         step(500)
         # A name gone: the interval keeps the last name its history gave.
@@ -140,7 +155,8 @@ def test_kept_intervals_follow_every_batch(
     assert shares["r1", "R-0::0"] == 0.5
     assert shares["r2", "R-0::1"] == 0.25
     assert shares["r3", "R-0::2"] == 0.125
-    assert {v for (pod, _), v in shares.items() if pod[0] not in "r"} == {1.0}  # DRA whole
+    assert shares["f1", "F-0::1"] == 0.25
+    assert {v for (pod, _), v in shares.items() if pod[0] not in "rf"} == {1.0}  # DRA whole
     usage = read.usage(fleet_url, by="namespace", since=_at(0), until=_at(600)).dicts()
     assert {r["namespace"] for r in usage} >= {"team-1", "team-moved", "team-r"}
     by_node = read.usage(fleet_url, by="node", since=_at(0), until=_at(600)).dicts()
