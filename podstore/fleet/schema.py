@@ -245,9 +245,9 @@ fleet_intervals = Table(
     Column("share", Double, nullable=False),
     PrimaryKeyConstraint("store_id", "start_seq", "pod_uid", "resource", "device"),
     Index("ix_fleet_intervals_pod", "store_id", "pod_uid"),
+    # A claim's rows; and a resource's device-plugin rows (their key is the resource), whose
+    # shares a registration sets again.
     Index("ix_fleet_intervals_claim", "store_id", "key_resource"),
-    # A registration's resource: its holdings' shares set again.
-    Index("ix_fleet_intervals_resource", "store_id", "resource"),
 )
 
 # The node seq each store's kept intervals are caught up through.

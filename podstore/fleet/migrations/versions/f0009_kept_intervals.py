@@ -359,11 +359,12 @@ BEGIN
     END IF;
     IF l_regs IS NOT NULL THEN
         -- A registration of a holding's own sync may arrive after it; a holding without one
-        -- in force takes the registered devices now.
+        -- in force takes the registered devices now. (A device-plugin row's key is its
+        -- resource: the claim index finds them.)
         UPDATE fleet_intervals i SET share = {SHARE}
         FROM unnest(l_reg_stores, l_regs) AS k (store_id, resource)
-        WHERE i.store_id = k.store_id AND i.resource = k.resource
-          AND i.mechanism = 'device-plugin';
+        WHERE i.store_id = k.store_id AND i.key_resource = k.resource
+          AND i.resource = k.resource AND i.mechanism = 'device-plugin';
     END IF;
     FOREACH l_store IN ARRAY l_whole LOOP
         PERFORM fleet_intervals_refresh(l_store);
@@ -434,7 +435,6 @@ def upgrade() -> None:
     )
     op.create_index("ix_fleet_intervals_pod", "fleet_intervals", ["store_id", "pod_uid"])
     op.create_index("ix_fleet_intervals_claim", "fleet_intervals", ["store_id", "key_resource"])
-    op.create_index("ix_fleet_intervals_resource", "fleet_intervals", ["store_id", "resource"])
     op.create_table(
         "fleet_intervals_marks",
         sa.Column("store_id", sa.Uuid(as_uuid=False), nullable=False),
