@@ -434,31 +434,63 @@ WHERE s.retired_at IS NULL
 # finished: whole. fleet_intervals keeps these rows, caught up when read. A claim event has no
 # pod and no container (the node keys a claim by its uid alone): said, so that a claim's events
 # are found through the events' key index.
-_SHARE = f"""CASE
-           WHEN i.mechanism = 'dra' OR {_BASE.format(d="i.device")} = i.device
-           THEN CAST(1 AS double precision)
-           ELSE coalesce((
-               SELECT CASE WHEN f.op = 'registered' THEN (
-                          SELECT CAST(1 AS double precision) / nullif(count(*), 0)
-                          FROM fleet_json_texts(f.device_ids) AS d (device)
-                          WHERE d.device <> {_BASE.format(d="i.device")}
-                            AND {_BASE.format(d="d.device")} = {_BASE.format(d="i.device")})
-                      ELSE (
-                          SELECT CAST(1 AS double precision) / nullif(count(*), 0)
-                          FROM fleet_registered g
-                          CROSS JOIN LATERAL fleet_json_texts(g.device_ids) AS d (device)
-                          WHERE g.store_id = i.store_id AND g.resource = i.resource
-                            AND d.device <> {_BASE.format(d="i.device")}
-                            AND {_BASE.format(d="d.device")} = {_BASE.format(d="i.device")})
-                      END
-               FROM (SELECT 1) AS one
-               LEFT JOIN LATERAL (
-                   SELECT r.op, r.device_ids FROM fleet_events r
-                   WHERE r.store_id = i.store_id AND r.pod_uid IS NULL
-                     AND r.container IS NULL AND r.resource = i.resource
-                     AND r.op IN ('registered', 'unregistered') AND r.ts <= i.start
-                   ORDER BY r.seq DESC LIMIT 1) AS f ON true),
-               CAST(1 AS double precision)) END"""
+_SHARE_CTES = f"""
+replica_holdings AS MATERIALIZED (
+    SELECT DISTINCT h.store_id, h.resource, {_BASE.format(d="h.device")} AS base, h.start
+    FROM ended h
+    WHERE h.mechanism = 'device-plugin' AND {_BASE.format(d="h.device")} <> h.device
+),
+in_force AS MATERIALIZED (
+    SELECT h.store_id, h.resource, h.base, h.start, f.op, f.seq
+    FROM replica_holdings h
+    LEFT JOIN LATERAL (
+        SELECT r.op, r.seq FROM fleet_events r
+        WHERE r.store_id = h.store_id AND r.pod_uid IS NULL AND r.container IS NULL
+          AND r.resource = h.resource AND r.op IN ('registered', 'unregistered')
+          AND r.ts <= h.start
+        ORDER BY r.seq DESC LIMIT 1
+    ) f ON true
+),
+registered_then AS MATERIALIZED (
+    SELECT r.store_id, r.seq, {_BASE.format(d="d.device")} AS base, count(*) AS n
+    FROM (SELECT DISTINCT store_id, seq FROM in_force WHERE op = 'registered') x
+    CROSS JOIN LATERAL (
+        SELECT e.store_id, e.seq, e.device_ids FROM fleet_events e
+        WHERE e.store_id = x.store_id AND e.seq = x.seq LIMIT 1
+    ) r
+    CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
+    WHERE {_BASE.format(d="d.device")} <> d.device
+    GROUP BY 1, 2, 3
+),
+registered_now AS MATERIALIZED (
+    SELECT g.store_id, g.resource, {_BASE.format(d="d.device")} AS base, count(*) AS n
+    FROM (SELECT DISTINCT store_id, resource FROM in_force
+          WHERE op IS DISTINCT FROM 'registered') x
+    CROSS JOIN LATERAL (
+        SELECT r.store_id, r.resource, r.device_ids FROM fleet_registered r
+        WHERE r.store_id = x.store_id AND r.resource = x.resource LIMIT 1
+    ) g
+    CROSS JOIN LATERAL fleet_json_texts(g.device_ids) AS d (device)
+    WHERE {_BASE.format(d="d.device")} <> d.device
+    GROUP BY 1, 2, 3
+),
+replica_shares AS MATERIALIZED (
+    SELECT f.store_id, f.resource, f.base, f.start,
+           CASE WHEN f.op = 'registered' THEN CAST(1 AS double precision) / t.n
+                ELSE CAST(1 AS double precision) / w.n END AS share
+    FROM in_force f
+    LEFT JOIN registered_then t
+      ON f.op = 'registered' AND t.store_id = f.store_id AND t.seq = f.seq AND t.base = f.base
+    LEFT JOIN registered_now w
+      ON f.op IS DISTINCT FROM 'registered' AND w.store_id = f.store_id
+     AND w.resource = f.resource AND w.base = f.base
+)"""
+# The share of a row ``i`` of ``ended``: its replica share, else whole.
+_SHARE_JOIN = f"""
+LEFT JOIN replica_shares rs
+  ON i.mechanism = 'device-plugin' AND rs.store_id = i.store_id AND rs.resource = i.resource
+ AND rs.base = {_BASE.format(d="i.device")} AND rs.start = i.start"""
+_SHARE = "coalesce(rs.share, CAST(1 AS double precision))"
 
 V_FLEET_ALLOCATION_INTERVALS = f"""
 CREATE VIEW v_fleet_allocation_intervals AS
@@ -536,7 +568,7 @@ ended AS MATERIALIZED (
         ORDER BY 1, 2
         LIMIT 1
     ) ev ON true
-)
+),{_SHARE_CTES}
 SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
        i.resource AS resource, i.device AS device,
        coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
@@ -560,7 +592,7 @@ SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
             WHEN i.until_ts IS NULL THEN NULL
             WHEN i.mechanism = 'dra' THEN 'dra'
             ELSE 'checkpoint' END AS end_source
-FROM ended i
+FROM ended i{_SHARE_JOIN}
 JOIN fleet_stores s ON s.store_id = i.store_id
 LEFT JOIN fleet_node_items pn
   ON pn.store_id = i.store_id

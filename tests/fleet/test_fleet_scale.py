@@ -233,8 +233,10 @@ def test_a_generated_fleet_answers_right_with_the_planned_lookups(fleet_url: str
     store = loaded.stores[77]
     pods = sorted(store.names)
     share = (
-        f"SELECT {f0009.SHARE} FROM (VALUES ($1, 'device-plugin', $2, $3, "
-        "CAST($4 AS timestamptz))) AS i (store_id, mechanism, resource, device, start)"
+        "WITH ended AS (SELECT $1 AS store_id, 'device-plugin' AS mechanism, $2 AS resource, "
+        "$3 AS device, CAST($4 AS timestamptz) AS start),"
+        + f0009.SHARE_CTES
+        + " SELECT * FROM replica_shares"
     )
     with connect(fleet_url) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")

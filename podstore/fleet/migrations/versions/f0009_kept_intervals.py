@@ -64,37 +64,72 @@ _BASE = """CASE
             THEN substr({d}, 1, length(rtrim({d}, '0123456789')) - 2)
             ELSE {d} END"""
 
-# A holding's share, over ``i`` (store_id, mechanism, resource, device, start): 1 over the
-# count of the other replicas of its base in the registration in force at its start, found
-# through the events' key index (registrations have no pod or container). ts never goes back
-# along seq on a node, and one sync's events share their ts: the latest by seq among those at
-# or before the start is the one in force. None in force (none yet, or unregistered): the
-# registered devices now, as v_fleet_device_identity counts them. Unknown: whole.
-SHARE = f"""CASE
-           WHEN i.mechanism = 'dra' OR {_BASE.format(d="i.device")} = i.device
-           THEN CAST(1 AS double precision)
-           ELSE coalesce((
-               SELECT CASE WHEN f.op = 'registered' THEN (
-                          SELECT CAST(1 AS double precision) / nullif(count(*), 0)
-                          FROM fleet_json_texts(f.device_ids) AS d (device)
-                          WHERE d.device <> {_BASE.format(d="i.device")}
-                            AND {_BASE.format(d="d.device")} = {_BASE.format(d="i.device")})
-                      ELSE (
-                          SELECT CAST(1 AS double precision) / nullif(count(*), 0)
-                          FROM fleet_registered g
-                          CROSS JOIN LATERAL fleet_json_texts(g.device_ids) AS d (device)
-                          WHERE g.store_id = i.store_id AND g.resource = i.resource
-                            AND d.device <> {_BASE.format(d="i.device")}
-                            AND {_BASE.format(d="d.device")} = {_BASE.format(d="i.device")})
-                      END
-               FROM (SELECT 1) AS one
-               LEFT JOIN LATERAL (
-                   SELECT r.op, r.device_ids FROM fleet_events r
-                   WHERE r.store_id = i.store_id AND r.pod_uid IS NULL
-                     AND r.container IS NULL AND r.resource = i.resource
-                     AND r.op IN ('registered', 'unregistered') AND r.ts <= i.start
-                   ORDER BY r.seq DESC LIMIT 1) AS f ON true),
-               CAST(1 AS double precision)) END"""
+# A holding's share, for the rows of ``ended`` (store_id, mechanism, resource, device, start):
+# 1 over the count of the other replicas of its base in the registration in force at its
+# start, found through the events' key index (registrations have no pod or container). ts
+# never goes back along seq on a node, and one sync's events share their ts: the latest by seq
+# among those at or before the start is the one in force. None in force (none yet, or
+# unregistered): the registered devices now, as v_fleet_device_identity counts them. Unknown:
+# whole. Counted once per registration and base, not per holding: a registration lists every
+# replica, and 10,000 replica holdings each counting a 10,000-device list took minutes. The
+# lists are looked up by key (LIMIT keeps a generic plan from hashing every store's).
+SHARE_CTES = f"""
+replica_holdings AS MATERIALIZED (
+    SELECT DISTINCT h.store_id, h.resource, {_BASE.format(d="h.device")} AS base, h.start
+    FROM ended h
+    WHERE h.mechanism = 'device-plugin' AND {_BASE.format(d="h.device")} <> h.device
+),
+in_force AS MATERIALIZED (
+    SELECT h.store_id, h.resource, h.base, h.start, f.op, f.seq
+    FROM replica_holdings h
+    LEFT JOIN LATERAL (
+        SELECT r.op, r.seq FROM fleet_events r
+        WHERE r.store_id = h.store_id AND r.pod_uid IS NULL AND r.container IS NULL
+          AND r.resource = h.resource AND r.op IN ('registered', 'unregistered')
+          AND r.ts <= h.start
+        ORDER BY r.seq DESC LIMIT 1
+    ) f ON true
+),
+registered_then AS MATERIALIZED (
+    SELECT r.store_id, r.seq, {_BASE.format(d="d.device")} AS base, count(*) AS n
+    FROM (SELECT DISTINCT store_id, seq FROM in_force WHERE op = 'registered') x
+    CROSS JOIN LATERAL (
+        SELECT e.store_id, e.seq, e.device_ids FROM fleet_events e
+        WHERE e.store_id = x.store_id AND e.seq = x.seq LIMIT 1
+    ) r
+    CROSS JOIN LATERAL fleet_json_texts(r.device_ids) AS d (device)
+    WHERE {_BASE.format(d="d.device")} <> d.device
+    GROUP BY 1, 2, 3
+),
+registered_now AS MATERIALIZED (
+    SELECT g.store_id, g.resource, {_BASE.format(d="d.device")} AS base, count(*) AS n
+    FROM (SELECT DISTINCT store_id, resource FROM in_force
+          WHERE op IS DISTINCT FROM 'registered') x
+    CROSS JOIN LATERAL (
+        SELECT r.store_id, r.resource, r.device_ids FROM fleet_registered r
+        WHERE r.store_id = x.store_id AND r.resource = x.resource LIMIT 1
+    ) g
+    CROSS JOIN LATERAL fleet_json_texts(g.device_ids) AS d (device)
+    WHERE {_BASE.format(d="d.device")} <> d.device
+    GROUP BY 1, 2, 3
+),
+replica_shares AS MATERIALIZED (
+    SELECT f.store_id, f.resource, f.base, f.start,
+           CASE WHEN f.op = 'registered' THEN CAST(1 AS double precision) / t.n
+                ELSE CAST(1 AS double precision) / w.n END AS share
+    FROM in_force f
+    LEFT JOIN registered_then t
+      ON f.op = 'registered' AND t.store_id = f.store_id AND t.seq = f.seq AND t.base = f.base
+    LEFT JOIN registered_now w
+      ON f.op IS DISTINCT FROM 'registered' AND w.store_id = f.store_id
+     AND w.resource = f.resource AND w.base = f.base
+)"""
+#: The share of a row ``i`` of ``ended``: its replica share, else whole.
+SHARE_JOIN = f"""
+LEFT JOIN replica_shares rs
+  ON i.mechanism = 'device-plugin' AND rs.store_id = i.store_id AND rs.resource = i.resource
+ AND rs.base = {_BASE.format(d="i.device")} AND rs.start = i.start"""
+SHARE = "coalesce(rs.share, CAST(1 AS double precision))"
 
 # f0008's view's computation of the holdings and their ends (frozen here), its first pass
 # limited to some pods' entry events and some claims' events ({dp}, {claims}) or to none (the
@@ -175,7 +210,7 @@ ended AS MATERIALIZED (
         ORDER BY 1, 2
         LIMIT 1
     ) ev ON true
-)"""
+),""" + SHARE_CTES.replace("{", "{{").replace("}", "}}")
 
 _NAME = """(SELECT n.device_ids ->> '{field}' FROM fleet_events n
                  WHERE n.store_id = i.store_id AND n.pod_uid = i.pod_uid
@@ -198,7 +233,7 @@ SELECT i.store_id, i.mechanism, i.resource, i.device, i.pod_uid, i.container, i.
                 i.claim_namespace),
        coalesce(pn.value ->> 'name', {_NAME.format(field="name")}),
        {SHARE}
-FROM ended i{{names}}
+FROM ended i{SHARE_JOIN.replace("{", "{{").replace("}", "}}")}{{names}}
 """
 )
 
@@ -361,10 +396,23 @@ BEGIN
         -- A registration of a holding's own sync may arrive after it; a holding without one
         -- in force takes the registered devices now. (A device-plugin row's key is its
         -- resource: the claim index finds them.)
-        UPDATE fleet_intervals i SET share = {SHARE}
-        FROM unnest(l_reg_stores, l_regs) AS k (store_id, resource)
-        WHERE i.store_id = k.store_id AND i.key_resource = k.resource
-          AND i.resource = k.resource AND i.mechanism = 'device-plugin';
+        WITH ended AS MATERIALIZED (
+            SELECT i.store_id, i.start_seq, i.pod_uid, i.mechanism, i.resource, i.device,
+                   i.start
+            FROM unnest(l_reg_stores, l_regs) AS k (store_id, resource)
+            JOIN fleet_intervals i
+              ON i.store_id = k.store_id AND i.key_resource = k.resource
+             AND i.resource = k.resource AND i.mechanism = 'device-plugin'
+        ),{SHARE_CTES.replace(chr(10), chr(10) + "        ")},
+        shared AS (
+            SELECT i.store_id, i.start_seq, i.pod_uid, i.resource, i.device, {SHARE} AS share
+            FROM ended i{SHARE_JOIN.replace(chr(10), chr(10) + "            ")}
+        )
+        UPDATE fleet_intervals u SET share = x.share
+        FROM shared x
+        WHERE u.store_id = x.store_id AND u.start_seq = x.start_seq AND u.pod_uid = x.pod_uid
+          AND u.resource = x.resource AND u.device = x.device
+          AND u.share IS DISTINCT FROM x.share;
     END IF;
     FOREACH l_store IN ARRAY l_whole LOOP
         PERFORM fleet_intervals_refresh(l_store);
@@ -395,7 +443,7 @@ SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
        coalesce(pn.value ->> 'name', {_NAME.format(field="name")}) AS pod_name,
        i.container AS container, i.start AS start, {_END} AS "end",
        {_END_SOURCE} AS end_source
-FROM ended i
+FROM ended i{SHARE_JOIN}
 JOIN fleet_stores s ON s.store_id = i.store_id
 LEFT JOIN fleet_node_items pn
   ON pn.store_id = i.store_id
