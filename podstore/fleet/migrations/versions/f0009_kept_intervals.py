@@ -404,18 +404,21 @@ BEGIN
         -- in force takes the registered devices now. (A device-plugin row's key is its
         -- resource: the claim index finds them.)
         WITH ended AS MATERIALIZED (
-            SELECT i.store_id, i.start_seq, i.pod_uid, i.mechanism, i.resource, i.device,
-                   i.start
+            SELECT i.ctid AS row_id, i.store_id, i.mechanism, i.resource, i.device, i.start
             FROM unnest(l_reg_stores, l_regs) AS k (store_id, resource)
             JOIN fleet_intervals i
               ON i.store_id = k.store_id AND i.key_resource = k.resource
              AND i.resource = k.resource AND i.mechanism = 'device-plugin'
+            -- (the pods recomputed above have theirs)
+            WHERE (i.store_id, i.pod_uid) NOT IN (
+                SELECT p.store_id, p.pod_uid
+                FROM unnest(l_pod_stores, l_pods) AS p (store_id, pod_uid))
         ),{SHARE_CTES.replace(chr(10), chr(10) + "        ")}
+        -- By row id: a join on the key, planned before the rows it reads were counted, took
+        -- 20 s for one 1,000-pod node.
         UPDATE fleet_intervals u SET share = x.share
         FROM shared x
-        WHERE u.store_id = x.store_id AND u.start_seq = x.start_seq AND u.pod_uid = x.pod_uid
-          AND u.resource = x.resource AND u.device = x.device
-          AND u.share IS DISTINCT FROM x.share;
+        WHERE u.ctid = x.row_id AND u.share IS DISTINCT FROM x.share;
     END IF;
     FOREACH l_store IN ARRAY l_whole LOOP
         PERFORM fleet_intervals_refresh(l_store);
