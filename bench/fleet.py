@@ -3,7 +3,9 @@ one PostgreSQL, asked the fleet questions while 4 shippers ship more on top.
 
 1. **Generated history**: 10,000 stores × 1,000 events, chained as nodes chain them, written
    with COPY together with the state they end in (tests/harness/fleetgen.py; shipping them
-   would take most of an hour). Timed: the load and the index builds.
+   would take most of an hour; 45 minutes apart, so the history spans a month, with pod names
+   and runtime ends). Timed: the load, the index builds, and the kept intervals' fill from the
+   whole history (what fleet revision f0009's upgrade does).
 2. **Ingest on top**: 1,000 real node stores (PodStore, 100 pods each: inserts, replaces,
    deletes, re-inserts, registered devices, a few double allocations) shipped by 4 shipper
    processes through the shipping functions, every hash checked by the server. Measured:
@@ -11,7 +13,13 @@ one PostgreSQL, asked the fleet questions while 4 shippers ship more on top.
 3. **The questions**, each through its API call, quiet and *while the shippers run*: owners of
    one device at an instant (``read.owners(..., at=...)``), double allocations
    (``v_fleet_double_allocations``), ``fleet nodes`` (``read.nodes``). Target: p50 < 100 ms
-   under ingest, ingest ≥ 20,000 events/s.
+   under ingest, ingest ≥ 20,000 events/s. And a month's device-seconds per namespace
+   (``read.usage(..., by="namespace")``, behind ``podstore fleet usage``) over the month
+   before the generated history's newest event, from every allocation interval of every
+   store: p50 of a few runs, quiet (caught up: nothing to take in) and while the shippers run
+   (in a thread of its own, so the other questions keep their pace), each run's catch-up of
+   what was shipped since the last included; the catch-ups' cost per 1,000 events taken in.
+   Target: ≤ 2 s (docs/physical-devices contract, "Fleet").
 4. ``fleet verify`` over the whole fleet and for one node, and a COPY of the shipped events
    into a bare table with 4 parallel streams: the bulk-load ceiling shipping is compared to.
 
@@ -60,6 +68,10 @@ Log = Callable[[str], None]
 
 TARGET_EVENTS_PER_S = 20_000.0
 TARGET_QUERY_S = 0.100
+TARGET_USAGE_S = 2.0
+USAGE_REPS = 3
+#: The usage window: the month before the generated history's newest event.
+MONTH_S = 30 * 86_400
 
 #: A fleet server's memory, not the 128 MB PostgreSQL starts with (ALTER SYSTEM, restart).
 SETTINGS = {
@@ -329,6 +341,8 @@ def run(
         probe_device = fleetgen.device(probe_n, 7)
         probe_at = fleetgen.ts_of(probe_n, events_per_store // 2)
         expected = fleetgen.owners_at(probe_n, events_per_store, probe_device, probe_at)
+        until = max(fleetgen.ts_of(s.n, s.last_seq) for s in gen.stores)
+        since = _month_before(until)
 
         with db.connection(target) as conn:
 
@@ -347,10 +361,23 @@ def run(
                 "v_fleet_double_allocations": double_allocations,
                 "fleet_nodes": nodes,
             }
+
+            def usage() -> object:
+                return read.usage(target, by="namespace", since=since, until=until).rows
+
             log("fleet: query latencies, quiet")
             quiet = {name: _latency(fn, 30) for name, fn in questions.items()}
             got = [(r[2], r[3], r[4]) for r in read.owners(target, probe_device, at=probe_at).rows]
             assert got == expected, (got, expected)
+            log(f"fleet: a month's usage per namespace ({since} … {until}), quiet")
+            quiet["usage_month_by_namespace"] = _latency(usage, USAGE_REPS)
+            month = read.usage(target, by="namespace", since=since, until=until).dicts()
+            if stores <= 1_000:
+                # The generator's own model, replayed (too slow to replay 10,000 stores).
+                _check_usage(month, stores, events_per_store, since, until)
+            usage_plan = _explain(target, since, until)
+            log("fleet: the same usage computed from the history at read (the view), once")
+            recomputed_s, recomputed_plan = _recomputed(target, since, until)
 
             busy: dict[str, list[float]] = {name: [] for name in questions}
             asking_cpu = [0.0]
@@ -364,11 +391,74 @@ def run(
                         busy[name].append(time.perf_counter() - t0)
                 asking_cpu[0] = time.thread_time() - cpu0
 
+            # The usage runs asked while the shippers run, each (seconds, ended after them),
+            # and their catch-ups (seconds, events taken in): a run is its catch-up of what
+            # was shipped since the last one, then read.usage (whose own catch-up then finds
+            # the little shipped meanwhile).
+            usage_busy: list[tuple[float, bool]] = []
+            catch_ups: list[tuple[float, int]] = []
+
+            def usage_while_shipping(done: threading.Event) -> None:
+                while not done.is_set():
+                    t0 = time.perf_counter()
+                    took = read.catch_up(target)
+                    catch_ups.append((time.perf_counter() - t0, took))
+                    usage()
+                    usage_busy.append((time.perf_counter() - t0, done.is_set()))
+
+            def meanwhile(done: threading.Event) -> None:
+                side = threading.Thread(target=usage_while_shipping, args=(done,))
+                side.start()
+                ask_while_shipping(done)
+                side.join()
+
             log(f"fleet: shipping with {shippers} shippers, asking meanwhile")
             load_at_ship = os.getloadavg()[0]
-            shipped = _parallel(_ship_worker, url, paths, shippers, server, ask_while_shipping)
+            shipped = _parallel(_ship_worker, url, paths, shippers, server, meanwhile)
         events, ship_s = int(shipped["events"]), shipped["wall_s"]
         under_ingest = {name: _summary(s) for name, s in busy.items() if s}
+        if usage_busy:
+            under_ingest["usage_month_by_namespace"] = {
+                **_summary([t for t, _ in usage_busy]),
+                "ended_after_shipping": sum(1 for _, late in usage_busy if late),
+            }
+        # What was shipped after the last run: caught up quiet, once.
+        t0 = time.perf_counter()
+        last_took = read.catch_up(target)
+        catch_ups.append((time.perf_counter() - t0, last_took))
+        caught_events = sum(n for _, n in catch_ups)
+        catch_up = {
+            "runs": len(catch_ups),
+            "events": caught_events,
+            "seconds": sum(t for t, _ in catch_ups),
+            "s_per_1000_events": (
+                1000 * sum(t for t, n in catch_ups if n) / caught_events if caught_events else None
+            ),
+            "last_quiet_s": catch_ups[-1][0],
+            "last_quiet_events": last_took,
+        }
+        # The same work quiet: every shipped store's history taken in again from nothing (its
+        # mark set back to 0), in one catch-up; the kept rows must come out as they were.
+        log("fleet: the shipped stores' catch-up again, quiet")
+        shipped_stores = "SELECT store_id FROM fleet_stores WHERE node NOT LIKE 'gen-%'"
+        kept = (
+            f"SELECT count(*), sum(share) FROM fleet_intervals WHERE store_id IN ({shipped_stores})"
+        )
+        with db.transaction(target) as conn:
+            before = tuple(conn.execute(text(kept)).one())
+            conn.execute(
+                text(
+                    f"UPDATE fleet_intervals_marks SET seq = 0 WHERE store_id IN ({shipped_stores})"
+                )
+            )
+        t0 = time.perf_counter()
+        again = read.catch_up(target)
+        again_s = time.perf_counter() - t0
+        with db.transaction(target) as conn:
+            assert tuple(conn.execute(text(kept)).one()) == before
+        catch_up["quiet_events"] = again
+        catch_up["quiet_s"] = again_s
+        catch_up["quiet_s_per_1000_events"] = 1000 * again_s / again if again else None
 
         log("fleet: fleet verify")
         t0 = time.perf_counter()
@@ -401,6 +491,7 @@ def run(
             "generated_events": gen.events,
             "generate_s": gen.load_s,
             "index_s": gen.index_s,
+            "fill_s": gen.fill_s,
             "generated_digest": fleetgen.digest(gen.stores),
             "sizes_bytes": sizes,
             "ship_stores": ship_stores,
@@ -432,6 +523,15 @@ def run(
             "double_allocation_rows": int(doubles),
             "quiet": quiet,
             "under_ingest": under_ingest,
+            "usage_window": [since, until],
+            "usage_namespaces": len(month),
+            "usage_intervals": sum(int(r["intervals"]) for r in month),
+            "usage_device_hours": sum(float(r["device_seconds"]) for r in month) / 3600,
+            "usage_plan": usage_plan,
+            "usage_recomputed_s": recomputed_s,
+            "usage_recomputed_plan": recomputed_plan,
+            "catch_up": catch_up,
+            "kept_intervals": int(server.psql("SELECT count(*) FROM fleet_intervals", "fleet")),
             "verify_s": verify_s,
             "verify_one_node": verify_node,
             "settings": SETTINGS,
@@ -443,11 +543,81 @@ def run(
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _month_before(stored: str) -> str:
+    from datetime import datetime, timedelta
+
+    moment = datetime.fromisoformat(stored.replace("Z", "+00:00")) - timedelta(seconds=MONTH_S)
+    return moment.isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def _check_usage(
+    rows: list[dict[str, Any]], stores: int, events_per_store: int, since: str, until: str
+) -> None:
+    """The fleet's month per namespace equals the sum of every store's model."""
+    want: dict[str | None, float] = {}
+    for n in range(stores):
+        for ns, seconds in fleetgen.usage_by_namespace(n, events_per_store, since, until).items():
+            want[ns] = want.get(ns, 0.0) + seconds
+    got = {r["namespace"]: float(r["device_seconds"]) for r in rows}
+    assert got.keys() == want.keys(), (sorted(map(str, got)), sorted(map(str, want)))
+    bad = {ns: (got[ns], want[ns]) for ns in want if abs(got[ns] - want[ns]) > 1e-3 * stores}
+    assert not bad, bad
+
+
+def _explain(target: Any, since: str, until: str) -> str:
+    """The usage statement's plan, run once (EXPLAIN ANALYZE): where its time goes."""
+    from sqlalchemy import text
+
+    from podstore.fleet import db
+    from podstore.fleet import sql as q
+
+    with db.transaction(target) as conn:
+        rows = conn.execute(
+            text("EXPLAIN (ANALYZE, BUFFERS) " + q.usage_sql("namespace", False)),
+            {"since": since, "until": until, "resource": None},
+        )
+        return "\n".join(r[0] for r in rows)
+
+
+def _recomputed(target: Any, since: str, until: str) -> tuple[float, str]:
+    """The baseline: the usage statement over v_fleet_allocation_intervals, which computes
+    every interval from the whole history at each read (as every read did before fleet
+    revision f0009 kept them), run once under EXPLAIN ANALYZE: its wall time and its plan."""
+    from sqlalchemy import text
+
+    from podstore.fleet import db
+
+    statement = """
+    SELECT namespace, sum(seconds) AS device_seconds, count(*) AS intervals
+    FROM (
+        SELECT namespace,
+               share * extract(epoch FROM
+                   least(coalesce("end", CAST(:until AS timestamptz)),
+                         CAST(:until AS timestamptz))
+                   - greatest(start, CAST(:since AS timestamptz))) AS seconds
+        FROM v_fleet_allocation_intervals
+        WHERE start < CAST(:until AS timestamptz)
+          AND ("end" IS NULL OR "end" > CAST(:since AS timestamptz))
+    ) clipped
+    GROUP BY namespace
+    ORDER BY namespace
+    """
+    with db.transaction(target) as conn:
+        t0 = time.perf_counter()
+        rows = conn.execute(
+            text("EXPLAIN (ANALYZE, BUFFERS) " + statement), {"since": since, "until": until}
+        )
+        plan = "\n".join(r[0] for r in rows)
+        return time.perf_counter() - t0, plan
+
+
 _NAMES = {
     "owners_at_one_device": "owners at a time, one device",
     "v_fleet_double_allocations": "v_fleet_double_allocations",
     "fleet_nodes": "fleet nodes",
 }
+_USAGE = "usage_month_by_namespace"
+_USAGE_NAME = "a month's usage per namespace"
 
 
 def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
@@ -475,6 +645,37 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
             f"when shipping began",
         )
     ]
+    if _USAGE in res["quiet"]:
+        quiet = res["quiet"][_USAGE]
+        sizes = (
+            f"{res['rows']['fleet_events']:,} events, {res['rows']['fleet_stores']:,} stores; "
+            f"{res['usage_intervals']:,} intervals, {res['usage_namespaces']} namespaces, "
+            f"{res['usage_device_hours']:,.0f} device-hours"
+        )
+        out.append(
+            (
+                f"{_USAGE_NAME} p50 ≤ {TARGET_USAGE_S:g} s, quiet",
+                quiet["p50_s"],
+                TARGET_USAGE_S,
+                quiet["p50_s"] <= TARGET_USAGE_S,
+                f"{quiet['reps']} runs, min {quiet['min_s']:.2f} s; {sizes}; computed from the "
+                f"history at read (the view): {res['usage_recomputed_s']:.1f} s; the kept "
+                f"intervals' fill from the whole history (the upgrade): {res['fill_s']:.1f} s",
+            )
+        )
+        busy = res["under_ingest"].get(_USAGE)
+        if busy is not None:
+            out.append(
+                (
+                    f"{_USAGE_NAME} p50 ≤ {TARGET_USAGE_S:g} s while shipping",
+                    busy["p50_s"],
+                    TARGET_USAGE_S,
+                    busy["p50_s"] <= TARGET_USAGE_S,
+                    f"runs begun while the shippers ran: {busy['reps']} "
+                    f"({busy['ended_after_shipping']} ended after them), each with its catch-up "
+                    f"of what was shipped meanwhile; catch-ups: {_catch_up_text(res)}; {sizes}",
+                )
+            )
     for key, name in _NAMES.items():
         busy = res["under_ingest"].get(key)
         quiet = res["quiet"][key]
@@ -494,14 +695,33 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, float, float, bool, str]]:
     return out
 
 
+def _catch_up_text(res: dict[str, Any]) -> str:
+    c = res.get("catch_up")
+    if not c or not c["events"]:
+        return "none took anything in"
+    text = (
+        f"{c['events']:,} events in {c['runs']} runs, {c['seconds']:.1f} s, "
+        f"{c['s_per_1000_events'] * 1000:.0f} ms per 1,000 events; the last, quiet: "
+        f"{c['last_quiet_events']:,} events in {c['last_quiet_s']:.2f} s"
+    )
+    if c.get("quiet_events"):
+        text += (
+            f"; every shipped store's history again, quiet: {c['quiet_events']:,} events in "
+            f"{c['quiet_s']:.2f} s, {c['quiet_s_per_1000_events'] * 1000:.0f} ms per 1,000"
+        )
+    return text
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = [
         "## Fleet (PostgreSQL)",
         "",
         f"{res['stores']:,} generated stores × {res['events_per_store']:,} events "
         f"({res['generated_events']:,}, chained; COPY {res['generate_s']:.0f} s + indexes "
-        f"{res['index_s']:.0f} s; fleet_events {res['sizes_bytes']['fleet_events'] / 2**30:.1f} "
-        f"GiB with its indexes), then {res['ship_stores']:,} node stores × "
+        f"{res['index_s']:.0f} s + the kept intervals' fill {res.get('fill_s', 0.0):.0f} s; "
+        "fleet_events "
+        f"{res['sizes_bytes']['fleet_events'] / 2**30:.1f} GiB with its indexes), then "
+        f"{res['ship_stores']:,} node stores × "
         f"{res['pods_per_store']} pods shipped by {res['shippers']} parallel shippers into one "
         f"PostgreSQL {res['server']} (throwaway server, fsync on, "
         + ", ".join(f"{k} {v}" for k, v in res["settings"].items())
@@ -511,12 +731,18 @@ def markdown(res: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, measured, limit, passed, detail in verdicts(res):
-        shown = f"{measured:,.0f}/s" if limit > 1 else f"{measured * 1000:.1f} ms"
-        lim = f"{limit:,.0f}/s" if limit > 1 else f"{limit * 1000:.0f} ms"
+        if "events/s" in name:
+            shown, lim = f"{measured:,.0f}/s", f"{limit:,.0f}/s"
+        elif limit >= 1:
+            shown, lim = f"{measured:.3f} s", f"{limit:g} s"
+        else:
+            shown, lim = f"{measured * 1000:.1f} ms", f"{limit * 1000:.0f} ms"
         lines.append(f"| {name} | {shown} | {lim} | {'PASS' if passed else 'MISS'} | {detail} |")
     lines += ["", "| question | quiet p50 | quiet p95 | shipping p50 | shipping p95 |"]
     lines.append("|---|---|---|---|---|")
-    for key, name in _NAMES.items():
+    for key, name in (*_NAMES.items(), (_USAGE, _USAGE_NAME)):
+        if key not in res["quiet"]:
+            continue
         q = res["quiet"][key]
         b = res["under_ingest"].get(key, {"p50_s": float("nan"), "p95_s": float("nan")})
         lines.append(
@@ -534,6 +760,24 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['build_s']:.0f} s (not timed). Generated fleet digest {res['generated_digest']}.",
         "",
     ]
+    if "usage_plan" in res:
+        since, until = res["usage_window"]
+        lines += [
+            f"The usage window: {since} … {until}. Its statement's plan (EXPLAIN ANALYZE, one "
+            "quiet run):",
+            "",
+            "```",
+            res["usage_plan"],
+            "```",
+            "",
+            "The same statement over v_fleet_allocation_intervals (every interval computed "
+            f"from the history at read), once: {res['usage_recomputed_s']:.1f} s. Its plan:",
+            "",
+            "```",
+            res["usage_recomputed_plan"],
+            "```",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -40,7 +40,9 @@ FROM fleet_stores s CROSS JOIN generate_series(0, 1) n;
 INSERT INTO fleet_node_items (store_id, item_key, kind, pod_uid, container, resource, value, seq)
 SELECT store_id, CAST(jsonb_build_array(pod_uid, NULL, 'pod-name') AS text), 'node', pod_uid,
        NULL, 'pod-name', jsonb_build_object('namespace', 'default', 'name', 'pod-' || pod_uid), 1
-FROM (SELECT DISTINCT store_id, pod_uid FROM fleet_allocations) p;
+FROM (SELECT DISTINCT store_id, pod_uid FROM fleet_allocations) p
+-- the generator names its pods already: the others (the double allocations' pods) named here
+ON CONFLICT (store_id, item_key) DO NOTHING;
 ANALYZE fleet_node_items;
 """
 

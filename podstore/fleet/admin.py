@@ -30,6 +30,8 @@ SHIP_FUNCTIONS = (
     "json)",
     "fleet_ship_physical(uuid, text, json, json)",
 )
+#: What a reader may call besides reading (f0009): bringing the kept intervals up to date.
+READER_FUNCTIONS = ("fleet_intervals_catch_up()",)
 SET_CONFIG = "pg_catalog.set_config(text, text, boolean)"
 #: The functions with which any role keeps data of its own in large objects (PUBLIC's by default).
 LARGE_OBJECT_FUNCTIONS = (
@@ -149,6 +151,7 @@ def grant_reader_sql(
         _role_block(name, login=login),
         *([f"ALTER ROLE {_ident(name)} LOGIN"] if login else []),
         f"GRANT SELECT ON {', '.join(_reader_relations())} TO {_ident(name)}",
+        f"GRANT EXECUTE ON FUNCTION {', '.join(READER_FUNCTIONS)} TO {_ident(name)}",
         # So that `fleet sql` with the granting role's URL can SET ROLE to the reader.
         f"GRANT {_ident(name)} TO CURRENT_USER",
         f"REVOKE EXECUTE ON FUNCTION {SET_CONFIG} FROM PUBLIC",

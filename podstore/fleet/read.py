@@ -103,8 +103,10 @@ def usage(
     resource: str | None = None,
 ) -> QueryResult:
     """Device-seconds and intervals per group (``q.USAGE_GROUPS``) over ``[since, until)``, from
-    every store's allocation intervals: clipped to the window, open ones counted to ``until``,
-    shares applied. InvalidInputError for an unknown group or a bad time."""
+    every live store's allocation intervals: clipped to the window, open ones counted to
+    ``until``, shares applied. The kept intervals are caught up with the history held first,
+    in a transaction of their own (the read's is READ ONLY). InvalidInputError for an unknown
+    group or a bad time."""
     if by not in q.USAGE_GROUPS:
         raise InvalidInputError(f"by must be one of {', '.join(q.USAGE_GROUPS)}, not {by!r}")
     target = resolve(url)
@@ -114,7 +116,20 @@ def usage(
         "resource": None if resource is None else validate.text(resource, "resource"),
     }
     sql = q.usage_sql(by, resource is not None)
+    db.retrying(target, lambda: catch_up(target))
     return db.retrying(target, lambda: _read(target, sql, params))
+
+
+def catch_up(url: str | FleetURL | None) -> int:
+    """Bring the kept intervals (fleet_intervals) up to the history held: the events past each
+    live store's mark recomputed, one catch-up at a time, in one transaction. Returns how many
+    events it took in."""
+    from sqlalchemy import text
+
+    target = resolve(url)
+    with db.transaction(target) as conn:
+        migrate.check_schema(conn, target)
+        return int(conn.execute(text(q.CATCH_UP)).scalar_one())
 
 
 def verify(url: str | FleetURL | None, *, node: str | None = None) -> QueryResult:

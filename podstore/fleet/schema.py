@@ -13,6 +13,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     Identity,
     Index,
     Integer,
@@ -216,6 +217,46 @@ fleet_response_nodes = Table(
     Column("value", Text, nullable=False),
     PrimaryKeyConstraint("store_id", "pod_uid", "container", "resource", "kind", "value"),
     CheckConstraint("kind IN ('host', 'cdi')", name="kind"),
+)
+
+# Every allocation interval of the shipped history (revision f0009): v_fleet_allocation_intervals
+# without the store's node and the physical id. Caught up when read, never on ingest:
+# ``fleet_intervals_catch_up()`` recomputes the pods and claims the events past a store's mark
+# name and moves the mark (docs/fleet.md, "Usage"); nobody else writes either table.
+fleet_intervals = Table(
+    "fleet_intervals",
+    metadata,
+    _store_id(),
+    Column("mechanism", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("device", Text, nullable=False),
+    Column("pod_uid", Text, nullable=False),
+    Column("container", Text, nullable=True),
+    # The holder's key: the entry's resource, or the DRA claim.
+    Column("key_resource", Text, nullable=False),
+    # The seq of the event that began it: with the pod and the device, one interval.
+    Column("start_seq", BigInteger, nullable=False),
+    Column("start", DateTime(timezone=True), nullable=False),
+    Column("end", DateTime(timezone=True), nullable=True),
+    Column("end_source", Text, nullable=True),
+    Column("namespace", Text, nullable=True),
+    Column("pod_name", Text, nullable=True),
+    # Fixed when the holding starts (the registration in force then).
+    Column("share", Double, nullable=False),
+    PrimaryKeyConstraint("store_id", "start_seq", "pod_uid", "resource", "device"),
+    Index("ix_fleet_intervals_pod", "store_id", "pod_uid"),
+    # A claim's rows; and a resource's device-plugin rows (their key is the resource), whose
+    # shares a registration sets again.
+    Index("ix_fleet_intervals_claim", "store_id", "key_resource"),
+)
+
+# The node seq each store's kept intervals are caught up through.
+fleet_intervals_marks = Table(
+    "fleet_intervals_marks",
+    metadata,
+    _store_id(),
+    Column("seq", BigInteger, nullable=False),
+    PrimaryKeyConstraint("store_id"),
 )
 
 # A snapshot stands in for history pruned before it was shipped: the state at ``at_seq``

@@ -73,6 +73,25 @@ def test_a_1000_pod_node_ships_its_facts_and_the_views_read_it(
         "SELECT count(*) FROM fleet_cdi_device_nodes WHERE store_id = CAST(:s AS uuid)",
         {"s": sid},
     ) == [(facts,)]
+    # `fleet usage` through the command: the first catches the node's whole history up into
+    # the kept intervals, the second has nothing to take in; the kept rows are the view's.
+    usage = ss.podstore_argv(
+        "fleet", "usage", "--url", fleet_url, "--by", "namespace", "--since",
+        "2000-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z", "-o", "json",
+    )  # fmt: skip
+    caught = ss.measure(usage)
+    assert caught.code == 0, caught.stderr
+    quiet = ss.measure(usage)
+    assert quiet.code == 0, quiet.stderr
+    same = (
+        'store_id, mechanism, resource, device, pod_uid, container, start, "end", end_source, '
+        "namespace, pod_name, share"
+    )
+    kept = rows(fleet_url, f"SELECT {same} FROM fleet_intervals")
+    assert len(kept) > 20_000
+    assert sorted(map(str, kept)) == sorted(
+        map(str, rows(fleet_url, f"SELECT {same} FROM v_fleet_allocation_intervals"))
+    )
     reads = {view: min(_read_s(fleet_url, view) for _ in range(2)) for view in VIEWS}
     load = os.getloadavg()[0]
     print(
@@ -81,6 +100,12 @@ def test_a_1000_pod_node_ships_its_facts_and_the_views_read_it(
         f" {first.peak_rss_kib / 1024:.0f} MiB peak RSS"
         f"\n  ship with nothing new (facts compared): {again.cpu_s:.2f} s CPU,"
         f" {again.wall_s:.2f} s wall, {again.peak_rss_kib / 1024:.0f} MiB peak RSS"
+    )
+    print(
+        f"  fleet usage --by namespace, catching up {len(kept):,} intervals: "
+        f"{caught.wall_s:.2f} s wall ({caught.cpu_s:.2f} s CPU in the command, "
+        f"{caught.peak_rss_kib / 1024:.0f} MiB peak RSS); again, nothing to take in: "
+        f"{quiet.wall_s:.2f} s wall"
     )
     for view, seconds in reads.items():
         print(f"  full read of {view}: {seconds:.2f} s (server and client, wall)")

@@ -156,6 +156,9 @@ def test_the_server_refuses_a_node_role_every_other_write_and_object(
         "SELECT fleet_ship_lock(gen_random_uuid(), 'rights-w')",
         "SELECT fleet_ship_refuse(gen_random_uuid(), 'x')",
         "SELECT fleet_may_ship('rights-w')",
+        # The kept intervals' (revision f0009): a reader's to call, a node's never.
+        "SELECT fleet_intervals_catch_up()",
+        "SELECT fleet_intervals_refresh(gen_random_uuid())",
     ):
         seen.append(_refused(node, call))
     seen += _server_reach(fleet_url, node)
@@ -174,6 +177,8 @@ SHIP_INTERNALS = (
     "fleet_ship_refuse(uuid, text)",
     "fleet_ship_lock(uuid, text)",
     "fleet_may_ship(text)",
+    # Recomputes a store's kept intervals as the owner (revision f0009): the catch-up's only.
+    "fleet_intervals_refresh(uuid)",
 )
 
 
@@ -229,6 +234,11 @@ def test_the_server_refuses_a_reader_everything_but_reading(fleet_url: str) -> N
     for statement in NEW_OBJECTS:
         seen.append(_refused(auditor, statement))
     seen.append(_refused(auditor, f"SELECT fleet_ship_open('{sid}', 'rights-r')"))
+    seen.append(_refused(auditor, f"SELECT fleet_intervals_refresh('{sid}')"))
+    # What a reader may call: the kept intervals' catch-up, which writes as the owner.
+    with connect(auditor) as conn:
+        assert conn.execute("SELECT fleet_intervals_catch_up()").fetchone() == (10,)
+        conn.commit()
     seen += _server_reach(fleet_url, auditor)
     _all_permission_denied(seen)
     assert rows(fleet_url, "SELECT count(*) FROM fleet_events") == [(10,)]

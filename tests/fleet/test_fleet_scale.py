@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness.fleetlib import assert_same_state, fleet_event_seqs, node_events
+from harness.fleetlib import assert_same_state, connect, fleet_event_seqs, node_events, rows
 
 from podstore import PodDevicesEntry, PodStore
 from podstore.fleet import read
+from podstore.fleet.migrations.versions import f0009_kept_intervals as f0009
 from podstore.fleet.ship import ship
 
 STORES = 4
@@ -188,6 +189,78 @@ def test_a_generated_fleet_answers_right_with_the_planned_lookups(fleet_url: str
     assert "Seq Scan on fleet_events" not in plan
     nodes_plan = _plan(fleet_url, q.NODES, {})
     assert "fleet_events" not in nodes_plan and "fleet_stores" in nodes_plan
+    # A month's usage per namespace (the generated history spans a month and a day, names
+    # its pods and ends half its deletes early): the model's device-seconds, summed from the
+    # intervals the fleet keeps (filled after the load, every store marked caught up), never
+    # from the history.
+    until = max(fleetgen.ts_of(s.n, s.last_seq) for s in loaded.stores)
+    since = fleetgen.ts_of(0, 40)
+    want: dict[str | None, float] = {}
+    for n in range(200):
+        for ns, seconds in fleetgen.usage_by_namespace(n, 1000, since, until).items():
+            want[ns] = want.get(ns, 0.0) + seconds
+    month = read.usage(fleet_url, by="namespace", since=since, until=until).dicts()
+    got = {r["namespace"]: float(r["device_seconds"]) for r in month}
+    assert got.keys() == want.keys() and len(want) == fleetgen.NAMESPACES + 1
+    assert all(abs(got[ns] - want[ns]) < 1e-9 * want[ns] + 0.01 for ns in want), (got, want)
+    usage_plan = _plan(fleet_url, q.usage_sql("namespace", False), {"since": since, "until": until})
+    assert "fleet_intervals" in usage_plan and "fleet_events" not in usage_plan
+    # A catch-up from marks set back 100 events on 20 stores recomputes what those events
+    # name, and leaves the rows the whole history computes.
+    behind = [s.store_id for s in loaded.stores[::10]]
+    with connect(fleet_url) as conn:
+        conn.execute(
+            "UPDATE fleet_intervals_marks SET seq = seq - 100 WHERE store_id = ANY(%s)",
+            (behind,),
+        )
+        conn.commit()
+    assert read.catch_up(fleet_url) == 20 * 100
+    assert read.catch_up(fleet_url) == 0
+    kept = sorted(
+        tuple(map(str, r)) for r in rows(fleet_url, f"SELECT {f0009.COLUMNS} FROM fleet_intervals")
+    )
+    computed = sorted(tuple(map(str, r)) for r in rows(fleet_url, f0009.ALL_ROWS))
+    assert kept == computed
+    # A catch-up's recomputation, planned generically as plpgsql may plan it, reads the named
+    # pods' and claims' events and their pod names through their indexes, never a whole table;
+    # so do its look-ups of the events past a mark and of a replica's registration in force.
+    keyed = (
+        f0009.KEYED_ROWS.replace("l_pod_stores", "$1")
+        .replace("l_pods", "$2")
+        .replace("l_claim_stores", "$3")
+        .replace("l_claims", "$4")
+    )
+    store = loaded.stores[77]
+    pods = sorted(store.names)
+    share = (
+        "WITH ended AS (SELECT $1 AS store_id, 'device-plugin' AS mechanism, $2 AS resource, "
+        "$3 AS device, CAST($4 AS timestamptz) AS start),"
+        + f0009.SHARE_CTES
+        + " SELECT * FROM replica_shares"
+    )
+    with connect(fleet_url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE keyed(uuid[], text[], uuid[], text[]) AS {keyed}")
+        conn.execute(f"PREPARE share(uuid, text, text, text) AS {share}")
+        conn.execute(
+            "PREPARE past(uuid[], bigint[]) AS SELECT count(*) "
+            "FROM unnest($1, $2) AS b (store_id, mark) "
+            "JOIN fleet_events e ON e.store_id = b.store_id AND e.seq > b.mark"
+        )
+        # (the generator's names: plain text, no quoting needed)
+        sid = store.store_id
+        args = (
+            f"'{{{','.join([sid] * len(pods))}}}', '{{{','.join(pods)}}}', "
+            f"'{{{sid}}}', '{{dra:none}}'"
+        )
+        plans = [
+            f"EXPLAIN EXECUTE keyed({args})",
+            f"EXPLAIN EXECUTE share('{sid}', '{fleetgen.GPU}', 'GPU-1::2', '{until}')",
+            f"EXPLAIN EXECUTE past('{{{sid}}}', '{{900}}')",
+        ]
+        for explain in plans:
+            plan = "\n".join(r[0] for r in conn.execute(explain))
+            assert "Seq Scan" not in plan, plan
 
 
 def test_fleet_questions_are_planned_for_their_parameters_every_time(fleet_url: str) -> None:

@@ -3,14 +3,18 @@ chained as nodes chain them (pure/chain.py), with the current state those histor
 
 Shipping 10,000,000 events through the shipping functions would take the better part of an
 hour; this writes the same rows a shipper would leave (events with their hashes, the stores'
-heads and counters, entries, device rows, double allocations, registered devices) in a few
-minutes, so that the fleet questions and the ingest on top of them can be measured at scale
+heads and counters, entries, device rows, double allocations, registered devices, pod-name
+items, and the kept allocation intervals, computed once after the load as the upgrade that
+added them computes them, every store marked caught up) in a few minutes, so
+that the fleet questions and the ingest on top of them can be measured at scale
 (bench/fleet.py) and checked at a bounded scale (tests/fleet/test_fleet_scale.py).
 
 Each store is simulated from its own seeded generator (:func:`simulate`), so any one of them
 can be simulated again to know the right answer for it. Times: store ``n``'s event ``seq`` is
-at ``T0 + seq`` seconds (plus ``n`` ms), so every store's history spans the same hours and an
-instant falls inside all of them.
+at ``T0 + seq × STEP`` (plus ``n`` ms): 1,000 events span a month, as a node's history of a
+month of pods would, every store's history spans the same days and an instant falls inside
+all of them. Pods are named (``pod-name`` items, a namespace each) and half the deletes follow
+a runtime ``end`` event, so the usage questions count real intervals.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from podstore.fleet.migrations.versions import f0009_kept_intervals as f0009
 from podstore.pure import chain
 
-T0 = datetime(2026, 12, 1, tzinfo=UTC)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+#: Seconds between a store's events: 1,000 of them make a month and a day.
+STEP = 2_700
 GPU = "nvidia.com/gpu"
+NAMESPACES = 20
 
 Key = tuple[str, str, str]
 #: (seq, ts, op, pod_uid, container, resource, device_ids, released, hash)
@@ -45,6 +53,8 @@ class Store:
     head: bytes = b""
     entries: dict[Key, dict[int, list[str]]] = field(default_factory=dict)
     registered: dict[str, list[str]] = field(default_factory=dict)
+    #: pod → (namespace, name, seq of its pod-name event)
+    names: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
     def holders(self) -> dict[tuple[str, str], set[str]]:
         """(resource, device) → the pods holding it now."""
@@ -63,8 +73,20 @@ class Store:
 
 
 def ts_of(n: int, seq: int) -> str:
-    moment = T0 + timedelta(seconds=seq, milliseconds=n % 1000)
+    return _stored(T0 + timedelta(seconds=seq * STEP, milliseconds=n % 1000))
+
+
+def _stored(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def namespace_of(pod: str) -> str:
+    return f"team-{int(pod.rsplit('-', 1)[1]) % NAMESPACES:02d}" if pod[0] == "p" else "batch"
+
+
+def _name_text(namespace: str, name: str) -> str:
+    # The node's pod-name payload (storage/node/numa_and_names.py): namespace, then name.
+    return f'{{"namespace":"{namespace}","name":"{name}"}}'
 
 
 def device(n: int, k: int) -> str:
@@ -87,8 +109,10 @@ def _list_text(ids: list[str]) -> str:
 def simulate(n: int, events: int) -> tuple[Store, Iterator[Event]]:
     """Store ``n`` with ``events`` events: its record (filled in as the iterator is consumed)
     and its events, chained from the genesis of its store_id. Inserts, replaces (moving a pod
-    to a free device), deletes, re-inserts, now and then the registered devices again, and on
-    every 50th store one pod given a device another pod holds (a double allocation)."""
+    to a free device), deletes (half of them after a runtime ``end`` up to half an hour
+    earlier), re-inserts, each pod's name when it first appears, now and then the registered
+    devices again, and on every 50th store one pod given a device another pod holds (a double
+    allocation)."""
     rng = random.Random(n * 7919 + 17)
     store = Store(n, str(uuid.UUID(int=rng.getrandbits(128), version=4)), f"gen-{n:05d}")
     return store, _events(store, events, rng)
@@ -110,23 +134,34 @@ def _events(store: Store, total: int, rng: random.Random) -> Iterator[Event]:
         nonlocal prev, seq
         seq += 1
         ts = ts_of(n, seq)
-        container = None if pod is None else "main"
+        container = None if pod is None or op == "node-set" else "main"
         prev = link(prev, seq, ts, op, pod, container, resource, ids, released)
         return (seq, ts, op, pod, container, resource, ids, released, prev)
 
+    def name(pod: str) -> Event:
+        namespace = namespace_of(pod)
+        store.names[pod] = (namespace, pod, seq + 1)
+        return emit("node-set", pod, "pod-name", _name_text(namespace, pod), None)
+
     store.registered[GPU] = list(devices)
     yield emit("registered", None, GPU, _list_text(devices), None)
-    for i in range(min(pods, total - 1)):
+    for i in range(min(pods // 2, (total - 1) // 2)):
         pod = f"pod-{n}-{i}"
+        yield name(pod)
         held[pod] = devices[i]
         numa = {i % 2: [devices[i]]}
         store.entries[(pod, "main", GPU)] = numa
         yield emit("insert", pod, GPU, _numa_text(numa), None)
     free = devices[len(held) :]
     gone: list[str] = []
+    fresh = len(held)
     while seq < total:
-        if seq == rogue_at:
-            victim = next(iter(held.values()))
+        if seq >= rogue_at >= 0:
+            # (a step may emit two events: a name and its insert, an end and its delete)
+            rogue_at = -1
+            # The victim's holder keeps it: the double allocation lasts to the end.
+            pinned = next(iter(held))
+            victim = held.pop(pinned)
             pod = f"rogue-{n}"
             numa = {0: [victim]}
             store.entries[(pod, "main", GPU)] = numa
@@ -135,6 +170,15 @@ def _events(store: Store, total: int, rng: random.Random) -> Iterator[Event]:
         roll = rng.random()
         if roll < 0.005:
             yield emit("registered", None, GPU, _list_text(devices), None)
+        elif roll >= 0.9 and fresh < pods and free and seq + 1 < total:
+            pod = f"pod-{n}-{fresh}"
+            fresh += 1
+            yield name(pod)
+            new = free.pop(rng.randrange(len(free)))
+            held[pod] = new
+            numa = {rng.randrange(2): [new]}
+            store.entries[(pod, "main", GPU)] = numa
+            yield emit("insert", pod, GPU, _numa_text(numa), None)
         elif roll >= 0.8 and gone and free:
             pod = gone.pop(rng.randrange(len(gone)))
             new = free.pop(rng.randrange(len(free)))
@@ -142,8 +186,13 @@ def _events(store: Store, total: int, rng: random.Random) -> Iterator[Event]:
             numa = {rng.randrange(2): [new]}
             store.entries[(pod, "main", GPU)] = numa
             yield emit("insert", pod, GPU, _numa_text(numa), None)
-        elif 0.6 <= roll < 0.8 and len(held) > pods // 2:
+        elif 0.5 <= roll < 0.8 and len(held) > pods // 4:
             pod = rng.choice(list(held))
+            if rng.random() < 0.5 and seq + 1 < total:
+                # The runtime saw the container exit before kubelet's checkpoint let go.
+                at = T0 + timedelta(seconds=(seq + 1) * STEP - rng.randrange(1, STEP // 2))
+                payload = f'{{"at":"{_stored(at)}","source":"runtime"}}'
+                yield emit("end", pod, GPU, payload, None)
             free.append(held.pop(pod))
             numa = store.entries.pop((pod, "main", GPU))
             gone.append(pod)
@@ -169,7 +218,7 @@ def owners_at(n: int, events: int, device_id: str, at: str) -> list[tuple[str, s
     for seq, ts, op, pod, container, resource, ids, _released, _hash in history:
         if ts > at:
             break
-        if pod is None or container is None:
+        if pod is None or container is None or op == "end":
             continue
         key = (pod, container, resource)
         if op == "delete":
@@ -179,6 +228,46 @@ def owners_at(n: int, events: int, device_id: str, at: str) -> list[tuple[str, s
             state[key] = {d for part in ids.split('"') for d in [part] if d.startswith("GPU-")}
         del seq
     return sorted(k for k, devs in state.items() if device_id in devs)
+
+
+def usage_by_namespace(n: int, events: int, since: str, until: str) -> dict[str | None, float]:
+    """Store ``n``'s device-seconds per namespace over ``[since, until)`` (stored forms): each
+    holding from its insert or replace to its runtime ``end``, else to the key's next event,
+    else open (counted to ``until``); clipped to the window."""
+    _store, history = simulate(n, events)
+    lo, hi = _parse(since), _parse(until)
+    start: dict[str, datetime] = {}
+    ended: dict[str, datetime] = {}
+    out: dict[str | None, float] = {}
+
+    def close(pod: str, at: datetime) -> None:
+        began = start.pop(pod)
+        stop = min(ended.pop(pod, at), at)
+        if began < hi and stop > lo:
+            seconds = (min(stop, hi) - max(began, lo)).total_seconds()
+            namespace = None if pod.startswith("rogue-") else namespace_of(pod)
+            out[namespace] = out.get(namespace, 0.0) + seconds
+
+    for _seq, ts, op, pod, container, _resource, ids, _released, _hash in history:
+        if pod is None or container is None:
+            continue
+        at = _parse(ts)
+        if op == "end":
+            assert ids is not None
+            ended[pod] = _parse(ids.split('"')[3])
+            continue
+        if pod in start:
+            close(pod, at)
+        ended.pop(pod, None)
+        if op != "delete":
+            start[pod] = at
+    for pod in list(start):
+        close(pod, hi)
+    return out
+
+
+def _parse(stored: str) -> datetime:
+    return datetime.fromisoformat(stored.replace("Z", "+00:00"))
 
 
 # ---- loading with COPY ---------------------------------------------------------------------
@@ -231,7 +320,7 @@ def _load_worker(args: tuple[str, list[int], int]) -> list[Store]:
 def _state_lines(stores: list[Store]) -> dict[str, list[str]]:
     now = datetime.now(UTC).isoformat()
     out: dict[str, list[str]] = {
-        k: [] for k in ("stores", "entries", "allocations", "doubles", "registered")
+        k: [] for k in ("stores", "entries", "allocations", "doubles", "registered", "items")
     }
     for s in stores:
         rows = s.device_rows()
@@ -254,6 +343,12 @@ def _state_lines(stores: list[Store]) -> dict[str, list[str]]:
             out["doubles"].append(f"{s.store_id}\t{resource}\t{dev}\t{count}\n")
         for resource, ids in s.registered.items():
             out["registered"].append(f"{s.store_id}\t{resource}\t{_list_text(ids)}\n")
+        for pod, (namespace, name, seq) in s.names.items():
+            # The item's key as the shipping functions write it (jsonb's text of the array).
+            out["items"].append(
+                f'{s.store_id}\t["{pod}", null, "pod-name"]\tnode\t{pod}\t\\N\tpod-name\t'
+                f"{_name_text(namespace, name)}\t{{}}\t{seq}\n"
+            )
     return out
 
 
@@ -266,6 +361,8 @@ _STATE_COPIES = {
     "numa_node, position, device_id) FROM STDIN",
     "doubles": "COPY fleet_double_allocated (store_id, resource, device_id, pod_count) FROM STDIN",
     "registered": "COPY fleet_registered (store_id, resource, device_ids) FROM STDIN",
+    "items": "COPY fleet_node_items (store_id, item_key, kind, pod_uid, container, resource, "
+    "value, devices, seq) FROM STDIN",
 }
 
 # The fleet_events indexes, dropped for the load and built once after it (a b-tree built from
@@ -286,6 +383,8 @@ class Loaded:
     events: int
     load_s: float
     index_s: float
+    #: The kept intervals' fill from the whole history (as revision f0009's upgrade fills).
+    fill_s: float
 
 
 def load(
@@ -332,11 +431,21 @@ def load(
         conn.execute("SET maintenance_work_mem = '512MB'")
         for statement in _EVENT_INDEXES.values():
             conn.execute(statement)
-        conn.execute("VACUUM ANALYZE")
+        conn.execute("ANALYZE")
     index_s = time.perf_counter() - t0
+    # The kept intervals, computed once from the history held and every store marked caught
+    # up, as the upgrade that added them does (timed apart: the bench reports the fill).
+    t0 = time.perf_counter()
+    with psycopg.connect(libpq) as conn:
+        conn.execute(f0009.MARK_ALL)
+        conn.execute(f0009.FILL)
+        conn.commit()
+    fill_s = time.perf_counter() - t0
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
     if log is not None:
-        log(f"fleetgen: indexes built and analysed in {index_s:.0f}s")
-    return Loaded(records, sum(s.last_seq for s in records), load_s, index_s)
+        log(f"fleetgen: indexes built in {index_s:.0f}s, intervals kept in {fill_s:.0f}s")
+    return Loaded(records, sum(s.last_seq for s in records), load_s, index_s, fill_s)
 
 
 def digest(stores: list[Store]) -> str:
