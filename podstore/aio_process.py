@@ -57,6 +57,10 @@ def routed_name(method: object) -> str | None:
 #: Below this size (file to read, or store to export) the process round trip costs more than
 #: the few milliseconds of GIL a thread would hold.
 SMALL_FILE = 256 * 1024
+#: What a store's file holds before any entry: its schema (256 KiB, 64 pages, at revision
+#: 0012; tests/test_embed_async_process.py checks an empty store stays under it). An export's
+#: work is what the file holds beyond it.
+SCHEMA_BYTES = 512 * 1024
 
 # The parent's sys.path is set before podstore is imported, so the child runs the same code.
 _BOOT = (
@@ -100,8 +104,9 @@ def _work_size(name: str, store_path: str, args: tuple[Any, ...], kwargs: dict[s
         if not isinstance(kubelet_dir, str | os.PathLike):
             return 0
         return sum(_size(os.path.join(kubelet_dir, f)) for f in FILE_NAMES.values())
-    # An export writes what the store holds: its file (and WAL) bounds it well enough.
-    return _size(store_path) + _size(store_path + "-wal")
+    # An export writes what the store holds: its file (and WAL) past the schema bounds it
+    # well enough.
+    return max(0, _size(store_path) + _size(store_path + "-wal") - SCHEMA_BYTES)
 
 
 def process_request(

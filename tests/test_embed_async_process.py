@@ -284,7 +284,9 @@ def test_close_stops_the_worker_even_while_a_call_runs(
 ) -> None:
     async def main() -> None:
         astore = await AsyncPodStore.open(tmp_path / "async.db")
-        await astore.export_checkpoint(tmp_path / "empty.out")  # a small store: the thread
+        # A store with no entry is its schema: an export of it stays in a thread.
+        assert (tmp_path / "async.db").stat().st_size < aio_process.SCHEMA_BYTES
+        await astore.export_checkpoint(tmp_path / "empty.out")
         assert _worker_pid(astore) is None
         task = asyncio.create_task(astore.import_checkpoint(files["large"]))
         for _ in range(500):  # the worker starts (at most 5 s)
@@ -328,7 +330,7 @@ def test_a_readonly_store_opens_readonly_in_the_worker(
     with PodStore.open(db) as store:
         store.import_checkpoint(files["medium"])
         store.export_checkpoint(tmp_path / "sync.out")
-    assert db.stat().st_size > aio_process.SMALL_FILE
+    assert db.stat().st_size > aio_process.SMALL_FILE + aio_process.SCHEMA_BYTES
     listing = sorted(p.name for p in store_dir.iterdir())
 
     async def main() -> None:

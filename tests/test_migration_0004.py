@@ -100,8 +100,9 @@ def test_head_has_the_layout_schema_py_asks_for(filled: Path) -> None:
     }
     # At head (revision 0006 made the device rows, the decoded response rows and the event
     # device rows views over what it stores once: spans and event_device_rows).
-    # (revision 0009's cdi_device_nodes is clustered too: tests/test_migration_0009.py)
-    assert clustered - set(NODE_TABLES) - {"cdi_device_nodes"} == {
+    # (revision 0009's cdi_device_nodes is clustered too: tests/test_migration_0009.py; and
+    # revision 0012's device_seconds_pruned: tests/test_migration_0012.py)
+    assert clustered - set(NODE_TABLES) - {"cdi_device_nodes", "device_seconds_pruned"} == {
         "allocation_device_spans",
         "empty_numa_lists",
         "registered_resources",

@@ -464,12 +464,26 @@ def test_the_documented_fleet_queries_answer_on_the_fleet(tmp_path: Path, fleet_
                 "FROM v_numa_misaligned"
             ).rows
         )
-    assert misaligned
+        namespaces = sorted(
+            {r[0] for r in store.query("SELECT namespace FROM v_allocation_intervals").rows},
+            key=str,
+        )
+    assert misaligned and namespaces
     expected = {
         "`v_fleet_container_numa` — per container, the NUMA nodes of its devices, CPUs and "
         "memory": misaligned,
     }
-    assert set(blocks) == set(expected)
+    usage = (
+        "`v_fleet_allocation_intervals` — the node's intervals, store by store (fleet "
+        "revisions f0007, f0009)"
+    )
+    assert set(blocks) == set(expected) | {usage}
+    # The kept rows the usage block sums are caught up first, as its text says; its hours
+    # grow with the clock: each namespace the node's intervals name, with some.
+    assert read.catch_up(fleet_url) > 0
+    hours = rows(fleet_url, blocks.pop(usage))
+    assert sorted((r[0] for r in hours), key=str) == namespaces
+    assert all(r[1] > 0 for r in hours)
     for heading, sql in blocks.items():
         assert [tuple(r) for r in rows(fleet_url, sql)] == expected[heading], heading
         run = CliRunner().invoke(cli, ["fleet", "sql", "--url", fleet_url, "-o", "csv", "--", sql])
