@@ -574,7 +574,13 @@ ended AS MATERIALIZED (
         ORDER BY 1, 2
         LIMIT 1
     ) ev ON true
-),{_SHARE_CTES}
+),{_SHARE_CTES},
+-- The devices' identity computed once and joined on all four columns (joined as the view, its
+-- per-store subquery was merged on store_id alone: 484,000,000 pairs filtered for one node).
+identity AS MATERIALIZED (
+    SELECT v.store_id, v.mechanism, v.resource, v.device, v.physical_id
+    FROM v_fleet_device_identity v
+)
 SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
        i.resource AS resource, i.device AS device,
        coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
@@ -603,7 +609,7 @@ JOIN fleet_stores s ON s.store_id = i.store_id
 LEFT JOIN fleet_node_items pn
   ON pn.store_id = i.store_id
  AND pn.item_key = CAST(jsonb_build_array(i.pod_uid, CAST(NULL AS text), 'pod-name') AS text)
-LEFT JOIN v_fleet_device_identity d
+LEFT JOIN identity d
   ON d.store_id = i.store_id AND d.mechanism = i.mechanism AND d.resource = i.resource
  AND d.device = i.device
 WHERE s.retired_at IS NULL
