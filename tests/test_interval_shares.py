@@ -12,45 +12,24 @@ up to it too."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from harness import history_clock
 from harness.cli import podstore
+from harness.history_clock import T0, Clock, at
 
 from podstore import PodDevicesEntry, PodStore
 from podstore.checkpoint import DRAClaim, DRADevice, DRAState, PodName, dumps_checkpoint
-from podstore.storage import events
 
-T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SHARED = "nvidia.com/gpu.shared"
 DRIVER = "gpu.example.com"
 
 
-def at(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def set(self, seconds: float) -> None:
-        self.now = T0 + timedelta(seconds=seconds)
-
-
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(events, "utcnow", lambda: c.now)
-    return c
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[PodStore]:
-    with PodStore.open(tmp_path / "s.db") as s:
-        yield s
+    return history_clock.install(monkeypatch)
 
 
 def counter(store: PodStore) -> dict[tuple[str, str], float]:

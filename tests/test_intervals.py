@@ -7,47 +7,24 @@ The history's clock is set by the test (``events.utcnow``), so every time is exa
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import history_clock
+from harness.history_clock import Clock, at
 from harness.nodegen import GPU, NIC, Node, pod_uid
 
 from podstore import PodStore
 from podstore.checkpoint import PodName
 from podstore.errors import InvalidInputError
-from podstore.storage import events
 from podstore.storage.sql.intervals import usage_sql
-
-T0 = datetime(2026, 3, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def set(self, seconds: float) -> None:
-        self.now = T0 + timedelta(seconds=seconds)
 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(events, "utcnow", lambda: c.now)
-    return c
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[PodStore]:
-    with PodStore.open(tmp_path / "s.db") as s:
-        yield s
+    return history_clock.install(monkeypatch)
 
 
 COLUMNS = 'mechanism, resource, device, pod_uid, container, start, "end", end_source'
