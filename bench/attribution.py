@@ -26,7 +26,6 @@ Target: podstore's error per namespace ≤ 1 % of the truth plus one sync latenc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.sections import RunContext, Section, register
+from bench.sections import RunContext, Section, load_harness, register
 from podstore import ContainerAllocateResponse, DeviceSpec, PodDevicesEntry
 from podstore.checkpoint import (
     CPUManagerState,
@@ -66,18 +65,6 @@ PHASES = 10
 REPLAY_S = 300.0
 SMOKE_S = 12.0
 PODSTORE = [sys.executable, "-c", "from podstore.cli import main; main()"]
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _criserver() -> Any:
-    """The tests' CRI server (tests/harness/criserver.py), loaded from its path."""
-    path = os.path.join(REPO, "tests", "harness", "criserver.py")
-    spec = importlib.util.spec_from_file_location("bench_criserver", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -293,7 +280,7 @@ def replay(workdir: str, seconds: float, seed: int, log: Any) -> dict[str, Any]:
     d = os.path.join(workdir, "attribution")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    crimod = _criserver()
+    crimod = load_harness("criserver")
     # A unix socket's path has a 108-byte limit, which a deep work directory can pass.
     sockdir = tempfile.mkdtemp(prefix="podstore-cri-")
     socket = os.path.join(sockdir, "cri.sock")

@@ -30,39 +30,21 @@ fleet server's memory settings (SETTINGS). Registered as the section ``fleet``
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
 import shutil
 import sqlite3
 import statistics
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.sections import RunContext, Section, register
+from bench.sections import RunContext, Section, load_harness, register
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load_harness(name: str) -> Any:
-    """tests/harness/NAME.py, loaded from its path: the bench starts its server and generates
-    its fleet the way the tests do, without putting the test support package on everyone's
-    import path."""
-    path = os.path.join(REPO, "tests", "harness", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-PgServer = _load_harness("pgserver").PgServer
-fleetgen = _load_harness("fleetgen")
+PgServer = load_harness("pgserver").PgServer
+fleetgen = load_harness("fleetgen")
 
 Log = Callable[[str], None]
 

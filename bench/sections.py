@@ -16,9 +16,28 @@ runs it alone.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_harness(name: str) -> Any:
+    """tests/harness/NAME.py, loaded from its path: a section starts its servers and builds
+    its workload the way the tests do, without putting the test support package on everyone's
+    import path."""
+    path = os.path.join(_REPO, "tests", "harness", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 #: Modules that register sections of their own; a missing one is skipped.
 EXTENSIONS: tuple[str, ...] = (

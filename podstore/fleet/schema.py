@@ -222,7 +222,7 @@ fleet_response_nodes = Table(
 # Every allocation interval of the shipped history (revision f0009): v_fleet_allocation_intervals
 # without the store's node and the physical id. Caught up when read, never on ingest:
 # ``fleet_intervals_catch_up()`` recomputes the pods and claims the events past a store's mark
-# name and moves the mark (docs/fleet.md, "Usage"); nobody else writes either table.
+# name and moves the mark (docs/fleet.md, "Kept intervals"); nobody else writes either table.
 fleet_intervals = Table(
     "fleet_intervals",
     metadata,

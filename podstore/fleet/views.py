@@ -493,11 +493,10 @@ shared AS MATERIALIZED (
       ON i.mechanism = 'device-plugin' AND rs.store_id = i.store_id
      AND rs.resource = i.resource AND rs.device = i.device AND rs.start = i.start
 )"""
-# Every row of ``ended`` with its share (its replica share, else whole), joined apart from the
-# rest (materialized) on plain columns: planned with the other joins, the shares' join pushed
-# the identity's into a merge on store_id alone (484,000,000 pairs filtered for one node).
-_SHARE = "i.share"
 
+# ``shared`` (each row of ``ended`` with its share) is materialized and joined on plain
+# columns: planned with the other joins, the shares' join pushed the identity's into a merge on
+# store_id alone (484,000,000 pairs filtered for one node).
 V_FLEET_ALLOCATION_INTERVALS = f"""
 CREATE VIEW v_fleet_allocation_intervals AS
 WITH dp_events AS (
@@ -585,7 +584,7 @@ SELECT s.node AS node, i.store_id AS store_id, i.mechanism AS mechanism,
        i.resource AS resource, i.device AS device,
        coalesce(d.physical_id, i.mechanism || ':' || i.resource || ':' || i.device)
            AS physical_id,
-       {_SHARE} AS share,
+       i.share AS share,
        i.pod_uid AS pod_uid,
        coalesce(pn.value ->> 'namespace',
                 (SELECT n.device_ids ->> 'namespace' FROM fleet_events n
