@@ -43,8 +43,10 @@ def _hold_loop_until(done: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
-def _in_sqlite_layer(names: str = "podstore_") -> int:
-    """Threads named ``names…`` now inside podstore's SQLite layer (waiting for a lock)."""
+def _in_sqlite_layer(names: str = "podstore_", function: str | None = None) -> int:
+    """Threads named ``names…`` now inside podstore's SQLite layer (waiting for a lock); with
+    ``function``, inside that function of it: ``retry_busy`` is the BEGIN IMMEDIATE itself,
+    where a thread on its way there (its process's turn to write) is not yet."""
     frames = sys._current_frames()
     count = 0
     for thread in threading.enumerate():
@@ -52,7 +54,8 @@ def _in_sqlite_layer(names: str = "podstore_") -> int:
         if not thread.name.startswith(names):
             continue
         while frame is not None:
-            if "/podstore/sqlite/" in frame.f_code.co_filename:
+            code = frame.f_code
+            if "/podstore/sqlite/" in code.co_filename and function in (None, code.co_name):
                 count += 1
                 break
             frame = frame.f_back
@@ -166,7 +169,7 @@ def test_cancelled_while_running_it_completes_and_says_so(db_path: Path) -> None
     async def case(astore: AsyncPodStore) -> str:
         with _write_lock(db_path) as release:
             task = asyncio.create_task(astore.insert("p", "c", RES, None, b""))
-            await _until(lambda: _in_sqlite_layer() == 1)  # waiting for the lock
+            await _until(lambda: _in_sqlite_layer(function="retry_busy") == 1)  # in the BEGIN
             await _deliver(task)
             release()
             return await _outcome(db_path, task, "p")
@@ -223,7 +226,9 @@ def test_cancelled_while_begin_waits_for_the_lock_the_block_runs_and_commits(
     async def case(astore: AsyncPodStore) -> str:
         with _write_lock(db_path) as release:
             task = asyncio.create_task(_block(astore, "p", _nothing))
-            await _until(lambda: _in_sqlite_layer("podstore-tx") == 1)
+            # In the BEGIN, waiting for the lock: a cancellation before it ran is one the
+            # block never ran (the test above).
+            await _until(lambda: _in_sqlite_layer("podstore-tx", "retry_busy") == 1)
             await _deliver(task)
             release()
             return await _outcome(db_path, task, "p")
